@@ -1,0 +1,50 @@
+# protobot — the Job Site of ProtoBot as a Kubernetes operator.
+# `make` (or `make help`) lists the targets. CI (.ci/run) calls these same targets.
+
+SHELL := bash
+.SHELLFLAGS := -euo pipefail -c
+.DEFAULT_GOAL := help
+CARGO ?= cargo
+
+## Help
+.PHONY: help
+help: ## list the targets
+	@awk 'BEGIN {FS = ":.*## "} /^## / {printf "\n%s\n", substr($$0, 4)} /^[a-z][a-zA-Z0-9_-]*:.*## / {printf "  %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+## Build
+.PHONY: build
+build: ## build every crate (debug)
+	$(CARGO) build --workspace --all-targets
+
+.PHONY: release
+release: ## build the protobot and ears-manager binaries (release)
+	$(CARGO) build --release --workspace --bins
+
+## Generate
+.PHONY: crds
+crds: ## regenerate crds/*.yaml from the Rust types in operator/api
+	$(CARGO) run --quiet -p protobot-cli --bin protobot -- crd write crds
+
+.PHONY: crds-check
+crds-check: crds ## fail when crds/ differs from the generated output
+	@git diff --exit-code -- crds/ || { echo "crds/ is stale: run 'make crds' and commit the result" >&2; exit 1; }
+
+## Test
+.PHONY: test
+test: ## run every test of the workspace (unit, conformance, golden replays)
+	$(CARGO) nextest run --workspace --no-fail-fast
+	$(CARGO) test --workspace --doc --quiet
+
+.PHONY: test-crate
+test-crate: ## run the tests of one crate: make test-crate CRATE=protobot-lifecycle
+	$(CARGO) nextest run -p $(CRATE)
+
+## Lint
+.PHONY: lint
+lint: ## rustfmt check and clippy with warnings denied
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
+
+.PHONY: fmt
+fmt: ## format the code
+	$(CARGO) fmt --all

@@ -1,0 +1,1 @@
+//! protobot custom resource types (protobot.dev/v1alpha1) and CRD generation.

@@ -1,0 +1,3 @@
+//! The `protobot` command-line interface.
+
+fn main() {}

@@ -1,0 +1,1 @@
+//! `protobot rules evaluate`: the lifecycle evaluator's inspection tool (wired by the lifecycle work).

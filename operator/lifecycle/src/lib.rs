@@ -1,0 +1,1 @@
+//! validation-rules/v1: the work-item lifecycle ruleset and its pure evaluator.

@@ -1,0 +1,1 @@
+//! git machinery of the Job Site: projections, patch bundles, integration, digests, merges.

@@ -1,0 +1,1 @@
+//! the governed specification store and the ears-manager CLI.

@@ -1,0 +1,1 @@
+//! WorkStore port, its in-memory backend and the backend conformance suite.
