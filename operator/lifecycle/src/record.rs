@@ -1,0 +1,311 @@
+//! The work-item record (WMS-owned, backend-neutral) in its §4.1 wire shape, and
+//! the materialization source contract a `materialize` payload carries.
+
+use jiff::Timestamp;
+use serde::{Deserialize, Serialize};
+
+use crate::vocab::State;
+
+/// Change types a work item may carry.
+pub const CHANGE_TYPES: [&str; 3] = ["undefined", "changes", "contradicts"];
+
+/// An execution lease. Lease time comes from the trusted evaluation clock only.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Lease {
+    /// The trusted subject that holds the lease.
+    pub owner: String,
+    /// Opaque token minted by the WMS; every side effect presents it.
+    pub fencing_token: String,
+    /// The lease is live while `now < expires_at`.
+    pub expires_at: Timestamp,
+}
+
+impl Lease {
+    /// A lease is live strictly before its expiry.
+    pub fn is_live(&self, now: Timestamp) -> bool {
+        now < self.expires_at
+    }
+}
+
+/// A build-work dependency with its state as the WMS observed it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Dependency {
+    /// The dependency's work-item id (an empty id can never be satisfied).
+    #[serde(default)]
+    pub id: String,
+    /// Observed state; `initial` when the WMS cannot see the record.
+    #[serde(default = "initial_state")]
+    pub state: State,
+}
+
+fn initial_state() -> State {
+    State::Initial
+}
+
+/// Readiness flags: five contract-level flags, two blocker flags and open reasons.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Readiness {
+    /// The contract has every required part.
+    pub contract_complete: bool,
+    /// The source commit is immutable (merged).
+    pub source_immutable: bool,
+    /// The specification validated.
+    pub specification_validated: bool,
+    /// Every requirement reference resolves.
+    pub requirement_references_valid: bool,
+    /// The pipeline entry criteria are met.
+    pub pipeline_entry_satisfied: bool,
+    /// Every impacted artifact has a disposition.
+    pub impact_dispositioned: bool,
+    /// Project policy accepts the change.
+    pub policy_compatible: bool,
+    /// Human-readable reasons that keep the item from being built.
+    pub unresolved_reasons: Vec<String>,
+}
+
+impl Readiness {
+    /// Every flag true and no unresolved reason.
+    pub fn complete() -> Readiness {
+        Readiness {
+            contract_complete: true,
+            source_immutable: true,
+            specification_validated: true,
+            requirement_references_valid: true,
+            pipeline_entry_satisfied: true,
+            impact_dispositioned: true,
+            policy_compatible: true,
+            unresolved_reasons: Vec::new(),
+        }
+    }
+
+    /// The first failing contract-level flag, if any.
+    pub fn contract_failure(&self) -> Option<&'static str> {
+        [
+            (self.contract_complete, "contract_complete"),
+            (self.source_immutable, "source_immutable"),
+            (self.specification_validated, "specification_validated"),
+            (
+                self.requirement_references_valid,
+                "requirement_references_valid",
+            ),
+            (self.pipeline_entry_satisfied, "pipeline_entry_satisfied"),
+        ]
+        .into_iter()
+        .find(|(ok, _)| !ok)
+        .map(|(_, name)| name)
+    }
+
+    /// The first blocker, as a block reason.
+    pub fn blocker(&self) -> Option<String> {
+        if !self.impact_dispositioned {
+            return Some("impact_dispositioned: impact is not dispositioned".to_string());
+        }
+        if !self.policy_compatible {
+            return Some("policy_compatible: policy is not compatible".to_string());
+        }
+        self.unresolved_reasons
+            .iter()
+            .find(|r| !r.trim().is_empty())
+            .cloned()
+    }
+}
+
+/// The tested-candidate merge envelope.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MergeEnvelope {
+    /// Digest of every path that can affect build, execution or packaging.
+    pub product_tree_digest: String,
+    /// The sealed inspection run.
+    pub inspection_run_id: String,
+    /// The tested integration head.
+    pub integration_head: String,
+    /// The branch the merge lands on.
+    pub target: String,
+    /// The contract version the merge completes under.
+    pub contract_version: u64,
+    /// The merge commit (only in completion evidence).
+    pub merge_commit: String,
+}
+
+impl MergeEnvelope {
+    /// Non-empty refs this envelope names, for the ref-subset check (§3.7).
+    pub fn refs(&self) -> Vec<String> {
+        [
+            &self.target,
+            &self.integration_head,
+            &self.merge_commit,
+            &self.inspection_run_id,
+        ]
+        .into_iter()
+        .filter(|s| !s.is_empty())
+        .cloned()
+        .collect()
+    }
+
+    /// Whether it asserts any tested-candidate field beyond `target`.
+    pub fn has_candidate_fields(&self) -> bool {
+        !self.product_tree_digest.is_empty()
+            || !self.inspection_run_id.is_empty()
+            || !self.integration_head.is_empty()
+            || !self.merge_commit.is_empty()
+            || self.contract_version != 0
+    }
+}
+
+/// Reconciliation evidence, written only by trusted WMS/Git observation.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Reconciliation {
+    /// `conflict`, `not-applied`, `merge-recorded`, `lease-recovered`, `not-integrated`.
+    pub status: String,
+    /// `none`, `conflict`, `merged`.
+    pub git_mutation: String,
+    /// Required for `merge-recorded`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub merge_envelope: Option<MergeEnvelope>,
+}
+
+/// The work-item record (§4.1).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WorkItemRecord {
+    /// Work-item id.
+    pub id: String,
+    /// Owning project.
+    pub project_id: String,
+    /// Lifecycle state (never `initial`).
+    pub state: State,
+    /// Bumped by exactly one on every allowed transition.
+    pub contract_version: u64,
+    /// Stable identity of the logical item.
+    #[serde(default)]
+    pub materialization_key: String,
+    /// `undefined`, `changes` or `contradicts`.
+    #[serde(default)]
+    pub change_type: String,
+    /// False only for omitted reservations (never stored as a record).
+    #[serde(default = "yes")]
+    pub implementation_required: bool,
+    /// Snapshot of the human business priority.
+    #[serde(default)]
+    pub priority: String,
+    /// Current lease owner (empty when unleased).
+    #[serde(default)]
+    pub owner: String,
+    /// The execution lease, if any.
+    #[serde(default)]
+    pub lease: Option<Lease>,
+    /// Build-work dependencies with observed states.
+    #[serde(default)]
+    pub dependencies: Vec<Dependency>,
+    /// Readiness as last refreshed.
+    #[serde(default)]
+    pub readiness: Readiness,
+    /// Why the item is blocked.
+    #[serde(default)]
+    pub block_reason: String,
+    /// The single active blocked-work submission.
+    #[serde(default)]
+    pub active_resolution_submission_id: String,
+    /// WMS-observed: the inspection run sealed.
+    #[serde(default)]
+    pub inspection_run_sealed: bool,
+    /// WMS-observed: every finding terminal.
+    #[serde(default)]
+    pub findings_terminal: bool,
+    /// WMS-observed: final tests passed.
+    #[serde(default)]
+    pub final_tests_passed: bool,
+    /// The merge the item will complete with (`target` from materialization,
+    /// the full candidate from `begin-merge`).
+    #[serde(default)]
+    pub expected_merge: Option<MergeEnvelope>,
+    /// Reconciliation evidence (trusted observation only).
+    #[serde(default)]
+    pub reconciliation: Option<Reconciliation>,
+}
+
+fn yes() -> bool {
+    true
+}
+
+impl WorkItemRecord {
+    /// A bare record in `state` at `version`, for tests and seeding.
+    pub fn new(id: &str, project_id: &str, state: State, contract_version: u64) -> Self {
+        WorkItemRecord {
+            id: id.to_string(),
+            project_id: project_id.to_string(),
+            state,
+            contract_version,
+            materialization_key: String::new(),
+            change_type: "undefined".to_string(),
+            implementation_required: true,
+            priority: String::new(),
+            owner: String::new(),
+            lease: None,
+            dependencies: Vec::new(),
+            readiness: Readiness::default(),
+            block_reason: String::new(),
+            active_resolution_submission_id: String::new(),
+            inspection_run_sealed: false,
+            findings_terminal: false,
+            final_tests_passed: false,
+            expected_merge: None,
+            reconciliation: None,
+        }
+    }
+
+    /// The live lease at `now`, if any.
+    pub fn live_lease(&self, now: Timestamp) -> Option<&Lease> {
+        self.lease.as_ref().filter(|l| l.is_live(now))
+    }
+}
+
+/// The source contract a `materialize` payload carries (`payload.work_item`).
+/// Mutable fields are accepted and discarded: the WMS owns them.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SourceContract {
+    /// Work-item identity (the materialize target).
+    pub id: String,
+    /// Project; empty means the trusted project.
+    pub project_id: String,
+    /// Discarded.
+    pub state: Option<String>,
+    /// Discarded.
+    pub contract_version: Option<u64>,
+    /// Fallback for the materialization key.
+    pub materialization_key: String,
+    /// Change type; the payload's `change_type` fills it in when empty.
+    pub change_type: String,
+    /// Absent means true.
+    pub implementation_required: Option<bool>,
+    /// Priority snapshot (not part of the source fingerprint).
+    pub priority: String,
+    /// Discarded.
+    pub owner: Option<String>,
+    /// Discarded.
+    pub lease: Option<Lease>,
+    /// Declared dependencies (states are re-observed by the WMS).
+    pub dependencies: Vec<Dependency>,
+    /// Readiness as assessed by the Materializer.
+    pub readiness: Readiness,
+    /// Discarded.
+    pub block_reason: Option<String>,
+    /// Discarded.
+    pub active_resolution_submission_id: Option<String>,
+    /// Discarded (never authority).
+    pub inspection_run_sealed: Option<bool>,
+    /// Discarded (never authority).
+    pub findings_terminal: Option<bool>,
+    /// Discarded (never authority).
+    pub final_tests_passed: Option<bool>,
+    /// Only `target` may be named.
+    pub expected_merge: Option<MergeEnvelope>,
+    /// Discarded (never authority).
+    pub reconciliation: Option<Reconciliation>,
+}
