@@ -1,3 +1,96 @@
-//! The `protobot` command-line interface.
+//! The `protobot` command-line interface: parses the command line and hands each command
+//! family to its own module (`crd` generates the CustomResourceDefinitions, `rules` runs the
+//! lifecycle evaluator). Failures print one line on stderr and exit with status 1.
 
-fn main() {}
+use std::{error::Error as StdError, process::ExitCode};
+
+use clap::{Parser, Subcommand};
+
+mod crd;
+mod rules;
+
+/// protobot: the Job Site of ProtoBot as a Kubernetes operator.
+#[derive(Debug, Parser)]
+#[command(name = "protobot", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Generate the CustomResourceDefinitions of protobot.dev from the Rust types.
+    Crd {
+        #[command(subcommand)]
+        command: crd::CrdCommand,
+    },
+    /// Inspect the validation-rules/v1 lifecycle evaluator.
+    Rules {
+        #[command(subcommand)]
+        command: RulesCommand,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum RulesCommand {
+    /// Evaluate one lifecycle command read as JSON from stdin and print the result.
+    Evaluate,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Crd { command } => {
+            let stdout = std::io::stdout();
+            let mut out = stdout.lock();
+            match crd::run(command, &mut out) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(error) => fail(&error),
+            }
+        }
+        Command::Rules {
+            command: RulesCommand::Evaluate,
+        } => rules::run_evaluate(),
+    }
+}
+
+/// Prints `error` and its sources as one line on stderr and returns exit status 1.
+fn fail(error: &dyn StdError) -> ExitCode {
+    eprintln!("protobot: {}", one_line(error));
+    ExitCode::from(1)
+}
+
+/// `error: source: source …` on one line.
+fn one_line(error: &dyn StdError) -> String {
+    let mut line = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        line.push_str(": ");
+        line.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    line.replace('\n', " ")
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io;
+
+    use clap::CommandFactory;
+
+    use super::*;
+
+    #[test]
+    fn command_line_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn one_line_joins_the_source_chain() {
+        #[derive(Debug, thiserror::Error)]
+        #[error("failed to write crds/x.yaml")]
+        struct Outer(#[source] io::Error);
+        let error = Outer(io::Error::other("disk full"));
+        assert_eq!(one_line(&error), "failed to write crds/x.yaml: disk full");
+    }
+}

@@ -1,0 +1,180 @@
+//! The `Project` kind: one repository under protobot's care, written by a platform engineer
+//! (kubectl or GitOps), and what the operator observed about it.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::{
+    common::{GIT_COMMIT_PATTERN, LocalRef},
+    conditions::Condition,
+};
+
+/// Default `spec.defaultBranch`.
+pub const DEFAULT_BRANCH: &str = "main";
+/// Default `spec.specPath`.
+pub const DEFAULT_SPEC_PATH: &str = ".protobot/";
+/// Default `spec.wipLimit`.
+pub const DEFAULT_WIP_LIMIT: u32 = 4;
+/// Default `spec.leaseDurationSeconds` (the contract's default lease of 15 minutes).
+pub const DEFAULT_LEASE_DURATION_SECONDS: u32 = 900;
+/// Bound of `status.sandboxConformance.failedChecks`.
+pub const FAILED_CHECKS_LIMIT: u32 = 32;
+
+/// A repository whose approved change sets protobot builds, inspects and merges.
+// kube's `printcolumn(...)` repeats `type_ =` per column, which clippy mistakes for
+// duplicated attributes.
+#[allow(clippy::duplicated_attributes)]
+#[derive(CustomResource, Clone, Debug, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[kube(
+    group = "protobot.dev",
+    version = "v1alpha1",
+    kind = "Project",
+    plural = "projects",
+    namespaced,
+    status = "ProjectStatus",
+    derive = "PartialEq",
+    shortname = "pbproj",
+    category = "protobot",
+    doc = "A repository whose approved change sets protobot builds, inspects and merges.",
+    printcolumn(
+        name = "Repo",
+        type_ = "string",
+        json_path = ".spec.repoUrl",
+        description = "repository URL"
+    ),
+    printcolumn(
+        name = "Branch",
+        type_ = "string",
+        json_path = ".spec.defaultBranch",
+        description = "default branch"
+    ),
+    printcolumn(
+        name = "Reachable",
+        type_ = "boolean",
+        json_path = ".status.repoReachable",
+        description = "whether the repository answered"
+    ),
+    printcolumn(
+        name = "Conformant",
+        type_ = "boolean",
+        json_path = ".status.sandboxConformance.passed",
+        description = "whether the sandbox profile passed its conformance report"
+    ),
+    printcolumn(
+        name = "Head",
+        type_ = "string",
+        json_path = ".status.defaultBranchHead",
+        description = "observed default-branch head",
+        priority = 1
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[serde(rename_all = "camelCase")]
+pub struct ProjectSpec {
+    /// URL of the canonical Git repository (https or ssh). Credentials come from the
+    /// operator's configuration, never from this object.
+    #[schemars(length(min = 1))]
+    pub repo_url: String,
+    /// Branch that change sets merge into and that protobot merges work items into.
+    #[serde(default = "default_branch")]
+    #[schemars(length(min = 1))]
+    pub default_branch: String,
+    /// Directory of the spec store inside the repository; `project.yaml` lives here.
+    #[serde(default = "default_spec_path")]
+    #[schemars(length(min = 1))]
+    pub spec_path: String,
+    /// Name of the sandbox profile every sandboxed role of this project runs under. The Job
+    /// Site refuses to schedule while the profile's conformance report fails; it never falls
+    /// back to a weaker profile.
+    #[schemars(length(min = 1))]
+    pub sandbox_profile: String,
+    /// Maximum number of this project's work items that may be active (`building`,
+    /// `inspecting` or `merging`) at once.
+    #[serde(default = "default_wip_limit")]
+    #[schemars(range(min = 1))]
+    pub wip_limit: u32,
+    /// Length in seconds of the lease a claim issues; renewals extend it by the same amount.
+    #[serde(default = "default_lease_duration_seconds")]
+    #[schemars(range(min = 1))]
+    pub lease_duration_seconds: u32,
+    /// ConfigMap in this namespace that defines the project's WorkerClasses (image, command,
+    /// model tier per role). Absent: the operator's built-in scripted workers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worker_classes_ref: Option<LocalRef>,
+}
+
+fn default_branch() -> String {
+    DEFAULT_BRANCH.to_owned()
+}
+
+fn default_spec_path() -> String {
+    DEFAULT_SPEC_PATH.to_owned()
+}
+
+const fn default_wip_limit() -> u32 {
+    DEFAULT_WIP_LIMIT
+}
+
+const fn default_lease_duration_seconds() -> u32 {
+    DEFAULT_LEASE_DURATION_SECONDS
+}
+
+/// What the operator observed about a project.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ProjectStatus {
+    /// The `metadata.generation` this status was computed from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// Whether the repository answered with the default branch at the last check; the
+    /// `RepoReachable` condition carries the detail.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repo_reachable: Option<bool>,
+    /// Whether `<specPath>/project.yaml` was valid at the observed head; the
+    /// `ProjectConfigValid` condition carries the first error.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub project_config_valid: Option<bool>,
+    /// Commit the default branch pointed at when last observed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = GIT_COMMIT_PATTERN))]
+    pub default_branch_head: Option<String>,
+    /// When `defaultBranchHead` was observed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub head_observed_time: Option<Time>,
+    /// Summary of the sandbox profile's last conformance report.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox_conformance: Option<SandboxConformance>,
+    /// Conditions `RepoReachable`, `ProjectConfigValid`, `SandboxConformant` and `Ready`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    pub conditions: Vec<Condition>,
+}
+
+/// Summary of a sandbox profile's conformance report.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SandboxConformance {
+    /// Name of the sandbox profile that was checked.
+    pub profile: String,
+    /// Whether every conformance check passed; only then does the Job Site schedule.
+    pub passed: bool,
+    /// Number of checks that passed.
+    pub checks_passed: u32,
+    /// Number of checks that failed.
+    pub checks_failed: u32,
+    /// Names of the failed checks, at most 32 (the count above is exact).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = FAILED_CHECKS_LIMIT))]
+    pub failed_checks: Vec<String>,
+    /// Digest of the full report, for finding it in the operator's logs and events.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub report_digest: Option<String>,
+    /// When the report was produced.
+    pub checked_time: Time,
+}

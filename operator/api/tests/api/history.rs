@@ -1,0 +1,96 @@
+//! Bounded status lists: the `record_*` helpers append and keep only the newest entries, so
+//! a long-lived work item never outgrows its bound (which the schema also enforces).
+
+use protobot_api::{
+    BuildWorkItemStatus, LifecycleState,
+    build_work_item::{
+        CONTRACT_VERSIONS_LIMIT, CYCLES_LIMIT, ContractVersionEntry, CycleOutcome, CycleRecord,
+        DecisionOutcome, IDEMPOTENCY_RESULTS_LIMIT, IdempotencyResult,
+    },
+    common::{LifecycleCommand, ModelTier},
+};
+
+use crate::util::time;
+
+fn renewal(version: u64) -> ContractVersionEntry {
+    ContractVersionEntry {
+        version,
+        command: LifecycleCommand::RenewLease,
+        state: LifecycleState::Building,
+        actor: Some("job-site-001".to_owned()),
+        idempotency_key: None,
+        time: time(i64::try_from(version).unwrap()),
+    }
+}
+
+#[test]
+fn contract_version_history_keeps_the_newest_entries_in_order() {
+    let mut status = BuildWorkItemStatus::materialized(LifecycleState::Building);
+    let total = u64::from(CONTRACT_VERSIONS_LIMIT) + 6;
+    for version in 1..=total {
+        status.record_contract_version(renewal(version));
+    }
+    let versions: Vec<u64> = status.contract_versions.iter().map(|e| e.version).collect();
+    let expected: Vec<u64> = (7..=total).collect();
+    assert_eq!(versions, expected);
+}
+
+#[test]
+fn idempotency_results_keep_the_newest_keys() {
+    let mut status = BuildWorkItemStatus::materialized(LifecycleState::Building);
+    let total = IDEMPOTENCY_RESULTS_LIMIT + 1;
+    for n in 0..total {
+        status.record_idempotency_result(IdempotencyResult {
+            key: format!("key-{n}"),
+            command: LifecycleCommand::RenewLease,
+            request_fingerprint: format!("fp-{n}"),
+            outcome: DecisionOutcome::Allowed,
+            rejection_code: None,
+            contract_version: u64::from(n) + 2,
+            result: None,
+            time: time(i64::from(n)),
+        });
+    }
+    assert_eq!(
+        status.idempotency_results.len(),
+        IDEMPOTENCY_RESULTS_LIMIT as usize
+    );
+    assert!(
+        status.idempotency_result("key-0").is_none(),
+        "the oldest key dropped out"
+    );
+    let newest = format!("key-{}", total - 1);
+    assert_eq!(
+        status
+            .idempotency_result(&newest)
+            .unwrap()
+            .request_fingerprint,
+        format!("fp-{}", total - 1)
+    );
+}
+
+#[test]
+fn cycle_history_is_bounded() {
+    let mut status = BuildWorkItemStatus::materialized(LifecycleState::Building);
+    for cycle in 1..=CYCLES_LIMIT + 3 {
+        status.record_cycle(CycleRecord {
+            cycle,
+            tier: ModelTier::T4,
+            outcome: CycleOutcome::TestFault,
+            candidate_commit: None,
+            start_time: time(i64::from(cycle)),
+            end_time: None,
+        });
+    }
+    assert_eq!(status.cycles.len(), CYCLES_LIMIT as usize);
+    assert_eq!(status.cycles[0].cycle, 4);
+}
+
+#[test]
+fn materialized_record_starts_at_contract_version_one_without_lease() {
+    let status = BuildWorkItemStatus::materialized(LifecycleState::ReadyForBuilding);
+    assert_eq!(status.contract_version, 1);
+    assert_eq!(status.state, LifecycleState::ReadyForBuilding);
+    assert!(status.lease.is_none() && status.owner.is_none());
+    assert_eq!(status.fence_counter, 0);
+}
