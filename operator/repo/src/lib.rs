@@ -1,1 +1,31 @@
 //! git machinery of the Job Site: projections, patch bundles, integration, digests, merges.
+//!
+//! Kube-free. The pure core (what a role sees, which tests are valid, whether a bundle is
+//! acceptable, how digests and trailers are encoded) is separate from the thin git2 shell:
+//!
+//! | Step | Pure | git2 edge |
+//! | --- | --- | --- |
+//! | classify paths | [`manifest`], [`path`], [`role`] | |
+//! | select tests | [`catalog`] | |
+//! | export a role projection | [`plan`] | [`export`] |
+//! | collect and validate a Worker's patch | [`validate`] | [`bundle`] |
+//! | apply and merge into `wi/` | [`trailers`] | [`integrate`] |
+//! | product digest | [`digest::encode_product_tree`] | [`digest::product_tree_digest`] |
+//! | attest, merge to main, push, verify, look up | [`trailers`] | [`land`] |
+//!
+//! CLI seams: `protobot projection export` → [`export::export_projection`];
+//! `protobot patch check` → [`bundle::PatchBundle::from_json`] + [`validate::check_bundle`].
+
+pub mod bundle;
+pub mod catalog;
+pub mod digest;
+pub mod export;
+pub mod integrate;
+pub mod land;
+pub mod manifest;
+pub mod path;
+pub mod plan;
+pub mod role;
+pub mod trailers;
+pub mod tree;
+pub mod validate;

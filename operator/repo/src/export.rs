@@ -1,0 +1,461 @@
+//! Role projections: exporting the allowlisted files of a source commit into a new repository
+//! with a synthetic, parentless root commit.
+//!
+//! Pipeline: read the source tree, manifest and catalog (git2) → plan (pure, [`crate::plan`])
+//! → write a fresh repository (git2). The new repository is created without templates (so
+//! without hooks), with `core.logAllRefUpdates=false` (no reflog), no remote and no
+//! alternates; only the exported blobs and the trees and commit built from them are written
+//! to its own object database. The root commit uses a fixed identity and time, so the same
+//! source files and role always give the same commit ID.
+//!
+//! The [`ProjectionRecord`] returned with the report is control-plane evidence: it lists the
+//! withheld paths and must never be placed inside the projection handed to a sandbox.
+
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    fs,
+    path::{Path, PathBuf},
+};
+
+use git2::{Oid, Repository, RepositoryInitOptions, Signature, Time, build::CheckoutBuilder};
+use serde::{Deserialize, Serialize};
+
+use crate::{
+    catalog::{self, CATALOG_PATH, CatalogError, ChangeScope, TestSelection},
+    manifest::{MANIFEST_PATH, ManifestError, PathClass, ProjectionManifest},
+    plan::{SourceEntry, WithheldReason, plan_projection},
+    role::Role,
+    tree::{TreeFile, list_files, mode},
+};
+
+/// Identity of every synthetic root commit.
+pub const PROJECTOR_NAME: &str = "ProtoBot Projector";
+/// E-mail of every synthetic root commit.
+pub const PROJECTOR_EMAIL: &str = "projector@protobot.invalid";
+/// Branch that holds the synthetic root in a projection.
+pub const PROJECTION_BRANCH: &str = "refs/heads/main";
+/// Version tag of [`ProjectionRecord`].
+pub const RECORD_FORMAT: &str = "protobot.projection-record/v1";
+
+/// What to export.
+#[derive(Debug, Clone)]
+pub struct ExportRequest {
+    /// The canonical (or integration) repository to read from.
+    pub source_repo: PathBuf,
+    /// Revision of the source commit (`--at`), resolved with `git rev-parse` syntax.
+    pub at: String,
+    /// Role to project for.
+    pub role: Role,
+    /// Destination directory; must not exist or be empty.
+    pub dest: PathBuf,
+    /// What the work item changes (drives Worker A's test selection).
+    pub scope: ChangeScope,
+}
+
+/// Control-plane record of one projection, needed later to validate the returned bundle.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProjectionRecord {
+    /// Always [`RECORD_FORMAT`].
+    pub format: String,
+    /// The role.
+    pub role: Role,
+    /// Source commit the projection was exported from.
+    pub source_commit: String,
+    /// The synthetic root commit of the projection.
+    pub root_commit: String,
+    /// The manifest at the source commit.
+    pub manifest: ProjectionManifest,
+    /// Exported paths.
+    pub exported: BTreeSet<String>,
+    /// Paths of the source commit that were withheld from this role.
+    pub withheld: BTreeSet<String>,
+}
+
+impl ProjectionRecord {
+    /// Writes the record as JSON; keep it outside the projection directory.
+    pub fn write(&self, path: &Path) -> Result<(), ExportError> {
+        let text = serde_json::to_vec_pretty(self).map_err(|e| ExportError::Record {
+            path: path.to_owned(),
+            reason: e.to_string(),
+        })?;
+        fs::write(path, text).map_err(|e| ExportError::Record {
+            path: path.to_owned(),
+            reason: e.to_string(),
+        })
+    }
+
+    /// Reads a record written by [`ProjectionRecord::write`].
+    pub fn read(path: &Path) -> Result<Self, ExportError> {
+        let text = fs::read(path).map_err(|e| ExportError::Record {
+            path: path.to_owned(),
+            reason: e.to_string(),
+        })?;
+        let record: Self = serde_json::from_slice(&text).map_err(|e| ExportError::Record {
+            path: path.to_owned(),
+            reason: e.to_string(),
+        })?;
+        if record.format != RECORD_FORMAT {
+            return Err(ExportError::Record {
+                path: path.to_owned(),
+                reason: format!("unsupported format `{}`", record.format),
+            });
+        }
+        Ok(record)
+    }
+}
+
+/// Counts of withheld paths by reason kind.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WithheldSummary {
+    /// Reason kind (`unclassified`, `hidden-class:implementation`, …) → count.
+    pub by_reason: BTreeMap<String, usize>,
+}
+
+/// Result of an export, safe to print for operators (counts, not withheld names).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExportReport {
+    /// The role.
+    pub role: Role,
+    /// Source commit.
+    pub source_commit: String,
+    /// Synthetic root commit.
+    pub root_commit: String,
+    /// Destination directory.
+    pub dest: PathBuf,
+    /// Number of exported files.
+    pub exported_files: usize,
+    /// Exported files by class.
+    pub exported_by_class: BTreeMap<PathClass, usize>,
+    /// Withheld paths by reason.
+    pub withheld: WithheldSummary,
+    /// Worker A only: the test selection that decided which tests were exported.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub test_selection: Option<TestSelection>,
+    /// The record to keep for bundle validation.
+    #[serde(skip)]
+    pub record: Option<ProjectionRecord>,
+}
+
+/// Failures of a projection export.
+#[derive(Debug, thiserror::Error)]
+pub enum ExportError {
+    /// The source repository could not be opened.
+    #[error("failed to open source repository {path}: {source}")]
+    OpenSource {
+        /// Repository path.
+        path: PathBuf,
+        /// Cause.
+        #[source]
+        source: git2::Error,
+    },
+    /// `--at` does not name a commit.
+    #[error("unable to resolve `{at}` to a commit in the source repository: {source}")]
+    ResolveCommit {
+        /// The revision.
+        at: String,
+        /// Cause.
+        #[source]
+        source: git2::Error,
+    },
+    /// The destination exists and is not empty.
+    #[error(
+        "unable to export into {path}: the destination exists and is not empty; pass a new directory"
+    )]
+    DestinationNotEmpty {
+        /// Destination.
+        path: PathBuf,
+    },
+    /// The projection manifest is invalid.
+    #[error(transparent)]
+    Manifest(#[from] ManifestError),
+    /// `.protobot/projection.yaml` is not a regular file.
+    #[error(
+        "projection.invalid: .protobot/projection.yaml at the source commit is not a regular file; restore it by a reviewed policy edit"
+    )]
+    ManifestNotAFile,
+    /// The test catalog is invalid.
+    #[error(transparent)]
+    Catalog(#[from] CatalogError),
+    /// A git operation failed.
+    #[error("failed to {operation}: {source}")]
+    Git {
+        /// The operation.
+        operation: &'static str,
+        /// Cause.
+        #[source]
+        source: git2::Error,
+    },
+    /// Filesystem work on the destination failed.
+    #[error("failed to {operation} at {path}: {source}")]
+    Io {
+        /// The operation.
+        operation: &'static str,
+        /// Path.
+        path: PathBuf,
+        /// Cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A projection record could not be read or written.
+    #[error("failed to read or write projection record {path}: {reason}")]
+    Record {
+        /// Path.
+        path: PathBuf,
+        /// Cause.
+        reason: String,
+    },
+}
+
+fn git(operation: &'static str) -> impl FnOnce(git2::Error) -> ExportError {
+    move |source| ExportError::Git { operation, source }
+}
+
+/// Reads a UTF-8 text file of a tree; `None` when absent. Errors when it is not a regular file.
+pub(crate) fn read_tree_text(
+    repo: &Repository,
+    files: &[TreeFile],
+    path: &str,
+) -> Result<Option<Result<String, ()>>, git2::Error> {
+    let Some(file) = files.iter().find(|f| f.path.as_deref() == Some(path)) else {
+        return Ok(None);
+    };
+    if file.mode != mode::FILE && file.mode != mode::EXECUTABLE {
+        return Ok(Some(Err(())));
+    }
+    let blob = repo.find_blob(file.id)?;
+    Ok(Some(
+        String::from_utf8(blob.content().to_vec()).map_err(|_| ()),
+    ))
+}
+
+/// Loads the projection manifest of a flattened tree (absent → empty manifest).
+pub fn load_manifest(
+    repo: &Repository,
+    files: &[TreeFile],
+) -> Result<ProjectionManifest, ExportError> {
+    match read_tree_text(repo, files, MANIFEST_PATH).map_err(git("read the projection manifest"))? {
+        None => Ok(ProjectionManifest::empty()),
+        Some(Err(())) => Err(ExportError::ManifestNotAFile),
+        Some(Ok(text)) => Ok(ProjectionManifest::parse(&text)?),
+    }
+}
+
+/// Exports a role projection; see the module documentation for the guarantees.
+pub fn export_projection(request: &ExportRequest) -> Result<ExportReport, ExportError> {
+    let source =
+        Repository::open(&request.source_repo).map_err(|source| ExportError::OpenSource {
+            path: request.source_repo.clone(),
+            source,
+        })?;
+    let commit = source
+        .revparse_single(&request.at)
+        .and_then(|o| o.peel_to_commit())
+        .map_err(|source| ExportError::ResolveCommit {
+            at: request.at.clone(),
+            source,
+        })?;
+    let tree = commit.tree().map_err(git("read the source tree"))?;
+    let files = list_files(&source, &tree).map_err(git("list the source tree"))?;
+    let manifest = load_manifest(&source, &files)?;
+
+    let selection = if request.role == Role::WorkerA {
+        let entries = match read_tree_text(&source, &files, CATALOG_PATH)
+            .map_err(git("read the test catalog"))?
+        {
+            None | Some(Err(())) => Vec::new(),
+            Some(Ok(text)) => catalog::parse_catalog(&text)?,
+        };
+        Some(catalog::select_tests(&entries, &request.scope))
+    } else {
+        None
+    };
+    let valid_tests = selection
+        .as_ref()
+        .map(TestSelection::valid_files)
+        .unwrap_or_default();
+
+    let entries: Vec<SourceEntry> = files
+        .iter()
+        .map(|f| SourceEntry {
+            path: f.path.clone(),
+            mode: f.mode,
+        })
+        .collect();
+    let lossy: Vec<String> = files
+        .iter()
+        .map(|f| String::from_utf8_lossy(&f.path_bytes).into_owned())
+        .collect();
+    let plan = plan_projection(&entries, &lossy, &manifest, request.role, &valid_tests);
+
+    prepare_destination(&request.dest)?;
+    let dest = init_projection_repo(&request.dest)?;
+    let src_odb = source
+        .odb()
+        .map_err(git("open the source object database"))?;
+    let dst_odb = dest
+        .odb()
+        .map_err(git("open the projection object database"))?;
+    let mut root = DirNode::default();
+    let mut exported_by_class = BTreeMap::new();
+    let mut exported = BTreeSet::new();
+    for (index, planned) in &plan.include {
+        let file = &files[*index];
+        let object = src_odb.read(file.id).map_err(git("read a source blob"))?;
+        let id = dst_odb
+            .write(git2::ObjectType::Blob, object.data())
+            .map_err(git("write a projection blob"))?;
+        root.insert(&planned.path, id, file.mode);
+        *exported_by_class.entry(planned.class).or_insert(0) += 1;
+        exported.insert(planned.path.clone());
+    }
+    let tree_id = root
+        .write(&dest)
+        .map_err(git("write the projection tree"))?;
+    let root_commit = write_root_commit(&dest, tree_id, request.role)?;
+    let mut checkout = CheckoutBuilder::new();
+    checkout.force();
+    dest.checkout_head(Some(&mut checkout))
+        .map_err(git("check out the projection"))?;
+    remove_if_present(&dest.path().join("hooks"))?;
+    remove_if_present(&dest.path().join("logs"))?;
+
+    let mut withheld_summary = WithheldSummary::default();
+    let mut withheld = BTreeSet::new();
+    for (path, reason) in &plan.withheld {
+        let key = match reason {
+            WithheldReason::Unclassified => "unclassified".to_owned(),
+            WithheldReason::HiddenClass { class } => format!("hidden-class:{class}"),
+            WithheldReason::NotAValidTest => "not-a-valid-test".to_owned(),
+            WithheldReason::UnsafePath { .. } => "unsafe-path".to_owned(),
+            WithheldReason::NonUtf8Path => "non-utf8-path".to_owned(),
+            WithheldReason::UnsupportedMode { .. } => "unsupported-mode".to_owned(),
+        };
+        *withheld_summary.by_reason.entry(key).or_insert(0) += 1;
+        withheld.insert(path.clone());
+    }
+    let record = ProjectionRecord {
+        format: RECORD_FORMAT.to_owned(),
+        role: request.role,
+        source_commit: commit.id().to_string(),
+        root_commit: root_commit.to_string(),
+        manifest,
+        exported,
+        withheld,
+    };
+    Ok(ExportReport {
+        role: request.role,
+        source_commit: commit.id().to_string(),
+        root_commit: root_commit.to_string(),
+        dest: request.dest.clone(),
+        exported_files: plan.include.len(),
+        exported_by_class,
+        withheld: withheld_summary,
+        test_selection: selection,
+        record: Some(record),
+    })
+}
+
+fn prepare_destination(dest: &Path) -> Result<(), ExportError> {
+    match fs::read_dir(dest) {
+        Ok(mut entries) => {
+            if entries.next().is_some() {
+                return Err(ExportError::DestinationNotEmpty {
+                    path: dest.to_owned(),
+                });
+            }
+            Ok(())
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            fs::create_dir_all(dest).map_err(|source| ExportError::Io {
+                operation: "create the destination",
+                path: dest.to_owned(),
+                source,
+            })
+        }
+        Err(source) => Err(ExportError::Io {
+            operation: "inspect the destination",
+            path: dest.to_owned(),
+            source,
+        }),
+    }
+}
+
+fn init_projection_repo(dest: &Path) -> Result<Repository, ExportError> {
+    let mut options = RepositoryInitOptions::new();
+    options
+        .external_template(false)
+        .no_reinit(true)
+        .initial_head("main");
+    let repo = Repository::init_opts(dest, &options).map_err(git("initialise the projection"))?;
+    {
+        let mut config = repo.config().map_err(git("open the projection config"))?;
+        config
+            .set_bool("core.logAllRefUpdates", false)
+            .map_err(git("disable reflogs in the projection"))?;
+    }
+    Ok(repo)
+}
+
+fn write_root_commit(repo: &Repository, tree_id: Oid, role: Role) -> Result<Oid, ExportError> {
+    let tree = repo
+        .find_tree(tree_id)
+        .map_err(git("find the projection tree"))?;
+    let signature = Signature::new(PROJECTOR_NAME, PROJECTOR_EMAIL, &Time::new(0, 0))
+        .map_err(git("build the projector signature"))?;
+    let message = format!("Projection root\n\nProjection-Role: {role}\n");
+    repo.commit(
+        Some(PROJECTION_BRANCH),
+        &signature,
+        &signature,
+        &message,
+        &tree,
+        &[],
+    )
+    .map_err(git("write the synthetic root commit"))
+}
+
+fn remove_if_present(path: &Path) -> Result<(), ExportError> {
+    match fs::remove_dir_all(path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(source) => Err(ExportError::Io {
+            operation: "remove a template directory",
+            path: path.to_owned(),
+            source,
+        }),
+    }
+}
+
+/// An in-memory directory used to build nested trees bottom-up.
+#[derive(Default)]
+pub(crate) struct DirNode {
+    files: BTreeMap<String, (Oid, i32)>,
+    dirs: BTreeMap<String, DirNode>,
+}
+
+impl DirNode {
+    pub(crate) fn insert(&mut self, path: &str, id: Oid, file_mode: i32) {
+        match path.split_once('/') {
+            None => {
+                self.files.insert(path.to_owned(), (id, file_mode));
+            }
+            Some((head, rest)) => self
+                .dirs
+                .entry(head.to_owned())
+                .or_default()
+                .insert(rest, id, file_mode),
+        }
+    }
+
+    pub(crate) fn write(&self, repo: &Repository) -> Result<Oid, git2::Error> {
+        let mut builder = repo.treebuilder(None)?;
+        for (name, (id, file_mode)) in &self.files {
+            builder.insert(name, *id, *file_mode)?;
+        }
+        for (name, dir) in &self.dirs {
+            let id = dir.write(repo)?;
+            builder.insert(name, id, mode::TREE)?;
+        }
+        builder.write()
+    }
+}

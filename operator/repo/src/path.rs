@@ -1,0 +1,143 @@
+//! Project-relative path rules shared by classification, export and bundle validation.
+//!
+//! Pure functions only. A *canonical project path* (spec-store contract §7) is non-empty, has no
+//! `\`, NUL or `:`, no leading `/`, and every `/`-separated component is non-empty and neither
+//! `.` nor `..`. On top of that the Job Site refuses any component that a case-insensitive or
+//! NTFS-style filesystem would resolve to `.git`, because writing such a path can reach the
+//! repository's own control directory.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+/// Why a path is not acceptable as a project path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum PathProblem {
+    /// The path is empty.
+    Empty,
+    /// The path starts with `/` (or a drive letter, which `:` already excludes).
+    Absolute,
+    /// A component is `..`.
+    ParentComponent,
+    /// A component is empty or `.`.
+    EmptyOrDotComponent,
+    /// The path has `\`, NUL or `:`.
+    ForbiddenCharacter,
+    /// A component resolves to `.git` on some filesystem (`.git`, `.GIT`, `.git.`, `git~1`).
+    GitComponent,
+}
+
+impl fmt::Display for PathProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let text = match self {
+            PathProblem::Empty => "the path is empty",
+            PathProblem::Absolute => "the path is absolute",
+            PathProblem::ParentComponent => "the path has a `..` component",
+            PathProblem::EmptyOrDotComponent => "the path has an empty or `.` component",
+            PathProblem::ForbiddenCharacter => "the path has a `\\`, NUL or `:` character",
+            PathProblem::GitComponent => "the path has a component that resolves to `.git`",
+        };
+        f.write_str(text)
+    }
+}
+
+/// Checks `path` against the canonical project path rules; returns the first problem found.
+pub fn check_project_path(path: &str) -> Result<(), PathProblem> {
+    if path.is_empty() {
+        return Err(PathProblem::Empty);
+    }
+    if path.starts_with('/') {
+        return Err(PathProblem::Absolute);
+    }
+    if path.contains(['\\', '\0', ':']) {
+        return Err(PathProblem::ForbiddenCharacter);
+    }
+    for component in path.split('/') {
+        match component {
+            ".." => return Err(PathProblem::ParentComponent),
+            "" | "." => return Err(PathProblem::EmptyOrDotComponent),
+            other if is_git_component(other) => return Err(PathProblem::GitComponent),
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// True when a single path component would name the `.git` directory on a case-insensitive
+/// filesystem, on NTFS (trailing dots and spaces are dropped) or through the 8.3 short name.
+pub fn is_git_component(component: &str) -> bool {
+    let trimmed = component.trim_end_matches(['.', ' ']);
+    trimmed.eq_ignore_ascii_case(".git") || trimmed.eq_ignore_ascii_case("git~1")
+}
+
+/// True when `path` is `dir` itself or lies below it (`dir` given without a trailing `/`).
+pub fn is_under(path: &str, dir: &str) -> bool {
+    path == dir
+        || (path.len() > dir.len() && path.starts_with(dir) && path.as_bytes()[dir.len()] == b'/')
+}
+
+/// The key used to detect paths that collide on a case-insensitive filesystem.
+pub fn case_fold_key(path: &str) -> String {
+    path.to_lowercase()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn canonical_paths_pass_and_hostile_paths_name_their_problem() {
+        assert_eq!(check_project_path("src/lib.rs"), Ok(()));
+        assert_eq!(check_project_path(".protobot/projection.yaml"), Ok(()));
+        assert_eq!(check_project_path(""), Err(PathProblem::Empty));
+        assert_eq!(
+            check_project_path("/etc/passwd"),
+            Err(PathProblem::Absolute)
+        );
+        assert_eq!(
+            check_project_path("tests/../src/a.rs"),
+            Err(PathProblem::ParentComponent)
+        );
+        assert_eq!(
+            check_project_path("a//b"),
+            Err(PathProblem::EmptyOrDotComponent)
+        );
+        assert_eq!(
+            check_project_path("a/./b"),
+            Err(PathProblem::EmptyOrDotComponent)
+        );
+        assert_eq!(
+            check_project_path("a\\b"),
+            Err(PathProblem::ForbiddenCharacter)
+        );
+        assert_eq!(
+            check_project_path("c:x"),
+            Err(PathProblem::ForbiddenCharacter)
+        );
+        assert_eq!(
+            check_project_path(".git/config"),
+            Err(PathProblem::GitComponent)
+        );
+        assert_eq!(
+            check_project_path("x/.GIT/hooks/pre-commit"),
+            Err(PathProblem::GitComponent)
+        );
+        assert_eq!(
+            check_project_path("x/.git. /hooks"),
+            Err(PathProblem::GitComponent)
+        );
+        assert_eq!(
+            check_project_path("GIT~1/config"),
+            Err(PathProblem::GitComponent)
+        );
+        assert_eq!(check_project_path(".gitignore"), Ok(()));
+    }
+
+    #[test]
+    fn is_under_respects_component_boundaries() {
+        assert!(is_under("tests/a.rs", "tests"));
+        assert!(is_under("tests", "tests"));
+        assert!(!is_under("tests2/a.rs", "tests"));
+    }
+}
