@@ -13,13 +13,15 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use jiff::Timestamp;
+
 use crate::{
     common::{
         BusinessPriority, CHANGE_SET_ID_PATTERN, ChangeType, GIT_COMMIT_PATTERN, LifecycleCommand,
         LifecycleState, LocalRef, ModelTier,
     },
-    conditions::Condition,
-    lease::Lease,
+    conditions::{Condition, ConditionStatus, ConditionUpdate, reasons, set_condition, types},
+    lease::{Lease, leased_condition},
 };
 
 /// Bound of the requirement-ID and dependency lists of the spec and status.
@@ -102,7 +104,8 @@ pub struct BuildWorkItemSpec {
     #[schemars(length(min = 1, max = ID_MAX_LENGTH))]
     #[schemars(extend("x-kubernetes-validations" = [{"rule": "self == oldSelf", "message": "workItemId is immutable"}]))]
     pub work_item_id: String,
-    /// The `Project` this work item belongs to. Written by the materializer; immutable.
+    /// The `Project` this work item belongs to; its name is the record's project id. Written
+    /// by the materializer; immutable.
     #[schemars(extend("x-kubernetes-validations" = [{"rule": "self == oldSelf", "message": "projectRef is immutable"}]))]
     pub project_ref: LocalRef,
     /// The `ChangeSet` this item was materialized from; absent for a true-bug intake
@@ -541,9 +544,40 @@ impl BuildWorkItemStatus {
         push_bounded(&mut self.cycles, cycle, CYCLES_LIMIT);
     }
 
+    /// Recomputes the conditions that mirror the record, `Leased` (from `lease` at `now`) and
+    /// `Blocked` (from `state` and `blockReason`), and reports whether any changed.
+    pub fn mirror_conditions(&mut self, observed_generation: Option<i64>, now: Timestamp) -> bool {
+        let leased = leased_condition(self.lease.as_ref(), now);
+        let blocked = blocked_condition(self.state, self.block_reason.as_deref());
+        let leased_changed = set_condition(&mut self.conditions, leased, observed_generation, now);
+        let blocked_changed =
+            set_condition(&mut self.conditions, blocked, observed_generation, now);
+        leased_changed || blocked_changed
+    }
+
     /// The stored result for an idempotency key, if it is still within the bound.
     pub fn idempotency_result(&self, key: &str) -> Option<&IdempotencyResult> {
         self.idempotency_results.iter().find(|r| r.key == key)
+    }
+}
+
+/// Computes the `Blocked` condition: `True` with the block reason as message while the
+/// state is `blocked`, `False` otherwise.
+pub fn blocked_condition(state: LifecycleState, block_reason: Option<&str>) -> ConditionUpdate {
+    if state == LifecycleState::Blocked {
+        ConditionUpdate::new(
+            types::BLOCKED,
+            ConditionStatus::True,
+            reasons::BLOCK_RECORDED,
+            block_reason.unwrap_or("blocked without a recorded reason"),
+        )
+    } else {
+        ConditionUpdate::new(
+            types::BLOCKED,
+            ConditionStatus::False,
+            reasons::NOT_BLOCKED,
+            format!("the item is {state}"),
+        )
     }
 }
 

@@ -1,6 +1,7 @@
 //! The `Leased` condition computed from `status.lease` at a passed-in evaluation time:
 //! absent → False/NotLeased, live → True/LeaseHeld naming the holder, expiry ≤ now →
-//! False/LeaseExpired (contract §6: "expired" means expiry ≤ now).
+//! False/LeaseExpired (contract §6: "expired" means expiry ≤ now); and `mirror_conditions`,
+//! which keeps `Leased` and `Blocked` in step with the record.
 
 use protobot_api::{
     Lease,
@@ -135,4 +136,37 @@ fn leased_condition_transitions_when_the_lease_runs_out() {
         time(901),
         "False → False keeps the time"
     );
+}
+
+#[test]
+fn mirror_conditions_reflects_lease_and_block_reason_of_the_record() {
+    use protobot_api::{BuildWorkItemStatus, LifecycleState, conditions::find_condition};
+
+    let mut status = BuildWorkItemStatus::materialized(LifecycleState::Building);
+    status.lease = Some(lease_renewed_at(0));
+    assert!(status.mirror_conditions(Some(2), t(10)));
+    let leased = find_condition(&status.conditions, types::LEASED).unwrap();
+    assert_eq!(leased.status, ConditionStatus::True);
+    assert_eq!(leased.observed_generation, Some(2));
+    let blocked = find_condition(&status.conditions, types::BLOCKED).unwrap();
+    assert_eq!(blocked.status, ConditionStatus::False);
+    assert_eq!(blocked.reason, reasons::NOT_BLOCKED);
+
+    assert!(
+        !status.mirror_conditions(Some(2), t(20)),
+        "nothing changed within the lease"
+    );
+
+    status.state = LifecycleState::Blocked;
+    status.lease = None;
+    status.block_reason = Some("which timezone do timestamps use?".to_owned());
+    assert!(status.mirror_conditions(Some(2), t(30)));
+    let blocked = find_condition(&status.conditions, types::BLOCKED).unwrap();
+    assert_eq!(blocked.status, ConditionStatus::True);
+    assert_eq!(blocked.reason, reasons::BLOCK_RECORDED);
+    assert_eq!(blocked.message, "which timezone do timestamps use?");
+    assert_eq!(blocked.last_transition_time, time(30));
+    let leased = find_condition(&status.conditions, types::LEASED).unwrap();
+    assert_eq!(leased.reason, reasons::NOT_LEASED);
+    assert_eq!(leased.last_transition_time, time(30));
 }
