@@ -398,7 +398,20 @@ pub fn push_with_guard(
     let refspec = format!("{local_ref}:{remote_ref}");
     handle
         .push(&[refspec.as_str()], Some(&mut options))
-        .map_err(git("push to the remote"))?;
+        .map_err(|source| {
+            if source.code() == git2::ErrorCode::NotFastForward {
+                LandError::PushRejected {
+                    remote: remote.into(),
+                    reference: remote_ref.into(),
+                    reason: source.message().to_owned(),
+                }
+            } else {
+                LandError::Git {
+                    operation: "push to the remote",
+                    source,
+                }
+            }
+        })?;
     drop(options);
     if let Some(reason) = rejection.into_inner() {
         return Err(LandError::PushRejected {

@@ -1,0 +1,233 @@
+//! Role projections contain exactly their allowlist, and nothing of the canonical repository.
+
+use std::{collections::BTreeSet, fs};
+
+use git2::{Oid, Repository};
+use protobot_repo::{
+    export::{ExportError, ExportRequest, export_projection},
+    manifest::PathClass,
+    role::Role,
+};
+
+use crate::util::{SECRET_IMPL, canonical, project, scope, worktree_files};
+
+fn paths(files: &std::collections::BTreeMap<String, Vec<u8>>) -> BTreeSet<&str> {
+    files.keys().map(String::as_str).collect()
+}
+
+#[test]
+fn worker_a_sees_shared_and_valid_tests_only_even_with_tricky_paths() {
+    let canonical = canonical();
+    let p = project(canonical.path(), Role::WorkerA);
+    let files = worktree_files(&p.path);
+    assert_eq!(
+        paths(&files),
+        BTreeSet::from([
+            ".protobot/projection.yaml",
+            "Cargo.toml",
+            "docs/vision.md",
+            "tests/valid.rs"
+        ]),
+        "implementation inside tests/, src/tests/, stale, legacy, unclassified, symlinks and \
+         integration-only paths must all be withheld"
+    );
+    assert!(files.values().all(|c| c.as_slice() != SECRET_IMPL));
+    assert_eq!(
+        p.report.exported_by_class.get(&PathClass::Implementation),
+        None
+    );
+    assert_eq!(
+        p.report.withheld.by_reason.get("not-a-valid-test"),
+        Some(&2)
+    );
+    assert_eq!(
+        p.report.withheld.by_reason.get("unsupported-mode"),
+        Some(&1)
+    );
+}
+
+#[test]
+fn worker_b_sees_shared_and_implementation_but_no_test_source() {
+    let canonical = canonical();
+    let p = project(canonical.path(), Role::WorkerB);
+    let files = worktree_files(&p.path);
+    assert_eq!(
+        paths(&files),
+        BTreeSet::from([
+            ".protobot/projection.yaml",
+            "Cargo.toml",
+            "docs/vision.md",
+            "src/lib.rs",
+            "src/test_helpers.rs",
+            "src/tests/mod.rs",
+            "tests/fixtures/impl_helper.rs",
+        ])
+    );
+}
+
+#[test]
+fn inspector_sees_the_candidate_minus_integration_only_and_unclassified() {
+    let canonical = canonical();
+    let p = project(canonical.path(), Role::Inspector);
+    let files = worktree_files(&p.path);
+    let seen = paths(&files);
+    assert!(seen.contains("tests/stale.rs") && seen.contains("src/lib.rs"));
+    assert!(seen.contains(".protobot/attestations/WI-00001/findings.jsonl"));
+    assert!(!seen.contains("ci/run.sh"));
+    assert!(!seen.contains("README.md") && !seen.contains("Src/shadow.rs"));
+}
+
+#[test]
+fn projection_is_isolated_from_the_canonical_repository() {
+    let canonical = canonical();
+    let p = project(canonical.path(), Role::WorkerA);
+    let repo = Repository::open(&p.path).unwrap();
+
+    // Synthetic parentless root, the only ref.
+    let head = repo.head().unwrap().peel_to_commit().unwrap();
+    assert_eq!(head.parent_count(), 0);
+    assert_eq!(head.id().to_string(), p.record.root_commit);
+    let refs: Vec<String> = repo
+        .references()
+        .unwrap()
+        .map(|r| r.unwrap().name().unwrap().to_owned())
+        .collect();
+    assert_eq!(refs, vec!["refs/heads/main".to_string()]);
+
+    // No remote, alternates, reflog, hooks or packs.
+    assert!(repo.remotes().unwrap().is_empty());
+    let git_dir = p.path.join(".git");
+    assert!(!git_dir.join("objects/info/alternates").exists());
+    assert!(!git_dir.join("logs").exists());
+    assert!(!git_dir.join("hooks").exists());
+    assert!(!git_dir.join("packed-refs").exists());
+    let packs = git_dir.join("objects/pack");
+    assert!(!packs.exists() || fs::read_dir(&packs).unwrap().next().is_none());
+
+    // Forbidden current, historical, unreachable objects and the canonical commit are absent.
+    let canon = &canonical.repo;
+    let main_tree = canon.find_commit(canonical.head).unwrap().tree().unwrap();
+    let secret = main_tree.get_path("src/lib.rs".as_ref()).unwrap().id();
+    let stale = main_tree.get_path("tests/stale.rs".as_ref()).unwrap().id();
+    let history = canon
+        .find_commit(canonical.head)
+        .unwrap()
+        .parent(0)
+        .unwrap();
+    let old = history
+        .tree()
+        .unwrap()
+        .get_path("src/old_secret.rs".as_ref())
+        .unwrap()
+        .id();
+    let dangling = Oid::hash_object(
+        git2::ObjectType::Blob,
+        b"// dangling implementation object\n",
+    )
+    .unwrap();
+    let odb = repo.odb().unwrap();
+    for forbidden in [
+        secret,
+        stale,
+        old,
+        dangling,
+        canonical.head,
+        history.id(),
+        main_tree.id(),
+    ] {
+        assert!(
+            !odb.exists(forbidden),
+            "object {forbidden} leaked into the projection"
+        );
+    }
+    // Every object in the projection is reachable from the root commit.
+    let mut count = 0;
+    odb.foreach(|_| {
+        count += 1;
+        true
+    })
+    .unwrap();
+    let reachable = 1 + count_tree_objects(&repo, &head.tree().unwrap());
+    assert_eq!(count, reachable);
+}
+
+fn count_tree_objects(repo: &Repository, tree: &git2::Tree<'_>) -> usize {
+    let mut ids = BTreeSet::new();
+    ids.insert(tree.id());
+    tree.walk(git2::TreeWalkMode::PreOrder, |_, e| {
+        ids.insert(e.id());
+        git2::TreeWalkResult::Ok
+    })
+    .unwrap();
+    let _ = repo;
+    ids.len()
+}
+
+#[test]
+fn same_input_gives_the_same_synthetic_root_from_any_clone() {
+    let canonical = canonical();
+    let first = project(canonical.path(), Role::WorkerB);
+    let second = project(canonical.path(), Role::WorkerB);
+    assert_eq!(first.record.root_commit, second.record.root_commit);
+
+    let clone_dir = tempfile::TempDir::new().unwrap();
+    Repository::clone(canonical.path().to_str().unwrap(), clone_dir.path()).unwrap();
+    let from_clone = project(clone_dir.path(), Role::WorkerB);
+    assert_eq!(first.record.root_commit, from_clone.record.root_commit);
+
+    let a = project(canonical.path(), Role::WorkerA);
+    assert_ne!(a.record.root_commit, first.record.root_commit);
+}
+
+#[test]
+fn export_refuses_a_non_empty_destination_and_an_unknown_commit() {
+    let canonical = canonical();
+    let dest = tempfile::TempDir::new().unwrap();
+    fs::write(dest.path().join("keep"), b"x").unwrap();
+    let request = ExportRequest {
+        source_repo: canonical.path().to_owned(),
+        at: "refs/heads/main".into(),
+        role: Role::WorkerA,
+        dest: dest.path().to_owned(),
+        scope: scope(),
+    };
+    assert!(matches!(
+        export_projection(&request),
+        Err(ExportError::DestinationNotEmpty { .. })
+    ));
+    let request = ExportRequest {
+        at: "no-such-ref".into(),
+        dest: dest.path().join("new"),
+        ..request
+    };
+    assert!(matches!(
+        export_projection(&request),
+        Err(ExportError::ResolveCommit { .. })
+    ));
+}
+
+#[test]
+fn an_invalid_manifest_stops_the_export() {
+    let canonical = canonical();
+    crate::util::commit_files(
+        &canonical.repo,
+        "refs/heads/main",
+        &[(
+            ".protobot/projection.yaml",
+            Some(b"version: 2\n".to_vec()),
+            crate::util::FILE,
+        )],
+        "break manifest",
+        3,
+    );
+    let dest = tempfile::TempDir::new().unwrap();
+    let err = export_projection(&ExportRequest {
+        source_repo: canonical.path().to_owned(),
+        at: "main".into(),
+        role: Role::WorkerB,
+        dest: dest.path().join("p"),
+        scope: scope(),
+    })
+    .unwrap_err();
+    assert!(err.to_string().contains("projection.invalid"), "{err}");
+}

@@ -1,0 +1,21 @@
+//! Integration tests of protobot-repo on real repositories in temp dirs.
+//!
+//! - `util`: fixture builders (canonical repo with tricky paths, commits, bare origin).
+//! - `projection`: role projections contain exactly their allowlist and nothing of the
+//!   canonical repository's objects, refs, remotes, alternates, reflogs or hooks.
+//! - `bundles`: the Patch/Ownership Validator rejects a corpus of hostile bundles, each with a
+//!   specific code, without touching the integration repository.
+//! - `integration`: accepted bundles land on integration branches and merge into `wi/`.
+//! - `landing`: digests, attestation snapshot, merge to main, push guard, crash-rerun.
+//! - `golden_scm`: replays the `approved_merge` lines of the upstream SCM golden fixture.
+
+// Fixture helpers outside #[test] fns unwrap too: a panic there is a failed setup with a location
+// (clippy.toml's allow-unwrap-in-tests covers only #[test] bodies).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod bundles;
+mod golden_scm;
+mod integration;
+mod landing;
+mod projection;
+mod util;
