@@ -111,8 +111,19 @@ pub struct WithheldSummary {
     pub by_reason: BTreeMap<String, usize>,
 }
 
+/// Where the control-plane record of the projection at `dest` is written: a sibling file
+/// `<dest>.projection.json`, never inside the projection handed to a sandbox.
+pub fn record_path_for(dest: &Path) -> PathBuf {
+    let mut name = dest
+        .file_name()
+        .map(|n| n.to_os_string())
+        .unwrap_or_else(|| "projection".into());
+    name.push(".projection.json");
+    dest.with_file_name(name)
+}
+
 /// Result of an export, safe to print for operators (counts, not withheld names).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct ExportReport {
     /// The role.
     pub role: Role,
@@ -131,9 +142,11 @@ pub struct ExportReport {
     /// Worker A only: the test selection that decided which tests were exported.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub test_selection: Option<TestSelection>,
-    /// The record to keep for bundle validation.
+    /// Where the record was written ([`record_path_for`]).
+    pub record_path: PathBuf,
+    /// The record, as written to `record_path`.
     #[serde(skip)]
-    pub record: Option<ProjectionRecord>,
+    pub record: ProjectionRecord,
 }
 
 /// Failures of a projection export.
@@ -240,7 +253,8 @@ pub fn load_manifest(
     }
 }
 
-/// Exports a role projection; see the module documentation for the guarantees.
+/// Exports a role projection; see the module documentation for the guarantees. Also writes
+/// the [`ProjectionRecord`] to [`record_path_for`]`(dest)`.
 pub fn export_projection(request: &ExportRequest) -> Result<ExportReport, ExportError> {
     let source =
         Repository::open(&request.source_repo).map_err(|source| ExportError::OpenSource {
@@ -342,6 +356,8 @@ pub fn export_projection(request: &ExportRequest) -> Result<ExportReport, Export
         exported,
         withheld,
     };
+    let record_path = record_path_for(&request.dest);
+    record.write(&record_path)?;
     Ok(ExportReport {
         role: request.role,
         source_commit: commit.id().to_string(),
@@ -351,7 +367,8 @@ pub fn export_projection(request: &ExportRequest) -> Result<ExportReport, Export
         exported_by_class,
         withheld: withheld_summary,
         test_selection: selection,
-        record: Some(record),
+        record_path,
+        record,
     })
 }
 

@@ -13,8 +13,8 @@
 //! | product digest | [`digest::encode_product_tree`] | [`digest::product_tree_digest`] |
 //! | attest, merge to main, push, verify, look up | [`trailers`] | [`land`] |
 //!
-//! CLI seams: `protobot projection export` → [`export::export_projection`];
-//! `protobot patch check` → [`bundle::PatchBundle::from_json`] + [`validate::check_bundle`].
+//! CLI seams live in [`seams`]: `protobot projection export` → [`seams::projection_export`],
+//! `protobot patch check` → [`seams::patch_check`].
 
 pub mod bundle;
 pub mod catalog;
@@ -26,6 +26,7 @@ pub mod manifest;
 pub mod path;
 pub mod plan;
 pub mod role;
+pub mod seams;
 pub mod trailers;
 pub mod tree;
 pub mod validate;

@@ -231,3 +231,95 @@ fn an_invalid_manifest_stops_the_export() {
     .unwrap_err();
     assert!(err.to_string().contains("projection.invalid"), "{err}");
 }
+
+/// Runs the real `git` CLI inside the projection with a neutral environment.
+fn git_in(dir: &std::path::Path, args: &[&str]) -> Option<std::process::Output> {
+    let home = tempfile::TempDir::new().unwrap();
+    std::process::Command::new("git")
+        .args(args)
+        .current_dir(dir)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("HOME", home.path())
+        .env("GIT_TERMINAL_PROMPT", "0")
+        .output()
+        .ok()
+}
+
+#[test]
+fn git_cli_inside_a_projection_cannot_reach_canonical_objects_refs_or_remotes() {
+    let canonical = canonical();
+    let p = project(canonical.path(), Role::WorkerA);
+    let Some(version) = git_in(&p.path, &["--version"]) else {
+        eprintln!("git CLI not installed; the git2-level isolation test still covers this");
+        return;
+    };
+    assert!(version.status.success());
+
+    let tree = canonical
+        .repo
+        .find_commit(canonical.head)
+        .unwrap()
+        .tree()
+        .unwrap();
+    let secret = tree
+        .get_path("src/lib.rs".as_ref())
+        .unwrap()
+        .id()
+        .to_string();
+    let history = canonical
+        .repo
+        .find_commit(canonical.head)
+        .unwrap()
+        .parent_id(0)
+        .unwrap()
+        .to_string();
+    let head = canonical.head.to_string();
+    for object in [&secret, &history, &head] {
+        let out = git_in(&p.path, &["cat-file", "-e", object]).unwrap();
+        assert!(
+            !out.status.success(),
+            "git cat-file found {object} inside the projection"
+        );
+    }
+    let refs = git_in(&p.path, &["for-each-ref", "--format=%(refname)"]).unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&refs.stdout).trim(),
+        "refs/heads/main"
+    );
+    let remotes = git_in(&p.path, &["remote", "-v"]).unwrap();
+    assert!(remotes.stdout.is_empty());
+    let all = git_in(
+        &p.path,
+        &[
+            "cat-file",
+            "--batch-all-objects",
+            "--batch-check=%(objectname)",
+        ],
+    )
+    .unwrap();
+    let listed = String::from_utf8_lossy(&all.stdout);
+    assert!(!listed.contains(&secret) && !listed.contains(&head));
+    let log = git_in(&p.path, &["log", "--all", "--reflog", "--format=%H"]).unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&log.stdout).trim(),
+        p.record.root_commit
+    );
+    let config = fs::read_to_string(p.path.join(".git/config"))
+        .unwrap()
+        .to_lowercase();
+    for forbidden in [
+        "[remote",
+        "[credential",
+        "url",
+        "insteadof",
+        "alternates",
+        "hookspath",
+    ] {
+        assert!(
+            !config.contains(forbidden),
+            "projection config mentions {forbidden}"
+        );
+    }
+    let status = git_in(&p.path, &["status", "--porcelain"]).unwrap();
+    assert!(status.stdout.is_empty(), "checkout matches the root commit");
+}

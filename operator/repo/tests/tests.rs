@@ -7,6 +7,7 @@
 //!   specific code, without touching the integration repository.
 //! - `integration`: accepted bundles land on integration branches and merge into `wi/`.
 //! - `landing`: digests, attestation snapshot, merge to main, push guard, crash-rerun.
+//! - `seams`: the CLI entry points over files.
 //! - `golden_scm`: replays the `approved_merge` lines of the upstream SCM golden fixture.
 
 // Fixture helpers outside #[test] fns unwrap too: a panic there is a failed setup with a location
@@ -18,4 +19,5 @@ mod golden_scm;
 mod integration;
 mod landing;
 mod projection;
+mod seams;
 mod util;

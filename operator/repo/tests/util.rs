@@ -232,7 +232,8 @@ pub fn project(source: &Path, role: Role) -> Projection {
         scope: scope(),
     })
     .unwrap();
-    let record = report.record.clone().unwrap();
+    let record = report.record.clone();
+    assert_eq!(ProjectionRecord::read(&report.record_path).unwrap(), record);
     Projection {
         _dir: dir,
         path,
