@@ -28,6 +28,7 @@ use crate::{
     export::ProjectionRecord,
     role::Role,
     tree::{TreeFile, list_files, mode},
+    validate::Limits,
 };
 
 /// Version tag of the bundle format.
@@ -214,12 +215,39 @@ pub enum BundleError {
         #[source]
         source: git2::Error,
     },
+    /// A blob or the whole content exceeds the limits.
+    #[error(
+        "unable to collect a bundle: `{path}` brings the content to {size} bytes, over the limit of {limit}; the Worker must shrink its patch"
+    )]
+    Oversized {
+        /// Path that crossed the limit.
+        path: String,
+        /// Its size (bytes).
+        size: u64,
+        /// The limit crossed.
+        limit: u64,
+    },
     /// JSON encoding or decoding failed.
     #[error("failed to encode or decode a patch bundle: {reason}")]
     Encoding {
         /// Cause.
         reason: String,
     },
+}
+
+impl BundleError {
+    /// Stable label for metrics and Event reasons.
+    pub fn category(&self) -> &'static str {
+        match self {
+            BundleError::Open { .. } => "open-worker-repo",
+            BundleError::Alternates { .. } => "alternates",
+            BundleError::History { .. } => "history",
+            BundleError::NonUtf8Path { .. } => "non-utf8-path",
+            BundleError::Git { .. } => "git",
+            BundleError::Oversized { .. } => "oversized",
+            BundleError::Encoding { .. } => "encoding",
+        }
+    }
 }
 
 fn git(operation: &'static str) -> impl FnOnce(git2::Error) -> BundleError {
@@ -231,9 +259,15 @@ fn git(operation: &'static str) -> impl FnOnce(git2::Error) -> BundleError {
 /// Reads `HEAD` back along parents to the record's synthetic root; merges, foreign roots and
 /// alternates are refused. Content is copied as found, symlinks and gitlinks included, so
 /// that the validator can report them.
+///
+/// Resource limits are enforced while reading, before content is loaded: a history longer
+/// than `limits.max_commits`, a blob over `limits.max_file_bytes` or content over
+/// `limits.max_total_bytes` stops collection with [`BundleError::Oversized`], so a hostile
+/// repository cannot exhaust the control plane's memory.
 pub fn collect_bundle(
     worker_repo: &Path,
     record: &ProjectionRecord,
+    limits: &Limits,
 ) -> Result<PatchBundle, BundleError> {
     let alternates = worker_repo.join(".git/objects/info/alternates");
     if alternates.exists() || worker_repo.join("objects/info/alternates").exists() {
@@ -259,7 +293,7 @@ pub fn collect_bundle(
     let mut chain = Vec::new();
     let mut current = head;
     while current.id() != base {
-        if chain.len() >= MAX_COLLECT_COMMITS {
+        if chain.len() >= MAX_COLLECT_COMMITS.min(limits.max_commits.saturating_add(1)) {
             return Err(BundleError::History {
                 commit: current.id().to_string(),
                 problem: "is too far from the projection root",
@@ -291,9 +325,10 @@ pub fn collect_bundle(
         .map_err(git("read the projection root"))?;
     let mut previous = files_by_path(&repo, &base_commit)?;
     let mut commits = Vec::with_capacity(chain.len());
+    let mut budget = Budget { limits, total: 0 };
     for commit in &chain {
         let files = files_by_path(&repo, commit)?;
-        let changes = diff_files(&repo, &previous, &files)?;
+        let changes = diff_files(&repo, &previous, &files, &mut budget)?;
         commits.push(BundleCommit {
             id: commit.id().to_string(),
             parents: commit.parent_ids().map(|p| p.to_string()).collect(),
@@ -326,11 +361,18 @@ fn files_by_path(
     Ok(out)
 }
 
+struct Budget<'a> {
+    limits: &'a Limits,
+    total: u64,
+}
+
 fn diff_files(
     repo: &Repository,
     before: &BTreeMap<String, TreeFile>,
     after: &BTreeMap<String, TreeFile>,
+    budget: &mut Budget<'_>,
 ) -> Result<Vec<Change>, BundleError> {
+    let odb = repo.odb().map_err(git("open the worker object database"))?;
     let mut changes = Vec::new();
     for (path, new) in after {
         let op = match before.get(path) {
@@ -341,6 +383,23 @@ fn diff_files(
         let content_hex = if new.mode == mode::GITLINK {
             None
         } else {
+            let (size, _) = odb
+                .read_header(new.id)
+                .map_err(git("read a worker object header"))?;
+            let size = size as u64;
+            budget.total = budget.total.saturating_add(size);
+            let limit = budget.limits.max_file_bytes;
+            if size > limit || budget.total > budget.limits.max_total_bytes {
+                return Err(BundleError::Oversized {
+                    path: path.clone(),
+                    size,
+                    limit: if size > limit {
+                        limit
+                    } else {
+                        budget.limits.max_total_bytes
+                    },
+                });
+            }
             let blob = repo.find_blob(new.id).map_err(git("read a worker blob"))?;
             Some(hex::encode(blob.content()))
         };

@@ -219,6 +219,22 @@ pub enum ExportError {
     },
 }
 
+impl ExportError {
+    /// Stable label for metrics and Event reasons.
+    pub fn category(&self) -> &'static str {
+        match self {
+            ExportError::OpenSource { .. } => "open-source",
+            ExportError::ResolveCommit { .. } => "resolve-commit",
+            ExportError::DestinationNotEmpty { .. } => "destination-not-empty",
+            ExportError::Manifest(_) | ExportError::ManifestNotAFile => "projection-invalid",
+            ExportError::Catalog(_) => "catalog-invalid",
+            ExportError::Git { .. } => "git",
+            ExportError::Io { .. } => "io",
+            ExportError::Record { .. } => "record",
+        }
+    }
+}
+
 fn git(operation: &'static str) -> impl FnOnce(git2::Error) -> ExportError {
     move |source| ExportError::Git { operation, source }
 }

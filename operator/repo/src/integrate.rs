@@ -132,6 +132,19 @@ pub enum IntegrateError {
     },
 }
 
+impl IntegrateError {
+    /// Stable label for metrics and Event reasons.
+    pub fn category(&self) -> &'static str {
+        match self {
+            IntegrateError::Git { .. } => "git",
+            IntegrateError::BranchDiverged { .. } => "branch-diverged",
+            IntegrateError::Apply { .. } => "apply",
+            IntegrateError::MergeConflict { .. } => "merge-conflict",
+            IntegrateError::RefMoved { .. } => "ref-moved",
+        }
+    }
+}
+
 fn git(operation: &'static str) -> impl FnOnce(git2::Error) -> IntegrateError {
     move |source| IntegrateError::Git { operation, source }
 }

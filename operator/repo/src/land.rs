@@ -161,6 +161,23 @@ pub enum LandError {
     },
 }
 
+impl LandError {
+    /// Stable label for metrics and Event reasons.
+    pub fn category(&self) -> &'static str {
+        match self {
+            LandError::Git { .. } => "git",
+            LandError::AttestationPath { .. } => "attestation-path",
+            LandError::DigestChanged { .. } => "digest-changed",
+            LandError::Digest(_) => "digest",
+            LandError::Integrate(e) => e.category(),
+            LandError::RefMoved { .. } => "ref-moved",
+            LandError::RemoteMoved { .. } => "remote-moved",
+            LandError::PushRejected { .. } => "push-rejected",
+            LandError::NotOnRemote { .. } => "not-on-remote",
+        }
+    }
+}
+
 fn git(operation: &'static str) -> impl FnOnce(git2::Error) -> LandError {
     move |source| LandError::Git { operation, source }
 }

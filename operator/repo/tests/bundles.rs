@@ -29,7 +29,7 @@ fn clean_worker_a() -> (crate::util::Canonical, Projection, PatchBundle) {
         )],
         "add test",
     );
-    let bundle = collect_bundle(&p.path, &p.record).unwrap();
+    let bundle = collect_bundle(&p.path, &p.record, &Limits::default()).unwrap();
     (canonical, p, bundle)
 }
 
@@ -269,7 +269,7 @@ fn worker_b_bundle_touching_a_test_file_is_rejected() {
         ],
         "implementation plus a test",
     );
-    let bundle = collect_bundle(&p.path, &p.record).unwrap();
+    let bundle = collect_bundle(&p.path, &p.record, &Limits::default()).unwrap();
     let report = check_bundle(&bundle, &p.record, &Limits::default());
     assert!(!report.accepted);
     assert_eq!(report.violations.len(), 1, "{:?}", report.violations);
@@ -289,7 +289,7 @@ fn a_symlink_committed_by_a_worker_is_rejected() {
         &[("tests/out", Some(b"../../../../etc/passwd".to_vec()), LINK)],
         "link",
     );
-    let bundle = collect_bundle(&p.path, &p.record).unwrap();
+    let bundle = collect_bundle(&p.path, &p.record, &Limits::default()).unwrap();
     let report = check_bundle(&bundle, &p.record, &Limits::default());
     assert_eq!(
         report.violations.iter().map(|v| v.code).collect::<Vec<_>>(),
@@ -315,10 +315,37 @@ fn collect_refuses_a_merge_and_a_foreign_root() {
     let orphan = repo.commit(None, &sig, &sig, "orphan", &tree, &[]).unwrap();
     repo.reference("refs/heads/main", orphan, true, "worker rewrites history")
         .unwrap();
-    let err = collect_bundle(&p.path, &p.record).unwrap_err();
+    let err = collect_bundle(&p.path, &p.record, &Limits::default()).unwrap_err();
     assert!(
         err.to_string()
             .contains("root other than the projection root"),
+        "{err}"
+    );
+}
+
+#[test]
+fn collection_stops_at_an_oversized_blob_before_loading_it() {
+    let canonical = canonical();
+    let p = project(canonical.path(), Role::WorkerA);
+    worker_commit(
+        &p.path,
+        &[("tests/huge.bin", Some(vec![0u8; 64 * 1024]), FILE)],
+        "huge",
+    );
+    let limits = Limits {
+        max_file_bytes: 1024,
+        ..Limits::default()
+    };
+    let err = collect_bundle(&p.path, &p.record, &limits).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            protobot_repo::bundle::BundleError::Oversized {
+                size: 65536,
+                limit: 1024,
+                ..
+            }
+        ),
         "{err}"
     );
 }

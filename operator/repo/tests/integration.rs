@@ -44,7 +44,7 @@ fn both_workers_patches_merge_into_the_work_item_branch_with_trailers() {
         "Add retry test\n\nWork-Item: WI-99999",
     );
     let a_bundle = accept_bundle(
-        collect_bundle(&a.path, &a.record).unwrap(),
+        collect_bundle(&a.path, &a.record, &Limits::default()).unwrap(),
         &a.record,
         &Limits::default(),
     )
@@ -62,7 +62,7 @@ fn both_workers_patches_merge_into_the_work_item_branch_with_trailers() {
         "Wire retry",
     );
     let b_bundle = accept_bundle(
-        collect_bundle(&b.path, &b.record).unwrap(),
+        collect_bundle(&b.path, &b.record, &Limits::default()).unwrap(),
         &b.record,
         &Limits::default(),
     )

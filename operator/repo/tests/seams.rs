@@ -45,7 +45,7 @@ fn export_then_patch_check_reports_violations_from_files() {
         &[("tests/peek.rs", Some(b"x".to_vec()), FILE)],
         "peek",
     );
-    let bundle = collect_bundle(&dest, &report.record).unwrap();
+    let bundle = collect_bundle(&dest, &report.record, &Limits::default()).unwrap();
     let bundle_path = work.path().join("patch.bundle");
     fs::write(&bundle_path, bundle.to_json().unwrap()).unwrap();
 
