@@ -61,3 +61,70 @@ fn crd_write_failure_exits_1_with_one_line_naming_the_path() {
     );
     assert!(stderr.contains(file.to_str().unwrap()), "{stderr}");
 }
+
+fn rules_evaluate(stdin: &str) -> Output {
+    use std::io::Write;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_protobot"))
+        .args(["rules", "evaluate"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(stdin.as_bytes())
+        .unwrap();
+    child.wait_with_output().unwrap()
+}
+
+fn example_claim() -> String {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../examples/rules/claim.json"
+    );
+    std::fs::read_to_string(path).unwrap()
+}
+
+#[test]
+fn rules_evaluate_claims_the_readme_example() {
+    let output = rules_evaluate(&example_claim());
+    assert!(output.status.success(), "{output:?}");
+    let out: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(out["result"]["ok"], true);
+    assert_eq!(
+        out["result"]["decision"]["rule_version"],
+        "validation-rules/v1"
+    );
+    assert_eq!(out["record"]["state"], "building");
+    assert_eq!(out["record"]["contract_version"], 4);
+    assert_eq!(out["record"]["lease"]["owner"], "job-site-a");
+}
+
+#[test]
+fn rules_evaluate_reports_a_rejection_as_a_normal_answer() {
+    let input = example_claim().replace(
+        "\"expected_contract_version\": 3",
+        "\"expected_contract_version\": 2",
+    );
+    let output = rules_evaluate(&input);
+    assert!(output.status.success(), "{output:?}");
+    let out: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(out["result"]["error"]["code"], "STALE_CONTRACT_VERSION");
+    assert_eq!(out["record"]["state"], "ready-for-building");
+}
+
+#[test]
+fn rules_evaluate_exits_2_naming_the_malformed_field() {
+    let input = example_claim().replace("\"now\": \"2026-09-18T12:00:00Z\"", "\"now\": \"noon\"");
+    let output = rules_evaluate(&input);
+    assert_eq!(output.status.code(), Some(2), "{output:?}");
+    assert!(output.stdout.is_empty());
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("`now`"), "{stderr}");
+    let output = rules_evaluate("not json");
+    assert_eq!(output.status.code(), Some(2));
+}

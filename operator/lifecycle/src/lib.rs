@@ -12,6 +12,7 @@ pub mod context;
 pub mod envelope;
 pub mod evaluator;
 pub mod fingerprint;
+pub mod inspect;
 pub mod record;
 pub mod ruleset;
 pub mod vocab;

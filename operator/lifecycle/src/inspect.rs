@@ -1,0 +1,257 @@
+//! The evaluator's inspection seam behind `protobot rules evaluate`: one JSON
+//! document in, `{"result", "record"}` out.
+//!
+//! Input fields (unknown fields are rejected, each error names its field):
+//! - `record`: the work-item record in the §4.1 wire shape, or `null`;
+//! - `operation`: the §4.2 operation envelope;
+//! - `context`: the §3 trusted authorization context;
+//! - `now`: the trusted evaluation time (RFC 3339);
+//! - `idempotency`: stored results (`[{key, fingerprint, result}]`, optional);
+//! - optional trusted inputs of §11: `project_id` (the trusted project; default:
+//!   the record's, else the context's), `reservation`, `dependency_states`
+//!   (`{id: state}`), `observed_readiness`, `approval`, `submission`,
+//!   `planned_dependency_state`, `lease_seconds`, `next_fencing_token`
+//!   (default: `fence-<id>-<next version>`).
+
+use std::collections::BTreeMap;
+
+use jiff::Timestamp;
+use serde::de::DeserializeOwned;
+use serde_json::{Map, Value, json};
+
+use crate::{
+    ApprovalRecord, AuthorizationContext, IdempotencyEntry, Inputs, OperationEnvelope, Readiness,
+    Reservation, Ruleset, State, Submission, WorkItemRecord, evaluate,
+};
+
+const FIELDS: [&str; 15] = [
+    "record",
+    "operation",
+    "context",
+    "now",
+    "idempotency",
+    "project_id",
+    "reservation",
+    "dependency_states",
+    "observed_readiness",
+    "approval",
+    "submission",
+    "planned_dependency_state",
+    "lease_seconds",
+    "next_fencing_token",
+    "comment",
+];
+
+/// A malformed input document: names the offending field.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum InputError {
+    /// Not a JSON object.
+    #[error("input is not a JSON object: {0}")]
+    NotAnObject(String),
+    /// A required field is missing.
+    #[error("field `{0}` is required")]
+    Missing(&'static str),
+    /// A field has the wrong shape.
+    #[error("field `{field}` is invalid: {reason}")]
+    Invalid {
+        /// The field.
+        field: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A field this tool does not know.
+    #[error("field `{0}` is not an input of rules evaluate")]
+    Unknown(String),
+    /// The embedded ruleset failed to load (a build defect).
+    #[error("failed to load the ruleset: {0}")]
+    Ruleset(String),
+}
+
+fn field<T: DeserializeOwned>(
+    map: &Map<String, Value>,
+    name: &'static str,
+) -> Result<Option<T>, InputError> {
+    match map.get(name) {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => serde_json::from_value(v.clone())
+            .map(Some)
+            .map_err(|e| InputError::Invalid {
+                field: name.to_string(),
+                reason: one_line(&e.to_string()),
+            }),
+    }
+}
+
+fn one_line(s: &str) -> String {
+    s.replace('\n', " ")
+}
+
+/// Evaluates one input document (see the module docs).
+pub fn evaluate_document(text: &str) -> Result<Value, InputError> {
+    let doc: Value = serde_json::from_str(text)
+        .map_err(|e| InputError::NotAnObject(one_line(&e.to_string())))?;
+    let Value::Object(map) = doc else {
+        return Err(InputError::NotAnObject(
+            "expected {\"record\", \"operation\", \"context\", \"now\"}".into(),
+        ));
+    };
+    if let Some(unknown) = map.keys().find(|k| !FIELDS.contains(&k.as_str())) {
+        return Err(InputError::Unknown(unknown.clone()));
+    }
+    let record: Option<WorkItemRecord> = field(&map, "record")?;
+    if let Some(r) = &record {
+        if r.state == State::Initial {
+            return Err(InputError::Invalid {
+                field: "record.state".into(),
+                reason: "initial is input-only and never stored; pass \"record\": null".into(),
+            });
+        }
+    }
+    let operation: OperationEnvelope =
+        field(&map, "operation")?.ok_or(InputError::Missing("operation"))?;
+    let context: AuthorizationContext =
+        field(&map, "context")?.ok_or(InputError::Missing("context"))?;
+    let now: Timestamp = field(&map, "now")?.ok_or(InputError::Missing("now"))?;
+    let idempotency: Vec<IdempotencyEntry> = field(&map, "idempotency")?.unwrap_or_default();
+    let project: String = field(&map, "project_id")?
+        .or_else(|| record.as_ref().map(|r| r.project_id.clone()))
+        .unwrap_or_else(|| context.project_id.clone());
+    let reservation: Option<Reservation> = field(&map, "reservation")?;
+    let dependency_states: BTreeMap<String, State> =
+        field(&map, "dependency_states")?.unwrap_or_default();
+    let observed: Option<Readiness> = field(&map, "observed_readiness")?;
+    let approval: Option<ApprovalRecord> = field(&map, "approval")?;
+    let submission: Option<Submission> = field(&map, "submission")?;
+    let planned: Option<State> = field(&map, "planned_dependency_state")?;
+    let lease_seconds: i64 = field(&map, "lease_seconds")?.unwrap_or(0);
+    let next_fencing_token: Option<String> =
+        field::<String>(&map, "next_fencing_token")?.or_else(|| {
+            let (id, v) = record
+                .as_ref()
+                .map_or((operation.work_item_id.as_str(), 0), |r| {
+                    (r.id.as_str(), r.contract_version)
+                });
+            Some(format!("fence-{id}-{}", v + 1))
+        });
+    let entry = idempotency
+        .iter()
+        .find(|e| !operation.idempotency_key.is_empty() && e.key == operation.idempotency_key);
+    let rules = Ruleset::v1().map_err(|e| InputError::Ruleset(e.to_string()))?;
+    let inputs = Inputs {
+        trusted_project: &project,
+        now: Some(now),
+        record: record.as_ref(),
+        idempotency: entry,
+        reservation: reservation.as_ref(),
+        observed_readiness: observed.as_ref(),
+        dependency_states,
+        approval: approval.as_ref(),
+        submission: submission.as_ref(),
+        planned_dependency_state: planned,
+        lease_seconds,
+        next_fencing_token,
+    };
+    let out = evaluate(rules, &operation, &context, &inputs);
+    let after = out.effects.record.or(record);
+    // `idempotency` is the entry a store would freeze under the key (null when
+    // nothing is recorded); feed it back in `idempotency` to see a replay.
+    Ok(json!({ "result": out.result, "record": after, "idempotency": out.effects.idempotency }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn input(extra: Value) -> String {
+        let mut doc = json!({
+            "record": {"id": "wi-1", "project_id": "p", "state": "ready-for-building", "contract_version": 4,
+                       "readiness": Readiness::complete()},
+            "operation": {"operation": "claim", "actor_context_ref": "js", "work_item_id": "wi-1",
+                          "expected_state": "ready-for-building", "expected_contract_version": 4,
+                          "idempotency_key": "k1"},
+            "context": {"subject": "job-site-a", "role": "job-site", "project_id": "p",
+                        "allowed_actions": ["claim"], "allowed_refs": ["project:p"],
+                        "expires_at": "2026-09-19T12:00:00Z", "policy_version": "wms-policy/v1"},
+            "now": "2026-09-18T12:00:00Z",
+        });
+        if let (Value::Object(d), Value::Object(e)) = (&mut doc, extra) {
+            d.extend(e);
+        }
+        doc.to_string()
+    }
+
+    #[test]
+    fn a_claim_is_evaluated_and_the_record_after_is_returned() {
+        let out = evaluate_document(&input(json!({}))).unwrap();
+        assert_eq!(out["result"]["ok"], true);
+        assert_eq!(
+            out["result"]["decision"]["after"],
+            json!({"state": "building", "contract_version": 5})
+        );
+        assert_eq!(out["record"]["state"], "building");
+        assert_eq!(out["record"]["lease"]["fencing_token"], "fence-wi-1-5");
+        assert_eq!(out["record"]["lease"]["expires_at"], "2026-09-18T12:15:00Z");
+    }
+
+    #[test]
+    fn a_rejection_returns_the_record_unchanged() {
+        let out = evaluate_document(&input(json!({"now": "2026-09-20T12:00:00Z"}))).unwrap();
+        assert_eq!(out["result"]["error"]["code"], "UNAUTHORIZED_ACTION");
+        assert_eq!(out["record"]["state"], "ready-for-building");
+        assert_eq!(out["record"]["contract_version"], 4);
+    }
+
+    #[test]
+    fn a_stored_result_replays() {
+        let first = evaluate_document(&input(json!({}))).unwrap();
+        let stored = json!([first["idempotency"]]);
+        let out = evaluate_document(&input(json!({"idempotency": stored.clone()}))).unwrap();
+        assert_eq!(out["result"]["outcome"], "replayed");
+        assert_eq!(out["result"]["decision"]["replayed"], true);
+        assert_eq!(
+            out["record"]["state"], "ready-for-building",
+            "a replay writes nothing"
+        );
+        let mut other = stored;
+        other[0]["fingerprint"] = json!("sha256:deadbeef");
+        let out = evaluate_document(&input(json!({"idempotency": other}))).unwrap();
+        assert_eq!(
+            out["result"]["error"]["code"], "IDEMPOTENCY_CONFLICT",
+            "a different fingerprint conflicts"
+        );
+    }
+
+    #[test]
+    fn malformed_inputs_name_the_field() {
+        assert_eq!(
+            evaluate_document("[]").unwrap_err(),
+            InputError::NotAnObject(
+                "expected {\"record\", \"operation\", \"context\", \"now\"}".into()
+            )
+        );
+        let err = evaluate_document(&input(json!({"now": "yesterday"}))).unwrap_err();
+        assert!(
+            matches!(&err, InputError::Invalid { field, .. } if field == "now"),
+            "{err}"
+        );
+        let err = evaluate_document(&input(json!({"surprise": 1}))).unwrap_err();
+        assert_eq!(err, InputError::Unknown("surprise".into()));
+        let err =
+            evaluate_document(r#"{"record": null, "context": {}, "now": "2026-09-18T12:00:00Z"}"#)
+                .unwrap_err();
+        assert_eq!(err, InputError::Missing("operation"));
+        let err = evaluate_document(&input(json!({"record": {"id": "x"}}))).unwrap_err();
+        assert!(
+            matches!(&err, InputError::Invalid { field, .. } if field == "record"),
+            "{err}"
+        );
+        let err = evaluate_document(&input(
+            json!({"operation": {"operation": "claim", "bogus": true}}),
+        ))
+        .unwrap_err();
+        assert!(
+            err.to_string().contains("`operation`") && err.to_string().contains("bogus"),
+            "{err}"
+        );
+    }
+}
