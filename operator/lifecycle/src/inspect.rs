@@ -99,13 +99,13 @@ pub fn evaluate_document(text: &str) -> Result<Value, InputError> {
         return Err(InputError::Unknown(unknown.clone()));
     }
     let record: Option<WorkItemRecord> = field(&map, "record")?;
-    if let Some(r) = &record {
-        if r.state == State::Initial {
-            return Err(InputError::Invalid {
-                field: "record.state".into(),
-                reason: "initial is input-only and never stored; pass \"record\": null".into(),
-            });
-        }
+    if let Some(r) = &record
+        && r.state == State::Initial
+    {
+        return Err(InputError::Invalid {
+            field: "record.state".into(),
+            reason: "initial is input-only and never stored; pass \"record\": null".into(),
+        });
     }
     let operation: OperationEnvelope =
         field(&map, "operation")?.ok_or(InputError::Missing("operation"))?;
