@@ -1,0 +1,365 @@
+//! Working-tree I/O at the edge: reading governed files into a [`Vfs`]
+//! (refusing symlink components), and atomic multi-file transactions
+//! (same-directory temp file, fsync, rename; rollback in reverse order on any
+//! failure, §23).
+
+use std::{
+    collections::BTreeMap,
+    fs,
+    io::{self, Write},
+    path::{Path, PathBuf},
+    sync::atomic::{AtomicU64, Ordering},
+};
+
+use crate::{
+    diag::Diagnostic,
+    model::StoreKind,
+    outcome::{Exit, Failure},
+    snapshot,
+    vfs::{DirState, FileState, PROJECT_YAML, PROJECTION_YAML, Vfs},
+};
+
+/// Whether any existing component of `rel` under `root` is a symlink.
+fn has_symlink_component(root: &Path, rel: &str) -> bool {
+    let mut cur = root.to_path_buf();
+    for part in rel.split('/') {
+        cur.push(part);
+        match fs::symlink_metadata(&cur) {
+            Ok(m) if m.file_type().is_symlink() => return true,
+            Ok(_) => {}
+            Err(_) => return false,
+        }
+    }
+    false
+}
+
+/// Reads one governed file.
+pub fn read_file(root: &Path, rel: &str) -> FileState {
+    if has_symlink_component(root, rel) {
+        return FileState::Symlink;
+    }
+    let path = root.join(rel);
+    match fs::symlink_metadata(&path) {
+        Err(e)
+            if e.kind() == io::ErrorKind::NotFound || e.kind() == io::ErrorKind::NotADirectory =>
+        {
+            FileState::Absent
+        }
+        Err(_) => FileState::Unreadable,
+        Ok(m) if !m.is_file() => FileState::NotRegular,
+        Ok(_) => fs::read(&path).map_or(FileState::Unreadable, FileState::Bytes),
+    }
+}
+
+/// Lists one store directory (dot-files excluded).
+pub fn read_dir(root: &Path, rel: &str) -> DirState {
+    if has_symlink_component(root, rel) {
+        return DirState::Symlink;
+    }
+    let path = root.join(rel);
+    match fs::symlink_metadata(&path) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return DirState::Absent,
+        Err(_) => return DirState::Unreadable,
+        Ok(m) if !m.is_dir() => return DirState::NotDir,
+        Ok(_) => {}
+    }
+    let Ok(iter) = fs::read_dir(&path) else {
+        return DirState::Unreadable;
+    };
+    let mut entries = BTreeMap::new();
+    for entry in iter {
+        let Ok(entry) = entry else {
+            return DirState::Unreadable;
+        };
+        let Some(name) = entry.file_name().to_str().map(str::to_owned) else {
+            return DirState::Unreadable;
+        };
+        if name.starts_with('.') {
+            continue;
+        }
+        let state = read_file(root, &format!("{rel}/{name}"));
+        entries.insert(name, state);
+    }
+    DirState::Listing(entries)
+}
+
+/// Reads every governed file of the project rooted at `root`.
+pub fn load_vfs(root: &Path) -> Result<Vfs, Failure> {
+    let protobot = root.join(".protobot");
+    let protobot_is_dir = match fs::symlink_metadata(&protobot) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            return Err(Failure::new(
+                Exit::Project,
+                "project.not_initialized",
+                "This repository has no .protobot/project.yaml; run 'ears-manager project init' first.",
+            ));
+        }
+        Err(_) => {
+            return Err(Failure::new(
+                Exit::Io,
+                "project.configuration_unreadable",
+                "The .protobot directory cannot be inspected; check its permissions.",
+            ));
+        }
+        Ok(m) if m.file_type().is_symlink() => false,
+        Ok(m) if !m.is_dir() => {
+            return Err(Failure::new(
+                Exit::Io,
+                "project.configuration_unreadable",
+                ".protobot is not a directory; move it aside and restore the project.",
+            ));
+        }
+        Ok(_) => true,
+    };
+    if !protobot_is_dir {
+        return Err(Failure::new(
+            Exit::Project,
+            "project.invalid_configuration",
+            "The project configuration is not valid.",
+        )
+        .with_diagnostics(vec![
+            Diagnostic::new(
+                "project.invalid_path",
+                ".protobot must be a real directory, not a symlink.",
+            )
+            .at(".protobot"),
+        ]));
+    }
+    let project_yaml = read_file(root, PROJECT_YAML);
+    if project_yaml == FileState::Absent {
+        return Err(Failure::new(
+            Exit::Project,
+            "project.not_initialized",
+            "This repository has no .protobot/project.yaml; run 'ears-manager project init' first.",
+        ));
+    }
+    let mut vfs = Vfs {
+        protobot_is_dir,
+        project_yaml,
+        projection_yaml: read_file(root, PROJECTION_YAML),
+        stores: BTreeMap::new(),
+        artifacts: BTreeMap::new(),
+    };
+    if let Ok(project) = snapshot::decode_project(&vfs.project_yaml) {
+        for kind in StoreKind::ALL {
+            let dir = project.store_dir(kind);
+            if crate::rules::is_canonical_path(&dir) {
+                let state = read_dir(root, &dir);
+                vfs.stores.insert(dir, state);
+            }
+        }
+        for a in &project.artifacts {
+            if crate::rules::is_canonical_path(&a.path) {
+                vfs.artifacts
+                    .insert(a.path.clone(), read_file(root, &a.path));
+            }
+        }
+    }
+    Ok(vfs)
+}
+
+/// Where a transaction should fail on purpose (fault-injection tests).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Faults {
+    /// Fail just before this write step (0-based: each file write is a step,
+    /// and `writes.len()` is the post-write check).
+    pub fail_before_step: Option<usize>,
+}
+
+enum Undo {
+    Restore {
+        path: PathBuf,
+        bytes: Vec<u8>,
+        perms: fs::Permissions,
+    },
+    Delete(PathBuf),
+    RemoveDir(PathBuf),
+}
+
+static SEQ: AtomicU64 = AtomicU64::new(0);
+
+fn write_failed(message: &str) -> Failure {
+    Failure::new(
+        Exit::Io,
+        "storage.write_failed",
+        format!("{message}; nothing was changed. Check disk space and permissions, then retry."),
+    )
+}
+
+fn write_not_allowed(rel: &str) -> Failure {
+    Failure::new(
+        Exit::Validation,
+        "storage.write_not_allowed",
+        "A write target is not a regular file inside the project.",
+    )
+    .with_diagnostics(vec![
+        Diagnostic::new(
+            "storage.write_not_allowed",
+            "The write target goes through a symlink or is not a regular file.",
+        )
+        .at(rel)
+        .hint("Replace the symlink or special file with a regular file, or choose another path."),
+    ])
+}
+
+fn replace_file(path: &Path, bytes: &[u8], perms: Option<&fs::Permissions>) -> io::Result<()> {
+    let dir = path
+        .parent()
+        .ok_or_else(|| io::Error::other("no parent directory"))?;
+    let tmp = dir.join(format!(
+        ".ears-manager-txn-{}-{}",
+        std::process::id(),
+        SEQ.fetch_add(1, Ordering::Relaxed)
+    ));
+    let result = (|| {
+        let mut f = fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&tmp)?;
+        f.write_all(bytes)?;
+        if let Some(p) = perms {
+            f.set_permissions(p.clone())?;
+        }
+        f.sync_all()?;
+        fs::rename(&tmp, path)?;
+        if let Ok(d) = fs::File::open(dir) {
+            // Directory fsync is best effort: not every platform supports it.
+            let _ = d.sync_all();
+        }
+        Ok(())
+    })();
+    if result.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+    result
+}
+
+/// Writes all files or none. `observed` is the state the command read; any
+/// target that changed since is a `change_set.concurrent_update`.
+/// `post_check` runs after the last write; its failure rolls back too.
+pub fn commit(
+    root: &Path,
+    writes: &[(String, Vec<u8>)],
+    observed: &Vfs,
+    faults: Faults,
+    post_check: impl FnOnce() -> Result<(), Failure>,
+) -> Result<(), Failure> {
+    for (rel, _) in writes {
+        if has_symlink_component(root, rel) {
+            return Err(write_not_allowed(rel));
+        }
+        let now = read_file(root, rel);
+        if matches!(now, FileState::NotRegular | FileState::Symlink) {
+            return Err(write_not_allowed(rel));
+        }
+        let before = observed.get(rel);
+        let same = match (&before, &now) {
+            (FileState::Bytes(a), FileState::Bytes(b)) => a == b,
+            (FileState::Absent, FileState::Absent) => true,
+            _ => false,
+        };
+        if !same {
+            return Err(Failure::new(
+                Exit::Conflict,
+                "change_set.concurrent_update",
+                "A governed file changed while the command ran; rerun the command.",
+            ));
+        }
+    }
+    let mut undo: Vec<Undo> = Vec::new();
+    let mut outcome = Ok(());
+    for (step, (rel, bytes)) in writes.iter().enumerate() {
+        if faults.fail_before_step == Some(step) {
+            outcome = Err(write_failed("An injected fault interrupted the write"));
+            break;
+        }
+        let path = root.join(rel);
+        if let Err(e) = apply_one(root, rel, &path, bytes, &mut undo) {
+            outcome = Err(write_failed(&format!(
+                "A file could not be written ({})",
+                e.kind()
+            )));
+            break;
+        }
+    }
+    if outcome.is_ok() {
+        outcome = if faults.fail_before_step == Some(writes.len()) {
+            Err(Failure::new(
+                Exit::Io,
+                "storage.post_write_failed",
+                "An injected fault failed the post-write check; nothing was changed.",
+            ))
+        } else {
+            post_check()
+        };
+    }
+    match outcome {
+        Ok(()) => Ok(()),
+        Err(failure) => match rollback(undo) {
+            Ok(()) => Err(failure),
+            Err(_) => Err(Failure::new(
+                Exit::Io,
+                "storage.write_unknown",
+                "A write failed and the rollback could not be confirmed; inspect the tree with 'check' before retrying.",
+            )
+            .unknown()),
+        },
+    }
+}
+
+fn apply_one(
+    root: &Path,
+    rel: &str,
+    path: &Path,
+    bytes: &[u8],
+    undo: &mut Vec<Undo>,
+) -> io::Result<()> {
+    // Create missing parent directories one by one, recording each.
+    let mut cur = root.to_path_buf();
+    let parts: Vec<&str> = rel.split('/').collect();
+    for part in &parts[..parts.len().saturating_sub(1)] {
+        cur.push(part);
+        match fs::symlink_metadata(&cur) {
+            Ok(m) if m.is_dir() => {}
+            Ok(_) => return Err(io::Error::other("a parent is not a directory")),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                fs::create_dir(&cur)?;
+                undo.push(Undo::RemoveDir(cur.clone()));
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    match fs::symlink_metadata(path) {
+        Ok(m) => {
+            let original = fs::read(path)?;
+            let perms = m.permissions();
+            replace_file(path, bytes, Some(&perms))?;
+            undo.push(Undo::Restore {
+                path: path.to_path_buf(),
+                bytes: original,
+                perms,
+            });
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            replace_file(path, bytes, None)?;
+            undo.push(Undo::Delete(path.to_path_buf()));
+        }
+        Err(e) => return Err(e),
+    }
+    Ok(())
+}
+
+fn rollback(undo: Vec<Undo>) -> io::Result<()> {
+    let mut result = Ok(());
+    for step in undo.into_iter().rev() {
+        let r = match step {
+            Undo::Restore { path, bytes, perms } => replace_file(&path, &bytes, Some(&perms)),
+            Undo::Delete(path) => fs::remove_file(path),
+            Undo::RemoveDir(path) => fs::remove_dir(path),
+        };
+        if r.is_err() {
+            result = r;
+        }
+    }
+    result
+}

@@ -1,0 +1,355 @@
+//! Strict YAML decoding and canonical YAML writing (§4).
+//!
+//! Decoding parses into `serde_yaml_ng::Value` and then walks the tree to
+//! refuse what the safe loader refuses: BOMs, several or empty documents,
+//! tags, merge keys, non-string keys, explicit nulls and (lexically) anchors
+//! and aliases. Duplicate keys are refused by `serde_yaml_ng` itself.
+//!
+//! Writing is our own small emitter: 2-space indentation, block sequences,
+//! strings plain when that is unambiguous and JSON-style double-quoted
+//! otherwise, LF line ends and exactly one final newline. Two writes of the
+//! same logical content are byte-identical (the only requirement §4 pins).
+
+use serde::de::DeserializeOwned;
+use serde_yaml_ng::Value;
+
+use crate::node::Node;
+
+/// First line of every record file the tool writes.
+pub const MANAGED_HEADER: &str = "# managed by ears-manager; do not edit by hand";
+
+/// Parses bytes into a checked YAML value, or says why it cannot.
+pub fn parse(bytes: &[u8]) -> Result<Value, String> {
+    if bytes.starts_with(&[0xEF, 0xBB, 0xBF]) {
+        return Err("the file starts with a byte-order mark".to_owned());
+    }
+    let text = std::str::from_utf8(bytes).map_err(|_| "the file is not valid UTF-8".to_owned())?;
+    check_anchors(text)?;
+    let value: Value = serde_yaml_ng::from_str(text).map_err(|e| scrub(&e.to_string()))?;
+    if value.is_null() {
+        return Err("the file holds no YAML document".to_owned());
+    }
+    check_value(&value, "")?;
+    Ok(value)
+}
+
+/// Parses and strictly decodes a record type (unknown fields refused).
+pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, String> {
+    let value = parse(bytes)?;
+    if !value.is_mapping() {
+        return Err("the document is not a mapping".to_owned());
+    }
+    serde_yaml_ng::from_value(value).map_err(|e| scrub(&e.to_string()))
+}
+
+/// Keeps decoder messages free of anything but the parser's own words.
+fn scrub(msg: &str) -> String {
+    let first = msg.lines().next().unwrap_or("invalid YAML");
+    first
+        .chars()
+        .filter(|c| !c.is_control())
+        .take(200)
+        .collect()
+}
+
+fn check_value(value: &Value, at: &str) -> Result<(), String> {
+    let here = if at.is_empty() {
+        "the document root".to_owned()
+    } else {
+        at.to_owned()
+    };
+    match value {
+        Value::Null => Err(format!("{here} is null; omit the key instead")),
+        Value::Tagged(_) => Err(format!("{here} carries an explicit tag")),
+        Value::Sequence(items) => {
+            for (i, item) in items.iter().enumerate() {
+                check_value(item, &format!("{at}[{i}]"))?;
+            }
+            Ok(())
+        }
+        Value::Mapping(map) => {
+            for (k, v) in map {
+                let Value::String(key) = k else {
+                    return Err(format!("{here} has a non-string key"));
+                };
+                if key == "<<" {
+                    return Err(format!("{here} uses a merge key"));
+                }
+                let sub = if at.is_empty() {
+                    key.clone()
+                } else {
+                    format!("{at}.{key}")
+                };
+                check_value(v, &sub)?;
+            }
+            Ok(())
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Lexical refusal of anchors (`&x`), aliases (`*x`) and tags (`!x`) at node
+/// positions outside quoted scalars and comments. Plain scalars cannot start
+/// with these indicators, so a hit at a node position is the real thing;
+/// the scan does not follow block scalars or multi-line plain scalars, which
+/// our writer never emits.
+fn check_anchors(text: &str) -> Result<(), String> {
+    for line in text.lines() {
+        let mut rest = line.trim_start();
+        // Skip sequence indicators.
+        while let Some(r) = rest.strip_prefix("- ") {
+            rest = r.trim_start();
+        }
+        let mut positions = vec![rest];
+        if let Some(idx) = find_value_start(rest) {
+            positions.push(&rest[idx..]);
+        }
+        for pos in positions {
+            let pos = pos.trim_start();
+            let flow_items: Vec<&str> = if pos.starts_with('[') || pos.starts_with('{') {
+                pos.trim_start_matches(['[', '{'])
+                    .split(',')
+                    .map(|s| s.trim_start_matches(['[', '{']).trim_start())
+                    .collect()
+            } else {
+                vec![pos]
+            };
+            for item in flow_items {
+                let value_part = find_value_start(item).map_or(item, |i| item[i..].trim_start());
+                for candidate in [item, value_part] {
+                    match candidate.chars().next() {
+                        Some('&') => return Err("the file uses a YAML anchor".to_owned()),
+                        Some('*') => return Err("the file uses a YAML alias".to_owned()),
+                        Some('!') => return Err("the file uses an explicit YAML tag".to_owned()),
+                        _ => {}
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Byte offset just after the first `: ` (or a trailing `:`) outside quotes.
+fn find_value_start(s: &str) -> Option<usize> {
+    let b = s.as_bytes();
+    let mut quote: Option<u8> = None;
+    let mut i = 0;
+    while i < b.len() {
+        let c = b[i];
+        match quote {
+            Some(q) => {
+                if c == b'\\' && q == b'"' {
+                    i += 1;
+                } else if c == q {
+                    quote = None;
+                }
+            }
+            None => {
+                if (c == b'"' || c == b'\'') && (i == 0) {
+                    quote = Some(c);
+                } else if c == b'#' && (i == 0 || b[i - 1] == b' ') {
+                    return None;
+                } else if c == b':' && (i + 1 == b.len() || b[i + 1] == b' ') {
+                    return Some(i + 1);
+                }
+            }
+        }
+        i += 1;
+    }
+    None
+}
+
+/// Renders a node as a canonical YAML document with the managed header.
+pub fn emit_managed(node: &Node) -> String {
+    let mut out = String::new();
+    out.push_str(MANAGED_HEADER);
+    out.push('\n');
+    emit_into(node, &mut out);
+    out
+}
+
+/// Renders a node as a canonical YAML document without a header.
+pub fn emit(node: &Node) -> String {
+    let mut out = String::new();
+    emit_into(node, &mut out);
+    out
+}
+
+fn emit_into(node: &Node, out: &mut String) {
+    match node {
+        Node::Map(entries) if !entries.is_empty() => emit_map(entries, 0, out),
+        Node::List(items) if !items.is_empty() => emit_list(items, 0, out),
+        other => {
+            out.push_str(&scalar(other));
+            out.push('\n');
+        }
+    }
+}
+
+fn pad(n: usize, out: &mut String) {
+    out.extend(std::iter::repeat_n(' ', n));
+}
+
+fn emit_map(entries: &[(String, Node)], indent: usize, out: &mut String) {
+    for (i, (k, v)) in entries.iter().enumerate() {
+        if i > 0 {
+            pad(indent, out);
+        }
+        out.push_str(&quote_key(k));
+        out.push(':');
+        emit_child(v, indent, out);
+    }
+}
+
+fn emit_child(v: &Node, indent: usize, out: &mut String) {
+    match v {
+        Node::Map(e) if !e.is_empty() => {
+            out.push('\n');
+            pad(indent + 2, out);
+            emit_map(e, indent + 2, out);
+        }
+        Node::List(items) if !items.is_empty() => {
+            out.push('\n');
+            pad(indent + 2, out);
+            emit_list(items, indent + 2, out);
+        }
+        other => {
+            out.push(' ');
+            out.push_str(&scalar(other));
+            out.push('\n');
+        }
+    }
+}
+
+fn emit_list(items: &[Node], indent: usize, out: &mut String) {
+    for (i, item) in items.iter().enumerate() {
+        if i > 0 {
+            pad(indent, out);
+        }
+        out.push_str("- ");
+        match item {
+            Node::Map(e) if !e.is_empty() => emit_map(e, indent + 2, out),
+            Node::List(inner) if !inner.is_empty() => emit_list(inner, indent + 2, out),
+            other => {
+                out.push_str(&scalar(other));
+                out.push('\n');
+            }
+        }
+    }
+}
+
+fn quote_key(k: &str) -> String {
+    if is_plain_safe(k) {
+        k.to_owned()
+    } else {
+        quoted(k)
+    }
+}
+
+fn scalar(node: &Node) -> String {
+    match node {
+        Node::Null => "null".to_owned(),
+        Node::Bool(b) => b.to_string(),
+        Node::Int(i) => i.to_string(),
+        Node::Str(s) => {
+            if is_plain_safe(s) {
+                s.clone()
+            } else {
+                quoted(s)
+            }
+        }
+        Node::List(_) => "[]".to_owned(),
+        Node::Map(_) => "{}".to_owned(),
+    }
+}
+
+fn quoted(s: &str) -> String {
+    // A JSON string literal is a valid YAML double-quoted scalar.
+    serde_json::to_string(s).unwrap_or_else(|_| "\"\"".to_owned())
+}
+
+/// Plain style only for strings that cannot be read back as anything else.
+fn is_plain_safe(s: &str) -> bool {
+    let Some(first) = s.chars().next() else {
+        return false;
+    };
+    if !(first.is_ascii_alphabetic() || first == '_' || first == '/') {
+        return false;
+    }
+    if s.ends_with(' ') || s.ends_with(':') || s.contains(": ") || s.contains(" #") {
+        return false;
+    }
+    if !s
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || " _-./,()'?;=+%:".contains(c))
+    {
+        return false;
+    }
+    let lower = s.to_ascii_lowercase();
+    !matches!(
+        lower.as_str(),
+        "true" | "false" | "yes" | "no" | "on" | "off" | "y" | "n" | "null"
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn emits_nested_structures_and_reads_them_back() {
+        let node = Node::map()
+            .with("id", Node::s("REQ-CLI-00001"))
+            .with("text", Node::s("When x: y, the CLI shall \"z\".\nNext"))
+            .with("created", Node::s("2026-09-15T12:03:00Z"))
+            .with("list", Node::strs(["a", "true", "1"]))
+            .with("empty", Node::List(vec![]))
+            .with(
+                "maps",
+                Node::List(vec![
+                    Node::map()
+                        .with("a", Node::s("b"))
+                        .with("c", Node::Bool(true)),
+                ]),
+            )
+            .with("nested", Node::map().with("k", Node::Int(1)));
+        let text = emit_managed(&node);
+        assert!(text.starts_with(MANAGED_HEADER));
+        assert!(text.ends_with("\n") && !text.ends_with("\n\n"));
+        let back = parse(text.as_bytes()).unwrap();
+        assert_eq!(
+            back["text"].as_str(),
+            Some("When x: y, the CLI shall \"z\".\nNext")
+        );
+        assert_eq!(back["list"][1].as_str(), Some("true"));
+        assert_eq!(back["list"][2].as_str(), Some("1"));
+        assert_eq!(back["created"].as_str(), Some("2026-09-15T12:03:00Z"));
+        assert_eq!(back["maps"][0]["c"].as_bool(), Some(true));
+        assert_eq!(back["nested"]["k"].as_i64(), Some(1));
+        assert_eq!(emit_managed(&node), text);
+    }
+
+    #[test]
+    fn refuses_unsafe_yaml() {
+        for bad in [
+            "\u{feff}a: b\n",
+            "a: &x b\nc: *x\n",
+            "a: !custom b\n",
+            "a: !!str b\n",
+            "base: {x: 1}\nm:\n  <<: {y: 1}\n",
+            "a: b\na: c\n",
+            "1: b\n",
+            "a: null\n",
+            "a:\n",
+            "",
+            "# only a comment\n",
+            "a: b\n---\nc: d\n",
+            "a: [*x]\n",
+        ] {
+            assert!(parse(bad.as_bytes()).is_err(), "accepted {bad:?}");
+        }
+        assert!(parse(b"\xff\xfe").is_err());
+        assert!(parse("a: 'it''s *fine* & ok'\nb: \"&no\"\n".as_bytes()).is_ok());
+    }
+}
