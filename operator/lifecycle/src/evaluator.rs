@@ -16,6 +16,31 @@
 //! key → idempotency replay/conflict → materialization create-or-return →
 //! resolve-block binding → terminal → live-lease contention → expected state →
 //! expected version → Job Site fence → transition legality → preconditions.
+//!
+//! Where the contract's sources disagree (§20) the newest document wins:
+//! 1. approval bindings must agree on both sides, including the change set
+//!    (see `ApprovalRecord::check`);
+//! 2. a Job Site `merge-conflict` needs no reconciliation evidence (only the
+//!    reconciler row carries an evidence pair in the ruleset);
+//! 3. a materialization source may name only `expected_merge.target`; any other
+//!    tested-candidate field is `PRECONDITION_FAILED`, also on a replayed key;
+//! 4. reconciler `merge-conflict` requires exactly `conflict`/`conflict`;
+//! 5. the fence check (step 11) precedes transition legality, so a fenced Job
+//!    Site command on an unleased item is `STALE_FENCING_TOKEN` (INV-04);
+//! 6. `resolve-block` binding precedes the terminal and transition checks;
+//! 7. every allowed transition bumps the version, `renew-lease` included;
+//! 8. `merging` has no `renew-lease` row: a merge that outlives its lease is
+//!    completed by the reconciler;
+//! 9. `materialize` stores WMS-observed dependency states, never the payload's;
+//! 10. preflight evaluates the stored record, like the reference adapter;
+//! 11. messages and `failed_precondition` texts are informative only.
+//!
+//! Choices where the contract is silent: an absent `implementation_required`
+//! means `true` (a source must opt out of implementation explicitly);
+//! `revalidate` blocks on readiness failures only (incomplete dependencies are
+//! what `waiting` means, not a block); releasing a lease also clears `owner`;
+//! `merge-not-applied` and reconciler `merge-conflict` keep only the
+//! materialized merge target, so all gates re-run after a fresh claim.
 
 use std::collections::BTreeMap;
 
