@@ -333,3 +333,84 @@ pub fn with_change_set() -> Repo {
     assert_eq!(out.status, 0, "{}", out.stdout);
     repo
 }
+
+/// Recomputes the three store digests in `project.yaml` after a direct
+/// edit, so a test isolates the one finding it provokes.
+pub fn reseal(repo: &Repo) {
+    use protobot_spec::{digest, model::Project, yaml};
+    let root = repo.root();
+    let mut project: Project = yaml::decode(&repo.read(".protobot/project.yaml")).unwrap();
+    let digests = project.store_digests.as_mut().unwrap();
+    for (slot, dir) in [
+        (&mut digests.requirements, ".protobot/requirements"),
+        (&mut digests.interfaces, ".protobot/interfaces"),
+        (&mut digests.change_sets, ".protobot/change-sets"),
+    ] {
+        let mut files = Vec::new();
+        if let Ok(rd) = std::fs::read_dir(root.join(dir)) {
+            for e in rd {
+                let name = e.unwrap().file_name().to_string_lossy().into_owned();
+                if !name.starts_with('.') {
+                    files.push((
+                        format!("{dir}/{name}"),
+                        std::fs::read(root.join(dir).join(&name)).unwrap_or_default(),
+                    ));
+                }
+            }
+        }
+        *slot = digest::store_digest(files.iter().map(|(p, b)| (p.as_str(), b.as_slice()))).ok();
+    }
+    repo.write(
+        ".protobot/project.yaml",
+        yaml::emit_managed(&project.to_node()).as_bytes(),
+    );
+}
+
+/// `requirement add` in CS-00001 with sensible defaults; `extra` overrides.
+pub fn req_add(repo: &Repo, id: &str, text: &str, extra: &[&str]) -> Out {
+    let mut args = vec![
+        "requirement",
+        "add",
+        "--change-set",
+        "CS-00001",
+        "--id",
+        id,
+        "--type",
+        "ubiquitous",
+        "--text",
+        text,
+        "--verification-mode",
+        "isolated-interface",
+        "--provenance",
+        "user-authored",
+        "--created",
+        "2026-09-15T12:03:00Z",
+    ];
+    if !extra.iter().any(|e| *e == "--scope" || *e == "--interface") {
+        args.extend_from_slice(&["--scope", "cli"]);
+    }
+    args.extend_from_slice(extra);
+    json(&repo.root(), &args)
+}
+
+/// Asserts a failure envelope: status, code, and (when given) a diagnostic.
+#[track_caller]
+pub fn assert_fails(out: &Out, status: i32, code: &str, diag: Option<&str>) {
+    assert_eq!(out.status, status, "status; stdout: {}", out.stdout);
+    assert!(
+        out.stderr.is_empty(),
+        "JSON mode writes nothing to stderr: {}",
+        out.stderr
+    );
+    let v = out.json_value();
+    assert_eq!(v["ok"], false);
+    assert_eq!(v["error"]["exit_code"], status);
+    assert_eq!(out.code(), code, "code; stdout: {}", out.stdout);
+    if let Some(d) = diag {
+        assert!(
+            out.diag_codes().iter().any(|c| c == d),
+            "missing diagnostic {d}: {}",
+            out.stdout
+        );
+    }
+}
