@@ -1,0 +1,17 @@
+//! The Job Site engine of protobot.
+//!
+//! It turns an approved change set into merged, tested, inspected code and talks
+//! only to two ports: the `WorkStore` (the WMS) and the `Executor` (run one
+//! sandboxed role and collect its output). Nothing here knows Kubernetes,
+//! SQLite or bubblewrap; the same engine runs in the operator and on one machine.
+//!
+//! This first slice holds the deterministic policies the engine is built from:
+//! - [`escalation`]: worker tiers and retry budgets by error class;
+//! - [`dispatch`]: which ready items to claim, by priority, age, WIP and conflicts;
+//! - [`triage`]: who is at fault when the integration run fails;
+//! - [`sanitizer`]: the only Worker-facing boundary for feedback.
+
+pub mod dispatch;
+pub mod escalation;
+pub mod sanitizer;
+pub mod triage;
