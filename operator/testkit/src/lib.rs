@@ -1,1 +1,48 @@
 //! dev-only: an in-process Kubernetes API double and a simulated kubelet for controller tests.
+//!
+//! The real `kube::Client` talks to [`ApiServer`] through an in-process tower
+//! service, so requests, watches, conflicts and `Status` errors go through
+//! kube's own serialization and error handling:
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! use protobot_testkit::{ApiServer, Kubelet};
+//! let server = ApiServer::new();
+//! server.register_crd_yaml(include_str!("../tests/fixtures/widget-crd.yaml"))?;
+//! let client = server.client();
+//! let kubelet = Kubelet::start(&server);
+//! # drop((client, kubelet)); Ok(()) }
+//! ```
+//!
+//! Module map: [`server`] (public handle, tower service), `handler` (verbs),
+//! `store` (objects, resourceVersions, history, write rules), `gc` (finalization,
+//! owner GC, namespace termination), `watch` (streams), `apply` + `managed`
+//! (server-side apply), `schema` (structural validation), `selector`, `route`,
+//! `discovery`, [`faults`], [`kubelet`].
+
+mod apply;
+mod body;
+mod discovery;
+mod error;
+pub mod faults;
+mod gc;
+mod handler;
+pub mod kubelet;
+mod managed;
+mod resources;
+mod route;
+mod schema;
+mod selector;
+pub mod server;
+mod store;
+mod watch;
+
+pub use body::{BodyError, ResponseBody};
+pub use error::{ApiError, Cause, TestkitError};
+pub use faults::{FaultRule, Faults, Verb};
+pub use kubelet::{
+    ContainerExecutor, ContainerExit, ContainerLaunch, ExecutorError, KillSignal, Kubelet, Mount,
+    ProcessExecutor,
+};
+pub use resources::ResourceType;
+pub use server::{ApiServer, ApiService, ServerConfig};

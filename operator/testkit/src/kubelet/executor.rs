@@ -1,0 +1,186 @@
+//! How the simulated kubelet runs a container: the [`ContainerExecutor`] trait
+//! (to be implemented by a bubblewrap sandbox later) and [`ProcessExecutor`],
+//! which runs the command as a plain local process in its own process group.
+
+use std::{
+    future::Future, os::unix::process::ExitStatusExt, path::PathBuf, pin::Pin, process::Stdio,
+};
+
+use tokio::sync::watch;
+
+/// A volume mounted into a container.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Mount {
+    /// Volume name from the pod spec.
+    pub volume: String,
+    /// Directory on the host backing the volume.
+    pub host_path: PathBuf,
+    /// `mountPath` inside the container.
+    pub container_path: String,
+    /// `readOnly`.
+    pub read_only: bool,
+}
+
+/// Everything an executor needs to start one container.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ContainerLaunch {
+    /// Pod namespace.
+    pub namespace: String,
+    /// Pod name.
+    pub pod: String,
+    /// Container name.
+    pub container: String,
+    /// Image (informational: executors run commands on the host).
+    pub image: String,
+    /// `command` followed by `args`.
+    pub argv: Vec<String>,
+    /// Literal `env` entries (`valueFrom` is not resolved).
+    pub env: Vec<(String, String)>,
+    /// `workingDir`, as a container path.
+    pub working_dir: Option<String>,
+    /// Volume mounts.
+    pub mounts: Vec<Mount>,
+    /// Where stdout and stderr go.
+    pub log_path: PathBuf,
+}
+
+/// How a container ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ContainerExit {
+    /// Exit code (128 + signal when killed by a signal).
+    pub exit_code: i32,
+    /// Whether the kubelet killed it.
+    pub killed: bool,
+}
+
+/// Failure to start or wait for a container.
+#[derive(Debug, thiserror::Error)]
+pub enum ExecutorError {
+    /// The container has no command (images' entrypoints are not known here).
+    #[error("container {container} has no command; testkit cannot run image entrypoints")]
+    NoCommand {
+        /// Container name.
+        container: String,
+    },
+    /// Spawning failed.
+    #[error("failed to start container {container}")]
+    Spawn {
+        /// Container name.
+        container: String,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Resolves when the kubelet wants the container killed.
+#[derive(Debug, Clone)]
+pub struct KillSignal(watch::Receiver<bool>);
+
+impl KillSignal {
+    /// A signal and the sender that fires it.
+    pub fn new() -> (watch::Sender<bool>, Self) {
+        let (tx, rx) = watch::channel(false);
+        (tx, Self(rx))
+    }
+
+    /// Wait until killed (forever if the sender is dropped without firing).
+    pub async fn killed(&mut self) {
+        if self.0.wait_for(|k| *k).await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    }
+
+    /// Whether the kill has fired.
+    pub fn is_killed(&self) -> bool {
+        *self.0.borrow()
+    }
+}
+
+/// Boxed future returned by executors.
+pub type ExecFuture = Pin<Box<dyn Future<Output = Result<ContainerExit, ExecutorError>> + Send>>;
+
+/// Runs containers for the simulated kubelet.
+pub trait ContainerExecutor: Send + Sync + 'static {
+    /// Run one container to completion, or until `kill` fires.
+    fn run(&self, launch: ContainerLaunch, kill: KillSignal) -> ExecFuture;
+}
+
+/// Runs a container as a local process. Container mount paths cannot be honoured
+/// without a sandbox, so every occurrence of a `mountPath` prefix in the command,
+/// arguments, environment and working directory is rewritten to the host
+/// directory, and `TESTKIT_VOLUME_<NAME>` points at each volume.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ProcessExecutor;
+
+fn rewrite(s: &str, mounts: &[Mount]) -> String {
+    let mut sorted: Vec<&Mount> = mounts.iter().collect();
+    sorted.sort_by_key(|m| std::cmp::Reverse(m.container_path.len()));
+    let mut out = s.to_owned();
+    for m in sorted {
+        let host = m.host_path.to_string_lossy();
+        out = out.replace(&m.container_path, &host);
+    }
+    out
+}
+
+impl ContainerExecutor for ProcessExecutor {
+    fn run(&self, launch: ContainerLaunch, mut kill: KillSignal) -> ExecFuture {
+        Box::pin(async move {
+            let Some((program, args)) = launch.argv.split_first() else {
+                return Err(ExecutorError::NoCommand {
+                    container: launch.container.clone(),
+                });
+            };
+            let spawn_err = |source| ExecutorError::Spawn {
+                container: launch.container.clone(),
+                source,
+            };
+            let log = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&launch.log_path)
+                .map_err(spawn_err)?;
+            let log2 = log.try_clone().map_err(spawn_err)?;
+            let mut cmd = tokio::process::Command::new(rewrite(program, &launch.mounts));
+            cmd.args(args.iter().map(|a| rewrite(a, &launch.mounts)))
+                .stdin(Stdio::null())
+                .stdout(Stdio::from(log))
+                .stderr(Stdio::from(log2))
+                .kill_on_drop(true)
+                .process_group(0);
+            for (k, v) in &launch.env {
+                cmd.env(k, rewrite(v, &launch.mounts));
+            }
+            for m in &launch.mounts {
+                let var = m.volume.to_uppercase().replace(['-', '.'], "_");
+                cmd.env(format!("TESTKIT_VOLUME_{var}"), &m.host_path);
+            }
+            if let Some(dir) = &launch.working_dir {
+                cmd.current_dir(rewrite(dir, &launch.mounts));
+            }
+            let mut child = cmd.spawn().map_err(spawn_err)?;
+            let pid = child.id();
+            tokio::select! {
+                status = child.wait() => {
+                    let status = status.map_err(spawn_err)?;
+                    let code = status.code().or_else(|| status.signal().map(|s| 128 + s)).unwrap_or(1);
+                    Ok(ContainerExit { exit_code: code, killed: false })
+                }
+                () = kill.killed() => {
+                    if let Some(pid) = pid {
+                        // Kill the whole process group so shells' children die too.
+                        let _ = tokio::process::Command::new("kill")
+                            .args(["-KILL", "--", &format!("-{pid}")])
+                            .status()
+                            .await;
+                    }
+                    let _ = child.kill().await;
+                    let status = child.wait().await.map_err(spawn_err)?;
+                    let code = status.code().or_else(|| status.signal().map(|s| 128 + s)).unwrap_or(137);
+                    Ok(ContainerExit { exit_code: code, killed: true })
+                }
+            }
+        })
+    }
+}

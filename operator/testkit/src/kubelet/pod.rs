@@ -1,0 +1,449 @@
+//! One pod's lifecycle on the node: volumes, init containers in order, main
+//! containers in parallel with the pod's `restartPolicy`, the
+//! `activeDeadlineSeconds` kill, and status reporting after every transition.
+
+use std::{collections::BTreeMap, path::PathBuf, sync::Arc, time::Duration};
+
+use serde_json::{Value, json};
+use tokio::{
+    sync::Notify,
+    time::{Instant, sleep, sleep_until},
+};
+
+use super::executor::{ContainerExecutor, ContainerLaunch, KillSignal, Mount};
+use crate::{
+    server::Shared,
+    store::{ObjectKey, now},
+};
+
+/// What the node's pod workers share.
+pub(crate) struct NodeCtx {
+    pub shared: Arc<Shared>,
+    pub executor: Arc<dyn ContainerExecutor>,
+    pub node_name: String,
+    pub root: PathBuf,
+    /// Wakes the kubelet loop when a pod worker finishes.
+    pub wake: Notify,
+}
+
+struct PodRun {
+    ctx: Arc<NodeCtx>,
+    key: ObjectKey,
+    uid: String,
+    volumes: BTreeMap<String, PathBuf>,
+    log_dir: PathBuf,
+    restart_policy: String,
+}
+
+/// Apply `f` to the pod's status if the pod (same uid) still exists.
+fn update_status(run: &PodRun, f: impl FnOnce(&mut Value)) {
+    let mut state = run.ctx.shared.lock();
+    let Some(mut pod) = state.object(&run.key).cloned() else {
+        return;
+    };
+    if pod.pointer("/metadata/uid").and_then(Value::as_str) != Some(run.uid.as_str()) {
+        return;
+    }
+    if !pod.get("status").is_some_and(Value::is_object) {
+        pod["status"] = json!({});
+    }
+    if let Some(status) = pod.get_mut("status") {
+        f(status);
+    }
+    state.internal_update(&run.key, pod);
+    drop(state);
+    run.ctx.shared.notify();
+}
+
+fn set_condition(status: &mut Value, ty: &str, value: bool, reason: Option<&str>) {
+    if !status.get("conditions").is_some_and(Value::is_array) {
+        status["conditions"] = json!([]);
+    }
+    let Some(conds) = status.get_mut("conditions").and_then(Value::as_array_mut) else {
+        return;
+    };
+    let value_str = if value { "True" } else { "False" };
+    let mut cond = json!({"type": ty, "status": value_str, "lastProbeTime": null, "lastTransitionTime": now()});
+    if let Some(r) = reason {
+        cond["reason"] = json!(r);
+    }
+    match conds
+        .iter_mut()
+        .find(|c| c.get("type").and_then(Value::as_str) == Some(ty))
+    {
+        Some(c) if c.get("status").and_then(Value::as_str) == Some(value_str) => {}
+        Some(c) => *c = cond,
+        None => conds.push(cond),
+    }
+}
+
+fn set_container_status(status: &mut Value, init: bool, cs: Value) {
+    let list = if init {
+        "initContainerStatuses"
+    } else {
+        "containerStatuses"
+    };
+    if !status.get(list).is_some_and(Value::is_array) {
+        status[list] = json!([]);
+    }
+    let Some(arr) = status.get_mut(list).and_then(Value::as_array_mut) else {
+        return;
+    };
+    let name = cs.get("name").cloned();
+    match arr.iter_mut().find(|c| c.get("name") == name.as_ref()) {
+        Some(c) => *c = cs,
+        None => arr.push(cs),
+    }
+}
+
+fn containers(pod: &Value, list: &str) -> Vec<Value> {
+    pod.pointer(&format!("/spec/{list}"))
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default()
+}
+
+fn container_status(
+    c: &Value,
+    uid: &str,
+    restarts: u64,
+    state: Value,
+    last: Value,
+    ready: bool,
+) -> Value {
+    let name = c.get("name").and_then(Value::as_str).unwrap_or("");
+    json!({
+        "name": name,
+        "image": c.get("image").cloned().unwrap_or(json!("")),
+        "imageID": "",
+        "containerID": format!("testkit://{uid}/{name}"),
+        "ready": ready,
+        "started": state.get("running").is_some(),
+        "restartCount": restarts,
+        "state": state,
+        "lastState": last,
+    })
+}
+
+impl PodRun {
+    fn launch(&self, c: &Value) -> ContainerLaunch {
+        let strs = |k: &str| -> Vec<String> {
+            c.get(k)
+                .and_then(Value::as_array)
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|s| s.as_str().map(str::to_owned))
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        let mut argv = strs("command");
+        argv.extend(strs("args"));
+        let env = c
+            .get("env")
+            .and_then(Value::as_array)
+            .map(|a| {
+                a.iter()
+                    .filter_map(|e| {
+                        Some((
+                            e.get("name")?.as_str()?.to_owned(),
+                            e.get("value")
+                                .and_then(Value::as_str)
+                                .unwrap_or("")
+                                .to_owned(),
+                        ))
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        let mounts = c
+            .get("volumeMounts")
+            .and_then(Value::as_array)
+            .map(|a| {
+                a.iter()
+                    .filter_map(|m| {
+                        let volume = m.get("name")?.as_str()?.to_owned();
+                        Some(Mount {
+                            host_path: self.volumes.get(&volume)?.clone(),
+                            volume,
+                            container_path: m.get("mountPath")?.as_str()?.to_owned(),
+                            read_only: m.get("readOnly").and_then(Value::as_bool).unwrap_or(false),
+                        })
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        let name = c
+            .get("name")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_owned();
+        ContainerLaunch {
+            namespace: self.key.namespace.clone(),
+            pod: self.key.name.clone(),
+            log_path: self.log_dir.join(format!("{name}.log")),
+            container: name,
+            image: c
+                .get("image")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_owned(),
+            argv,
+            env,
+            working_dir: c
+                .get("workingDir")
+                .and_then(Value::as_str)
+                .map(str::to_owned),
+            mounts,
+        }
+    }
+
+    fn should_restart(&self, init: bool, code: i32) -> bool {
+        match self.restart_policy.as_str() {
+            "Never" => false,
+            "OnFailure" => code != 0,
+            _ if init => code != 0,
+            _ => true,
+        }
+    }
+
+    /// Run one container (with restarts); returns its last exit code.
+    async fn container(&self, c: Value, init: bool, mut kill: KillSignal) -> i32 {
+        let launch = self.launch(&c);
+        self.ctx.shared.set_log(
+            &self.key.namespace,
+            &self.key.name,
+            &launch.container,
+            launch.log_path.clone(),
+        );
+        let mut restarts = 0u64;
+        let mut last = json!({});
+        loop {
+            let started = now();
+            update_status(self, |s| {
+                let cs = container_status(
+                    &c,
+                    &self.uid,
+                    restarts,
+                    json!({"running": {"startedAt": started}}),
+                    last.clone(),
+                    !init,
+                );
+                set_container_status(s, init, cs);
+                if !init && all_running(s) {
+                    set_condition(s, "ContainersReady", true, None);
+                    set_condition(s, "Ready", true, None);
+                }
+            });
+            let (code, reason, message) =
+                match self.ctx.executor.run(launch.clone(), kill.clone()).await {
+                    Ok(exit) => (
+                        exit.exit_code,
+                        if exit.exit_code == 0 {
+                            "Completed"
+                        } else {
+                            "Error"
+                        },
+                        None,
+                    ),
+                    Err(e) => (128, "StartError", Some(e.to_string())),
+                };
+            let mut terminated = json!({
+                "exitCode": code, "reason": reason, "startedAt": started, "finishedAt": now(),
+                "containerID": format!("testkit://{}/{}", self.uid, launch.container),
+            });
+            if let Some(m) = message {
+                terminated["message"] = json!(m);
+            }
+            let state = json!({"terminated": terminated});
+            update_status(self, |s| {
+                set_container_status(
+                    s,
+                    init,
+                    container_status(&c, &self.uid, restarts, state.clone(), last.clone(), false),
+                );
+                if !init {
+                    set_condition(s, "ContainersReady", false, Some("ContainersNotReady"));
+                    set_condition(s, "Ready", false, Some("ContainersNotReady"));
+                }
+            });
+            if kill.is_killed() || !self.should_restart(init, code) {
+                return code;
+            }
+            // Restart with a short, capped backoff (CrashLoopBackOff is 10 s..5 min on a real node).
+            let backoff = Duration::from_millis(50u64 << restarts.min(5));
+            tokio::select! {
+                () = sleep(backoff) => {}
+                () = kill.killed() => return code,
+            }
+            restarts += 1;
+            last = state;
+        }
+    }
+}
+
+fn all_running(status: &Value) -> bool {
+    status
+        .get("containerStatuses")
+        .and_then(Value::as_array)
+        .is_some_and(|a| a.iter().all(|c| c.pointer("/state/running").is_some()))
+}
+
+/// Why a pod's containers stopped.
+enum Outcome {
+    Finished(Vec<i32>),
+    InitFailed,
+    Deadline,
+    Killed,
+}
+
+/// Run a pod to completion (or until killed); the kubelet loop is woken at the end.
+pub(crate) async fn run_pod(
+    ctx: Arc<NodeCtx>,
+    key: ObjectKey,
+    pod: Value,
+    mut external_kill: KillSignal,
+) {
+    let uid = pod
+        .pointer("/metadata/uid")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_owned();
+    let pod_dir = ctx
+        .root
+        .join(format!("{}_{}_{}", key.namespace, key.name, uid));
+    let log_dir = pod_dir.join("logs");
+    let restart_policy = pod
+        .pointer("/spec/restartPolicy")
+        .and_then(Value::as_str)
+        .unwrap_or("Always")
+        .to_owned();
+    let mut run = PodRun {
+        ctx: ctx.clone(),
+        key,
+        uid,
+        volumes: BTreeMap::new(),
+        log_dir: log_dir.clone(),
+        restart_policy,
+    };
+    let prepared = std::fs::create_dir_all(&log_dir)
+        .map_err(|e| format!("failed to create pod directory: {e}"))
+        .and_then(|()| super::volumes::prepare(&ctx.shared, &pod, &pod_dir));
+    match prepared {
+        Ok(v) => run.volumes = v,
+        Err(message) => {
+            update_status(&run, |s| {
+                for c in containers(&pod, "containers") {
+                    let waiting = json!({"waiting": {"reason": "CreateContainerConfigError", "message": message}});
+                    set_container_status(
+                        s,
+                        false,
+                        container_status(&c, &run.uid, 0, waiting, json!({}), false),
+                    );
+                }
+            });
+            ctx.wake.notify_one();
+            return;
+        }
+    }
+    let inits = containers(&pod, "initContainers");
+    let mains = containers(&pod, "containers");
+    update_status(&run, |s| {
+        s["phase"] = json!("Pending");
+        s["startTime"] = json!(now());
+        s["hostIP"] = json!("127.0.0.1");
+        s["podIP"] = json!("127.0.0.1");
+        set_condition(
+            s,
+            "Initialized",
+            inits.is_empty(),
+            (!inits.is_empty()).then_some("ContainersNotInitialized"),
+        );
+        set_condition(s, "Ready", false, Some("ContainersNotReady"));
+        set_condition(s, "ContainersReady", false, Some("ContainersNotReady"));
+        for c in &inits {
+            let waiting = json!({"waiting": {"reason": "PodInitializing"}});
+            set_container_status(
+                s,
+                true,
+                container_status(c, &run.uid, 0, waiting, json!({}), false),
+            );
+        }
+        for c in &mains {
+            let waiting = json!({"waiting": {"reason": if inits.is_empty() { "ContainerCreating" } else { "PodInitializing" }}});
+            set_container_status(
+                s,
+                false,
+                container_status(c, &run.uid, 0, waiting, json!({}), false),
+            );
+        }
+    });
+    let deadline = pod
+        .pointer("/spec/activeDeadlineSeconds")
+        .and_then(Value::as_u64)
+        .map(|s| Instant::now() + Duration::from_secs(s));
+    let (kill_tx, kill) = KillSignal::new();
+    let run = Arc::new(run);
+    let work = {
+        let run = run.clone();
+        let kill = kill.clone();
+        async move {
+            for c in inits {
+                let code = run.container(c, true, kill.clone()).await;
+                if code != 0 {
+                    return Outcome::InitFailed;
+                }
+            }
+            update_status(&run, |s| {
+                s["phase"] = json!("Running");
+                set_condition(s, "Initialized", true, None);
+            });
+            let futs = mains
+                .into_iter()
+                .map(|c| run.container(c, false, kill.clone()));
+            Outcome::Finished(futures::future::join_all(futs).await)
+        }
+    };
+    tokio::pin!(work);
+    let deadline_sleep = async {
+        match deadline {
+            Some(d) => sleep_until(d).await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::pin!(deadline_sleep);
+    let outcome = tokio::select! {
+        o = &mut work => o,
+        () = &mut deadline_sleep => {
+            kill_tx.send_replace(true);
+            let _ = (&mut work).await;
+            Outcome::Deadline
+        }
+        () = external_kill.killed() => {
+            kill_tx.send_replace(true);
+            let _ = (&mut work).await;
+            Outcome::Killed
+        }
+    };
+    match outcome {
+        Outcome::Finished(codes) => update_status(&run, |s| {
+            let ok = codes.iter().all(|c| *c == 0);
+            s["phase"] = json!(if ok { "Succeeded" } else { "Failed" });
+            let reason = if ok { "PodCompleted" } else { "PodFailed" };
+            set_condition(s, "Ready", false, Some(reason));
+            set_condition(s, "ContainersReady", false, Some(reason));
+        }),
+        Outcome::InitFailed => update_status(&run, |s| {
+            s["phase"] = json!("Failed");
+            set_condition(s, "Ready", false, Some("PodFailed"));
+        }),
+        Outcome::Deadline => update_status(&run, |s| {
+            s["phase"] = json!("Failed");
+            s["reason"] = json!("DeadlineExceeded");
+            s["message"] = json!("Pod was active on the node longer than the specified deadline");
+            set_condition(s, "Ready", false, Some("PodFailed"));
+        }),
+        Outcome::Killed => {}
+    }
+    ctx.wake.notify_one();
+}

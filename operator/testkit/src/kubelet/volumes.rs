@@ -1,0 +1,173 @@
+//! Pod volumes as host directories: `emptyDir` becomes a fresh directory,
+//! `configMap` and `secret` are projected as files (one per key), `hostPath`
+//! is used as is. Other volume types are reported as unsupported.
+
+use std::{
+    collections::BTreeMap,
+    path::{Path, PathBuf},
+};
+
+use serde_json::Value;
+
+use crate::{server::Shared, store::ObjectKey};
+
+/// Decode standard base64 (Secret `data`); `None` on malformed input.
+pub fn decode_base64(input: &str) -> Option<Vec<u8>> {
+    fn val(c: u8) -> Option<u32> {
+        Some(match c {
+            b'A'..=b'Z' => c - b'A',
+            b'a'..=b'z' => c - b'a' + 26,
+            b'0'..=b'9' => c - b'0' + 52,
+            b'+' => 62,
+            b'/' => 63,
+            _ => return None,
+        } as u32)
+    }
+    let clean: Vec<u8> = input.bytes().filter(|c| !c.is_ascii_whitespace()).collect();
+    let trimmed: &[u8] = {
+        let mut end = clean.len();
+        while end > 0 && clean[end - 1] == b'=' {
+            end -= 1;
+        }
+        &clean[..end]
+    };
+    let mut out = Vec::with_capacity(trimmed.len() * 3 / 4);
+    for chunk in trimmed.chunks(4) {
+        let mut acc = 0u32;
+        for (i, c) in chunk.iter().enumerate() {
+            acc |= val(*c)? << (18 - 6 * i);
+        }
+        let bytes = acc.to_be_bytes();
+        match chunk.len() {
+            4 => out.extend_from_slice(&bytes[1..4]),
+            3 => out.extend_from_slice(&bytes[1..3]),
+            2 => out.push(bytes[1]),
+            _ => return None,
+        }
+    }
+    Some(out)
+}
+
+fn project(
+    shared: &Shared,
+    plural: &str,
+    namespace: &str,
+    name: &str,
+    optional: bool,
+    dir: &Path,
+) -> Result<(), String> {
+    let key = ObjectKey {
+        group: String::new(),
+        plural: plural.to_owned(),
+        namespace: namespace.to_owned(),
+        name: name.to_owned(),
+    };
+    let obj = shared.lock().object(&key).cloned();
+    let Some(obj) = obj else {
+        return if optional {
+            Ok(())
+        } else {
+            Err(format!("{plural} \"{name}\" not found"))
+        };
+    };
+    let write = |k: &str, bytes: &[u8]| {
+        std::fs::write(dir.join(k), bytes).map_err(|e| format!("failed to write {k}: {e}"))
+    };
+    if let Some(data) = obj.get("stringData").and_then(Value::as_object) {
+        for (k, v) in data {
+            write(k, v.as_str().unwrap_or("").as_bytes())?;
+        }
+    }
+    if let Some(data) = obj.get("data").and_then(Value::as_object) {
+        for (k, v) in data {
+            let s = v.as_str().unwrap_or("");
+            if plural == "secrets" {
+                let bytes =
+                    decode_base64(s).ok_or_else(|| format!("secret key {k} is not base64"))?;
+                write(k, &bytes)?;
+            } else {
+                write(k, s.as_bytes())?;
+            }
+        }
+    }
+    if let Some(data) = obj.get("binaryData").and_then(Value::as_object) {
+        for (k, v) in data {
+            let bytes = decode_base64(v.as_str().unwrap_or(""))
+                .ok_or_else(|| format!("binaryData key {k} is not base64"))?;
+            write(k, &bytes)?;
+        }
+    }
+    Ok(())
+}
+
+/// Create the host directory of every volume; returns volume name → host path.
+pub fn prepare(
+    shared: &Shared,
+    pod: &Value,
+    pod_dir: &Path,
+) -> Result<BTreeMap<String, PathBuf>, String> {
+    let namespace = pod
+        .pointer("/metadata/namespace")
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    let mut out = BTreeMap::new();
+    let volumes = pod
+        .pointer("/spec/volumes")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    for v in volumes {
+        let name = v
+            .get("name")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_owned();
+        let dir = pod_dir.join("volumes").join(&name);
+        if let Some(host) = v.pointer("/hostPath/path").and_then(Value::as_str) {
+            out.insert(name, PathBuf::from(host));
+            continue;
+        }
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| format!("failed to create volume {name}: {e}"))?;
+        let optional = |p: &str| v.pointer(p).and_then(Value::as_bool).unwrap_or(false);
+        if v.get("emptyDir").is_some() {
+        } else if let Some(cm) = v.pointer("/configMap/name").and_then(Value::as_str) {
+            project(
+                shared,
+                "configmaps",
+                namespace,
+                cm,
+                optional("/configMap/optional"),
+                &dir,
+            )?;
+        } else if let Some(secret) = v.pointer("/secret/secretName").and_then(Value::as_str) {
+            project(
+                shared,
+                "secrets",
+                namespace,
+                secret,
+                optional("/secret/optional"),
+                &dir,
+            )?;
+        } else {
+            return Err(format!(
+                "volume {name}: only emptyDir, configMap, secret and hostPath are supported by testkit"
+            ));
+        }
+        out.insert(name, dir);
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn base64_decodes_padded_and_unpadded_input() {
+        assert_eq!(decode_base64("aGVsbG8=").unwrap(), b"hello");
+        assert_eq!(decode_base64("aGVsbG8").unwrap(), b"hello");
+        assert_eq!(decode_base64("aGk=").unwrap(), b"hi");
+        assert!(decode_base64("!!").is_none());
+    }
+}

@@ -1,0 +1,74 @@
+//! Discovery: `kube::Discovery` finds the built-in kinds and CRDs registered from
+//! YAML, with their scope and subresources.
+
+use kube::{
+    Discovery,
+    discovery::{ApiCapabilities, Scope},
+};
+
+use crate::support::server;
+
+#[tokio::test]
+async fn discovery_serves_core_kinds_and_registered_crds() {
+    let server = server();
+    let discovery = Discovery::new(server.client()).run().await.unwrap();
+    let find = |group: &str, kind: &str| -> ApiCapabilities {
+        let g = discovery
+            .get(group)
+            .unwrap_or_else(|| panic!("group {group:?} missing"));
+        g.resources_by_stability()
+            .into_iter()
+            .find(|(ar, _)| ar.kind == kind)
+            .map(|(_, caps)| caps)
+            .unwrap_or_else(|| panic!("{kind} missing"))
+    };
+    for (group, kind) in [
+        ("", "Pod"),
+        ("", "Secret"),
+        ("", "ConfigMap"),
+        ("", "Event"),
+        ("", "Namespace"),
+        ("networking.k8s.io", "NetworkPolicy"),
+        ("coordination.k8s.io", "Lease"),
+        ("events.k8s.io", "Event"),
+        ("testkit.example.com", "Widget"),
+    ] {
+        find(group, kind);
+    }
+    let widget = find("testkit.example.com", "Widget");
+    assert_eq!(widget.scope, Scope::Namespaced);
+    assert!(
+        widget
+            .subresources
+            .iter()
+            .any(|(ar, _)| ar.plural == "status")
+    );
+    assert_eq!(find("testkit.example.com", "Gadget").scope, Scope::Cluster);
+    assert_eq!(find("", "Namespace").scope, Scope::Cluster);
+}
+
+#[tokio::test]
+async fn crds_created_through_the_api_are_served() {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    use kube::{Api, CustomResourceExt, api::PostParams};
+    let server = protobot_testkit::ApiServer::new();
+    let crds: Api<CustomResourceDefinition> = Api::all(server.client());
+    let created = crds
+        .create(&PostParams::default(), &crate::support::Widget::crd())
+        .await
+        .unwrap();
+    let established = created.status.unwrap().conditions.unwrap();
+    assert!(
+        established
+            .iter()
+            .any(|c| c.type_ == "Established" && c.status == "True")
+    );
+    let widgets: Api<crate::support::Widget> = Api::default_namespaced(server.client());
+    widgets
+        .create(
+            &PostParams::default(),
+            &crate::support::widget("via-api", "img"),
+        )
+        .await
+        .unwrap();
+}

@@ -1,0 +1,160 @@
+//! The simulated kubelet: scheduling, phases, exit codes, `activeDeadlineSeconds`
+//! kills, emptyDir volumes shared between containers, logs and deletion.
+
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, DeleteParams, LogParams, PostParams};
+use protobot_testkit::Kubelet;
+use serde_json::json;
+
+use crate::support::{await_condition, server};
+
+fn pod(name: &str, spec: serde_json::Value) -> Pod {
+    serde_json::from_value(
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}),
+    )
+    .unwrap()
+}
+
+fn phase(p: &Pod) -> &str {
+    p.status
+        .as_ref()
+        .and_then(|s| s.phase.as_deref())
+        .unwrap_or("")
+}
+
+async fn await_phase(api: &Api<Pod>, name: &str, want: &[&str]) -> Pod {
+    await_condition(
+        &format!("pod {name} in {want:?}"),
+        || api.get(name),
+        |r| r.as_ref().is_ok_and(|p| want.contains(&phase(p))),
+    )
+    .await
+    .unwrap()
+}
+
+fn terminated_exit_code(p: &Pod, container: &str) -> Option<i32> {
+    p.status
+        .as_ref()?
+        .container_statuses
+        .as_ref()?
+        .iter()
+        .find(|c| c.name == container)?
+        .state
+        .as_ref()?
+        .terminated
+        .as_ref()
+        .map(|t| t.exit_code)
+}
+
+#[tokio::test]
+async fn a_pod_with_a_failing_command_ends_failed_with_the_exit_code() {
+    let server = server();
+    let _kubelet = Kubelet::start(&server).unwrap();
+    let api: Api<Pod> = Api::default_namespaced(server.client());
+    let spec = json!({"restartPolicy": "Never", "containers": [
+        {"name": "main", "image": "busybox", "command": ["sh", "-c", "echo failing; exit 3"]}
+    ]});
+    api.create(&PostParams::default(), &pod("fails", spec))
+        .await
+        .unwrap();
+    let done = await_phase(&api, "fails", &["Failed", "Succeeded"]).await;
+    assert_eq!(phase(&done), "Failed");
+    assert_eq!(terminated_exit_code(&done, "main"), Some(3));
+    assert_eq!(
+        done.spec.unwrap().node_name.as_deref(),
+        Some("testkit-node")
+    );
+    let logs = api.logs("fails", &LogParams::default()).await.unwrap();
+    assert_eq!(logs, "failing\n");
+}
+
+#[tokio::test]
+async fn a_pod_whose_containers_exit_zero_succeeds_and_shares_its_empty_dir() {
+    let server = server();
+    let _kubelet = Kubelet::start(&server).unwrap();
+    let api: Api<Pod> = Api::default_namespaced(server.client());
+    let spec = json!({
+        "restartPolicy": "Never",
+        "volumes": [{"name": "work", "emptyDir": {}}],
+        "initContainers": [{"name": "init", "image": "busybox", "command": ["sh", "-c", "echo hello > /work/greeting"],
+                            "volumeMounts": [{"name": "work", "mountPath": "/work"}]}],
+        "containers": [{"name": "main", "image": "busybox", "command": ["sh", "-c", "test \"$(cat /work/greeting)\" = hello"],
+                        "volumeMounts": [{"name": "work", "mountPath": "/work"}]}]
+    });
+    api.create(&PostParams::default(), &pod("ok", spec))
+        .await
+        .unwrap();
+    let done = await_phase(&api, "ok", &["Failed", "Succeeded"]).await;
+    assert_eq!(phase(&done), "Succeeded", "{:?}", done.status);
+    assert_eq!(terminated_exit_code(&done, "main"), Some(0));
+}
+
+#[tokio::test]
+async fn a_pod_past_active_deadline_seconds_is_killed() {
+    let server = server();
+    let _kubelet = Kubelet::start(&server).unwrap();
+    let api: Api<Pod> = Api::default_namespaced(server.client());
+    let spec = json!({"restartPolicy": "Never", "activeDeadlineSeconds": 1, "containers": [
+        {"name": "sleeper", "image": "busybox", "command": ["sleep", "60"]}
+    ]});
+    api.create(&PostParams::default(), &pod("slow", spec))
+        .await
+        .unwrap();
+    await_phase(&api, "slow", &["Running"]).await;
+    let done = await_phase(&api, "slow", &["Failed", "Succeeded"]).await;
+    let status = done.status.clone().unwrap();
+    assert_eq!(phase(&done), "Failed");
+    assert_eq!(status.reason.as_deref(), Some("DeadlineExceeded"));
+    assert_eq!(terminated_exit_code(&done, "sleeper"), Some(137));
+}
+
+#[tokio::test]
+async fn on_failure_restarts_count_up() {
+    let server = server();
+    let _kubelet = Kubelet::start(&server).unwrap();
+    let api: Api<Pod> = Api::default_namespaced(server.client());
+    // Fails until the marker file exists, then succeeds.
+    let spec = json!({"restartPolicy": "OnFailure", "volumes": [{"name": "s", "emptyDir": {}}], "containers": [
+        {"name": "flaky", "image": "busybox", "volumeMounts": [{"name": "s", "mountPath": "/state"}],
+         "command": ["sh", "-c", "if [ -f /state/m ]; then exit 0; fi; touch /state/m; exit 1"]}
+    ]});
+    api.create(&PostParams::default(), &pod("flaky", spec))
+        .await
+        .unwrap();
+    let done = await_phase(&api, "flaky", &["Failed", "Succeeded"]).await;
+    assert_eq!(phase(&done), "Succeeded");
+    let cs = &done.status.unwrap().container_statuses.unwrap()[0];
+    assert_eq!(cs.restart_count, 1);
+}
+
+#[tokio::test]
+async fn deleting_a_running_pod_kills_it_and_removes_it() {
+    let server = server();
+    let _kubelet = Kubelet::start(&server).unwrap();
+    let api: Api<Pod> = Api::default_namespaced(server.client());
+    let spec =
+        json!({"containers": [{"name": "s", "image": "busybox", "command": ["sleep", "60"]}]});
+    api.create(&PostParams::default(), &pod("victim", spec))
+        .await
+        .unwrap();
+    await_phase(&api, "victim", &["Running"]).await;
+    let pending = api
+        .delete("victim", &DeleteParams::default())
+        .await
+        .unwrap();
+    assert!(
+        pending
+            .left()
+            .unwrap()
+            .metadata
+            .deletion_timestamp
+            .is_some()
+    );
+    await_condition(
+        "pod removed",
+        || api.get_opt("victim"),
+        |r| matches!(r, Ok(None)),
+    )
+    .await
+    .unwrap();
+}
