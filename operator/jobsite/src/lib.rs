@@ -9,9 +9,11 @@
 //! - [`escalation`]: worker tiers and retry budgets by error class;
 //! - [`dispatch`]: which ready items to claim, by priority, age, WIP and conflicts;
 //! - [`triage`]: who is at fault when the integration run fails;
-//! - [`sanitizer`]: the only Worker-facing boundary for feedback.
+//! - [`sanitizer`]: the only Worker-facing boundary for feedback;
+//! - [`ledger`]: the Finding Ledger state machine and the Inspection Run seal.
 
 pub mod dispatch;
 pub mod escalation;
+pub mod ledger;
 pub mod sanitizer;
 pub mod triage;
