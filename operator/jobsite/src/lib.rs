@@ -14,6 +14,7 @@
 
 pub mod dispatch;
 pub mod escalation;
+pub mod executor;
 pub mod ledger;
 pub mod sanitizer;
 pub mod triage;

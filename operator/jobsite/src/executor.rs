@@ -1,0 +1,173 @@
+//! The `Executor` port: run one sandboxed role and collect its output
+//! (ARCHITECTURE.md §4, the execution contract).
+//!
+//! A sandboxed role (Worker A, Worker B, integration runner, Inspector,
+//! mutation runner) sees exactly one input tree and returns exactly one output
+//! folder:
+//! - in: `/workspace`, a git repository made for this run (synthetic root
+//!   commit, own object database, no alternates, no remote, no credentials),
+//!   and `/task/task.json` (role, requirements, interfaces, sanitized feedback,
+//!   cycle, retry budget, model tier);
+//! - out: `/out/` — `patch.bundle` (Workers), `results.json` (integration
+//!   runner), `findings.jsonl` (Inspectors), `campaign.json` (mutation).
+//!
+//! Backends: Kubernetes pods from a sandbox profile, and local processes under
+//! bubblewrap. A backend whose profile's conformance report is missing or
+//! failing must refuse to run ([`ExecutorError::ProfileNotConformant`]); it never
+//! falls back to a weaker profile. The trusted control plane builds the input,
+//! validates what comes back and never executes project code itself.
+
+use std::{collections::BTreeMap, future::Future, path::PathBuf, time::Duration};
+
+use serde::{Deserialize, Serialize};
+
+/// The sandboxed roles.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum SandboxRole {
+    /// Writes tests; sees specs and tests, never implementation.
+    WorkerA,
+    /// Writes implementation; sees specs and implementation, never tests.
+    WorkerB,
+    /// Builds the candidate and runs the active test catalog.
+    IntegrationRunner,
+    /// Reads the candidate (minus integration-only paths) and reports findings.
+    Inspector,
+    /// Runs a mutation campaign.
+    MutationRunner,
+}
+
+/// Resource limits of one run. Every limit is enforced or the backend reports
+/// the `resource-limits` capability unsupported.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Limits {
+    /// Wall clock (also capped by the lease).
+    pub wall_clock: Duration,
+    /// CPU time.
+    pub cpu: Duration,
+    /// Address-space / memory bytes.
+    pub memory_bytes: u64,
+    /// Processes (and threads) of the sandbox user.
+    pub processes: u64,
+    /// Largest file the run may write.
+    pub file_size_bytes: u64,
+    /// Open file descriptors.
+    pub open_files: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            wall_clock: Duration::from_secs(600),
+            cpu: Duration::from_secs(600),
+            memory_bytes: 2 << 30,
+            processes: 256,
+            file_size_bytes: 256 << 20,
+            open_files: 1024,
+        }
+    }
+}
+
+/// One run to execute.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunSpec {
+    /// Unique and deterministic (work item, cycle, role, attempt): a retried
+    /// run with the same id must not be executed twice concurrently.
+    pub run_id: String,
+    /// The role.
+    pub role: SandboxRole,
+    /// The repository to expose (copied, never bind-mounted writable) at `/workspace`.
+    pub workspace: PathBuf,
+    /// The task document written to `/task/task.json`.
+    pub task: serde_json::Value,
+    /// Harness command run inside the sandbox (from the WorkerClass).
+    pub command: Vec<String>,
+    /// Container image (Kubernetes backends; ignored locally).
+    pub image: Option<String>,
+    /// Non-secret environment.
+    pub env: BTreeMap<String, String>,
+    /// Limits.
+    pub limits: Limits,
+    /// Egress proxy URL, if the role may reach one; otherwise no network at all.
+    pub egress_proxy: Option<String>,
+}
+
+/// How a run ended.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum Termination {
+    /// The command exited.
+    Exited {
+        /// Exit code.
+        code: i32,
+    },
+    /// Killed by a signal.
+    Signaled {
+        /// Signal number.
+        signal: i32,
+    },
+    /// A limit ended it (`wall-clock`, `lease`, `cpu`, `memory`, …).
+    LimitExceeded {
+        /// Which limit.
+        limit: String,
+    },
+    /// Cancelled (lease lost, shutdown).
+    Cancelled,
+}
+
+/// What a run returned.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunOutput {
+    /// The collected `/out` folder (owned by the control plane after the run).
+    pub out_dir: PathBuf,
+    /// How it ended.
+    pub termination: Termination,
+    /// Wall time used.
+    pub elapsed: Duration,
+    /// Last bytes of stderr, for the private evaluation record only (never
+    /// forwarded to a Worker).
+    pub stderr_tail: String,
+}
+
+/// Executor failures (as opposed to a command that ran and failed).
+#[derive(Debug, thiserror::Error)]
+pub enum ExecutorError {
+    /// The profile has no passing conformance report: refuse, never fall back.
+    #[error("sandbox profile {profile} is not conformant ({reason}); run `protobot sandbox conformance` and fix the failing checks")]
+    ProfileNotConformant {
+        /// Profile name.
+        profile: String,
+        /// Why.
+        reason: String,
+    },
+    /// The sandbox could not be prepared or started.
+    #[error("failed to start sandbox for run {run_id}: {reason}")]
+    Start {
+        /// Run.
+        run_id: String,
+        /// Why.
+        reason: String,
+    },
+    /// Output could not be collected.
+    #[error("failed to collect the output of run {run_id}: {reason}")]
+    Collect {
+        /// Run.
+        run_id: String,
+        /// Why.
+        reason: String,
+    },
+}
+
+/// The Executor port.
+pub trait Executor: Send + Sync {
+    /// The sandbox profile name this executor enforces.
+    fn profile(&self) -> &str;
+
+    /// Runs one role to completion, a limit, or cancellation (`cancel` turning
+    /// true, e.g. when the lease is lost); kills the whole process tree on exit.
+    fn run(
+        &self,
+        spec: RunSpec,
+        cancel: tokio::sync::watch::Receiver<bool>,
+    ) -> impl Future<Output = Result<RunOutput, ExecutorError>> + Send;
+}
