@@ -98,6 +98,70 @@ pub fn group(reg: &TypeRegistry, group: &str) -> Option<Value> {
     groups(reg).get(group).map(|vs| group_json(group, vs))
 }
 
+fn aggregated_group(reg: &TypeRegistry, group: &str, versions: &[String]) -> Value {
+    let versions: Vec<Value> = versions
+        .iter()
+        .map(|version| {
+            let resources: Vec<Value> = reg
+                .all()
+                .filter(|t| t.group == group && t.versions.iter().any(|v| v == version))
+                .map(|t| {
+                    let gvk = json!({"group": group, "version": version, "kind": t.kind});
+                    let subresources: Vec<Value> = t
+                        .subresources()
+                        .into_iter()
+                        .map(|sub| {
+                            let verbs: &[&str] = if sub == "log" {
+                                &["get"]
+                            } else {
+                                &["get", "patch", "update"]
+                            };
+                            json!({"subresource": sub, "responseKind": gvk, "verbs": verbs})
+                        })
+                        .collect();
+                    json!({
+                        "resource": t.plural,
+                        "responseKind": gvk,
+                        "scope": if t.namespaced { "Namespaced" } else { "Cluster" },
+                        "singularResource": t.singular,
+                        "verbs": VERBS,
+                        "shortNames": t.short_names,
+                        "subresources": subresources,
+                    })
+                })
+                .collect();
+            json!({"version": version, "resources": resources, "freshness": "Current"})
+        })
+        .collect();
+    json!({"metadata": {"name": group}, "versions": versions})
+}
+
+/// Aggregated discovery (`apidiscovery.k8s.io/v2` `APIGroupDiscoveryList`):
+/// the core group for `/api`, every other group for `/apis`.
+pub fn aggregated(reg: &TypeRegistry, core: bool) -> Value {
+    let items: Vec<Value> = if core {
+        vec![aggregated_group(reg, "", &["v1".to_owned()])]
+    } else {
+        groups(reg)
+            .iter()
+            .map(|(g, vs)| aggregated_group(reg, g, vs))
+            .collect()
+    };
+    json!({
+        "kind": "APIGroupDiscoveryList",
+        "apiVersion": "apidiscovery.k8s.io/v2",
+        "metadata": {},
+        "items": items,
+    })
+}
+
+/// Whether an `Accept` header asks for aggregated discovery.
+pub fn wants_aggregated(accept: &str) -> bool {
+    accept.split(',').next().is_some_and(|first| {
+        first.contains("as=APIGroupDiscoveryList") && first.contains("g=apidiscovery.k8s.io")
+    })
+}
+
 /// `GET /api/v1` or `GET /apis/<group>/<version>`: the `APIResourceList`, if served.
 pub fn resource_list(reg: &TypeRegistry, group: &str, version: &str) -> Option<Value> {
     let mut resources = Vec::new();

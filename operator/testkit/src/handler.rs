@@ -34,6 +34,17 @@ fn json_response(code: u16, value: &Value) -> Resp {
     resp
 }
 
+fn aggregated_response(value: &Value) -> Resp {
+    let mut resp = json_response(200, value);
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        header::HeaderValue::from_static(
+            "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList",
+        ),
+    );
+    resp
+}
+
 fn error_response(err: &ApiError) -> Resp {
     json_response(err.code, &err.to_status())
 }
@@ -82,7 +93,14 @@ where
         .filter(|s| !s.is_empty())
         .unwrap_or("unknown")
         .to_owned();
+    let accept = parts
+        .headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_owned();
     let ctx = Ctx {
+        accept,
         shared,
         method: parts.method,
         query,
@@ -97,6 +115,7 @@ where
 }
 
 struct Ctx {
+    accept: String,
     shared: Arc<Shared>,
     method: Method,
     query: Query,
@@ -170,6 +189,12 @@ impl Ctx {
                 200,
                 &json!({"major": "1", "minor": "33", "gitVersion": "v1.33.0-testkit", "platform": "linux/amd64"}),
             )),
+            Route::CoreVersions if discovery::wants_aggregated(&self.accept) => {
+                Ok(aggregated_response(&discovery::aggregated(&types, true)))
+            }
+            Route::GroupList if discovery::wants_aggregated(&self.accept) => {
+                Ok(aggregated_response(&discovery::aggregated(&types, false)))
+            }
             Route::CoreVersions => Ok(json_response(200, &discovery::core_versions())),
             Route::GroupList => Ok(json_response(200, &discovery::group_list(&types))),
             Route::Group(g) => discovery::group(&types, &g)
@@ -448,6 +473,11 @@ impl Ctx {
         let (list_rv, after) = match self.query.get("continue") {
             Some(token) => {
                 let (rv, last) = decode_continue(token)?;
+                if rv < self.shared.lock().compacted_rv() {
+                    return Err(ApiError::expired(
+                        "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter.",
+                    ));
+                }
                 (rv, Some(last))
             }
             None => (rv, None),

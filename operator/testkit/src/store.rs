@@ -242,6 +242,11 @@ impl State {
         self.rv
     }
 
+    /// The newest resourceVersion no longer in the watch history.
+    pub fn compacted_rv(&self) -> u64 {
+        self.compacted_rv
+    }
+
     /// Events with a resourceVersion above `after` for one group/plural, or 410
     /// when `after` is older than the retained history.
     pub fn events_since(

@@ -46,7 +46,7 @@ pub struct WatchParams {
     pub fields: FieldSelector,
     /// Version objects are served at.
     pub version: String,
-    /// Injected fault: end the stream after this many events.
+    /// Injected fault: end the stream after this many events (bookmarks not counted).
     pub drop_after: Option<usize>,
 }
 
@@ -65,6 +65,9 @@ impl Sink {
         line.push(b'\n');
         if self.tx.send(Ok(Bytes::from(line))).await.is_err() {
             return false;
+        }
+        if ty == "BOOKMARK" {
+            return true;
         }
         self.sent += 1;
         if self.drop_after.is_some_and(|n| self.sent >= n) {

@@ -84,16 +84,14 @@ impl KillSignal {
         (tx, Self(rx))
     }
 
-    /// Wait until killed (forever if the sender is dropped without firing).
+    /// Wait until killed. A dropped sender (the kubelet went away) counts as a kill.
     pub async fn killed(&mut self) {
-        if self.0.wait_for(|k| *k).await.is_err() {
-            std::future::pending::<()>().await;
-        }
+        let _ = self.0.wait_for(|k| *k).await;
     }
 
-    /// Whether the kill has fired.
+    /// Whether the kill has fired (or the kubelet went away).
     pub fn is_killed(&self) -> bool {
-        *self.0.borrow()
+        *self.0.borrow() || self.0.has_changed().is_err()
     }
 }
 
@@ -112,6 +110,29 @@ pub trait ContainerExecutor: Send + Sync + 'static {
 /// directory, and `TESTKIT_VOLUME_<NAME>` points at each volume.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct ProcessExecutor;
+
+/// Kills a container's whole process group if its task is dropped before the
+/// container exited (test runtime shutting down, kubelet dropped): `kill_on_drop`
+/// alone would leave a shell's children running.
+struct GroupGuard(Option<u32>);
+
+impl GroupGuard {
+    fn kill(&mut self) {
+        if let Some(pid) = self.0.take() {
+            let _ = std::process::Command::new("kill")
+                .args(["-KILL", "--", &format!("-{pid}")])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status();
+        }
+    }
+}
+
+impl Drop for GroupGuard {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
 
 fn rewrite(s: &str, mounts: &[Mount]) -> String {
     let mut sorted: Vec<&Mount> = mounts.iter().collect();
@@ -160,21 +181,18 @@ impl ContainerExecutor for ProcessExecutor {
                 cmd.current_dir(rewrite(dir, &launch.mounts));
             }
             let mut child = cmd.spawn().map_err(spawn_err)?;
-            let pid = child.id();
+            let mut guard = GroupGuard(child.id());
             tokio::select! {
                 status = child.wait() => {
+                    // The leader exited normally: do not signal a group id that may be reused.
+                    guard.0 = None;
                     let status = status.map_err(spawn_err)?;
                     let code = status.code().or_else(|| status.signal().map(|s| 128 + s)).unwrap_or(1);
                     Ok(ContainerExit { exit_code: code, killed: false })
                 }
                 () = kill.killed() => {
-                    if let Some(pid) = pid {
-                        // Kill the whole process group so shells' children die too.
-                        let _ = tokio::process::Command::new("kill")
-                            .args(["-KILL", "--", &format!("-{pid}")])
-                            .status()
-                            .await;
-                    }
+                    // Kill the whole process group so shells' children die too.
+                    guard.kill();
                     let _ = child.kill().await;
                     let status = child.wait().await.map_err(spawn_err)?;
                     let code = status.code().or_else(|| status.signal().map(|s| 128 + s)).unwrap_or(137);

@@ -189,3 +189,38 @@ async fn merge_and_json_patches_apply_and_respect_resource_version_preconditions
         .unwrap();
     assert_eq!(patched.data.unwrap()["z"], "26");
 }
+
+#[tokio::test]
+async fn ssa_on_the_status_subresource_touches_only_status() {
+    let server = server();
+    let api: Api<Widget> = Api::default_namespaced(server.client());
+    api.patch(
+        "ssa",
+        &PatchParams::apply("alice"),
+        &Patch::Apply(widget_apply(Some("img:1"), None)),
+    )
+    .await
+    .unwrap();
+    let status = json!({
+        "apiVersion": "testkit.example.com/v1", "kind": "Widget", "metadata": {"name": "ssa"},
+        "spec": {"image": "ignored"}, "status": {"phase": "Ready"}
+    });
+    let after = api
+        .patch_status(
+            "ssa",
+            &PatchParams::apply("status-writer"),
+            &Patch::Apply(status),
+        )
+        .await
+        .unwrap();
+    assert_eq!(after.spec.image, "img:1");
+    assert_eq!(after.status.unwrap().phase.as_deref(), Some("Ready"));
+    let entry = after
+        .metadata
+        .managed_fields
+        .unwrap()
+        .into_iter()
+        .find(|m| m.manager.as_deref() == Some("status-writer"))
+        .unwrap();
+    assert_eq!(entry.subresource.as_deref(), Some("status"));
+}

@@ -203,3 +203,28 @@ async fn invalid_names_are_422() {
     assert_eq!((s.code, s.reason.as_str()), (422, "Invalid"));
     assert_eq!(s.details.unwrap().causes[0].field, "metadata.name");
 }
+
+#[tokio::test]
+async fn generate_name_and_dry_run_behave_like_the_api_server() {
+    let server = server();
+    let api = cms(&server);
+    let mut c = config_map("", &[]);
+    c.metadata.name = None;
+    c.metadata.generate_name = Some("gen-".into());
+    let made = api.create(&PostParams::default(), &c).await.unwrap();
+    let name = made.metadata.name.unwrap();
+    assert!(
+        name.starts_with("gen-") && name.len() == "gen-".len() + 5,
+        "{name}"
+    );
+
+    let dry = PostParams {
+        dry_run: true,
+        ..PostParams::default()
+    };
+    let rv_before = server.resource_version();
+    let would = api.create(&dry, &config_map("dry", &[])).await.unwrap();
+    assert_eq!(would.metadata.name.as_deref(), Some("dry"));
+    assert_eq!(server.resource_version(), rv_before);
+    assert!(api.get_opt("dry").await.unwrap().is_none());
+}

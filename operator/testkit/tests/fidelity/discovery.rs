@@ -72,3 +72,34 @@ async fn crds_created_through_the_api_are_served() {
         .await
         .unwrap();
 }
+
+#[tokio::test]
+async fn aggregated_discovery_matches_legacy_discovery() {
+    let server = server();
+    let discovery = Discovery::new(server.client())
+        .run_aggregated()
+        .await
+        .unwrap();
+    let widget = discovery
+        .get("testkit.example.com")
+        .unwrap()
+        .resources_by_stability()
+        .into_iter()
+        .find(|(ar, _)| ar.kind == "Widget")
+        .unwrap();
+    assert_eq!(widget.0.plural, "widgets");
+    assert_eq!(widget.1.scope, Scope::Namespaced);
+    assert!(
+        widget
+            .1
+            .subresources
+            .iter()
+            .any(|(ar, _)| ar.plural == "status")
+    );
+    let core = discovery.get("").unwrap().resources_by_stability();
+    assert!(
+        core.iter()
+            .any(|(ar, caps)| ar.kind == "Namespace" && caps.scope == Scope::Cluster)
+    );
+    assert!(core.iter().any(|(ar, _)| ar.kind == "Pod"));
+}

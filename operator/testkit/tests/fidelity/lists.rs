@@ -112,3 +112,30 @@ async fn list_resource_version_is_the_latest_and_too_large_versions_time_out() {
         2
     );
 }
+
+#[tokio::test]
+async fn a_continue_token_older_than_the_history_is_410() {
+    use protobot_testkit::{ApiServer, ServerConfig};
+    let server = ApiServer::with_config(ServerConfig {
+        history_limit: 2,
+        ..ServerConfig::default()
+    });
+    let api = cms(&server);
+    for i in 0..3 {
+        api.create(&PostParams::default(), &config_map(&format!("p{i}"), &[]))
+            .await
+            .unwrap();
+    }
+    let page = api.list(&ListParams::default().limit(1)).await.unwrap();
+    let token = page.metadata.continue_.unwrap();
+    for i in 3..6 {
+        api.create(&PostParams::default(), &config_map(&format!("p{i}"), &[]))
+            .await
+            .unwrap();
+    }
+    let s = status_of(
+        api.list(&ListParams::default().limit(1).continue_token(&token))
+            .await,
+    );
+    assert_eq!((s.code, s.reason.as_str()), (410, "Expired"));
+}
