@@ -2,8 +2,10 @@
 //! with a synthetic, parentless root commit.
 //!
 //! Pipeline: read the source tree, manifest and catalog (git2) → plan (pure, [`crate::plan`])
-//! → write a fresh repository (git2). The new repository is created without templates (so
-//! without hooks), with `core.logAllRefUpdates=false` (no reflog), no remote and no
+//! → write a fresh repository: exported blobs go straight to loose objects with stored deflate
+//! ([`crate::loose`]) and to the working tree, the index is built from the written files' stat
+//! data, and git2 writes the few trees and the commit. The new repository is created without
+//! templates (so without hooks), with `core.logAllRefUpdates=false` (no reflog), no remote and no
 //! alternates; only the exported blobs and the trees and commit built from them are written
 //! to its own object database. The root commit uses a fixed identity and time, so the same
 //! source files and role always give the same commit ID.
@@ -17,11 +19,12 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use git2::{Oid, Repository, RepositoryInitOptions, Signature, Time, build::CheckoutBuilder};
+use git2::{IndexEntry, IndexTime, Oid, Repository, RepositoryInitOptions, Signature, Time};
 use serde::{Deserialize, Serialize};
 
 use crate::{
     catalog::{self, CATALOG_PATH, CatalogError, ChangeScope, TestSelection},
+    loose::{encode_loose_blob, write_loose_object},
     manifest::{MANIFEST_PATH, ManifestError, PathClass, ProjectionManifest},
     plan::{SourceEntry, WithheldReason, plan_projection},
     role::Role,
@@ -322,30 +325,58 @@ pub fn export_projection(request: &ExportRequest) -> Result<ExportReport, Export
     let src_odb = source
         .odb()
         .map_err(git("open the source object database"))?;
-    let dst_odb = dest
-        .odb()
-        .map_err(git("open the projection object database"))?;
+    let objects_dir = dest.path().join("objects");
+    let workdir = dest
+        .workdir()
+        .map(Path::to_owned)
+        .ok_or_else(|| ExportError::Io {
+            operation: "find the projection working tree",
+            path: request.dest.clone(),
+            source: std::io::Error::other("the projection repository is bare"),
+        })?;
+    let mut index = dest.index().map_err(git("open the projection index"))?;
+    let mut made_dirs = BTreeSet::new();
     let mut root = DirNode::default();
     let mut exported_by_class = BTreeMap::new();
     let mut exported = BTreeSet::new();
-    for (index, planned) in &plan.include {
-        let file = &files[*index];
+    for (position, planned) in &plan.include {
+        let file = &files[*position];
         let object = src_odb.read(file.id).map_err(git("read a source blob"))?;
-        let id = dst_odb
-            .write(git2::ObjectType::Blob, object.data())
-            .map_err(git("write a projection blob"))?;
-        root.insert(&planned.path, id, file.mode);
+        let content = object.data();
+        let io = |operation: &'static str, path: &Path| {
+            let path = path.to_owned();
+            move |source| ExportError::Io {
+                operation,
+                path,
+                source,
+            }
+        };
+        let id_hex = file.id.to_string();
+        write_loose_object(&objects_dir, &id_hex, &encode_loose_blob(content))
+            .map_err(io("write a projection object", &objects_dir))?;
+        let target = workdir.join(&planned.path);
+        if let Some(parent) = target.parent()
+            && made_dirs.insert(parent.to_owned())
+        {
+            fs::create_dir_all(parent).map_err(io("create a projection directory", parent))?;
+        }
+        fs::write(&target, content).map_err(io("write a projection file", &target))?;
+        if file.mode == mode::EXECUTABLE {
+            make_executable(&target).map_err(io("mark a projection file executable", &target))?;
+        }
+        let meta = fs::metadata(&target).map_err(io("stat a projection file", &target))?;
+        index
+            .add(&index_entry(&planned.path, file.id, file.mode, &meta))
+            .map_err(git("add a file to the projection index"))?;
+        root.insert(&planned.path, file.id, file.mode);
         *exported_by_class.entry(planned.class).or_insert(0) += 1;
         exported.insert(planned.path.clone());
     }
+    index.write().map_err(git("write the projection index"))?;
     let tree_id = root
         .write(&dest)
         .map_err(git("write the projection tree"))?;
     let root_commit = write_root_commit(&dest, tree_id, request.role)?;
-    let mut checkout = CheckoutBuilder::new();
-    checkout.force();
-    dest.checkout_head(Some(&mut checkout))
-        .map_err(git("check out the projection"))?;
     remove_if_present(&dest.path().join("hooks"))?;
     remove_if_present(&dest.path().join("logs"))?;
 
@@ -445,6 +476,51 @@ fn write_root_commit(repo: &Repository, tree_id: Oid, role: Role) -> Result<Oid,
         &[],
     )
     .map_err(git("write the synthetic root commit"))
+}
+
+#[cfg(unix)]
+fn make_executable(path: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    fs::set_permissions(path, fs::Permissions::from_mode(0o755))
+}
+
+#[cfg(not(unix))]
+fn make_executable(_path: &Path) -> std::io::Result<()> {
+    Ok(())
+}
+
+/// An index entry carrying the stat data of the file just written, so `git status` in the
+/// projection is clean without rehashing every file.
+fn index_entry(path: &str, id: Oid, file_mode: i32, meta: &fs::Metadata) -> IndexEntry {
+    #[cfg(unix)]
+    let (ctime, mtime, dev, ino, uid, gid) = {
+        use std::os::unix::fs::MetadataExt;
+        (
+            IndexTime::new(meta.ctime() as i32, meta.ctime_nsec() as u32),
+            IndexTime::new(meta.mtime() as i32, meta.mtime_nsec() as u32),
+            meta.dev() as u32,
+            meta.ino() as u32,
+            meta.uid(),
+            meta.gid(),
+        )
+    };
+    #[cfg(not(unix))]
+    let (ctime, mtime, dev, ino, uid, gid) =
+        (IndexTime::new(0, 0), IndexTime::new(0, 0), 0, 0, 0, 0);
+    IndexEntry {
+        ctime,
+        mtime,
+        dev,
+        ino,
+        mode: file_mode as u32,
+        uid,
+        gid,
+        file_size: meta.len() as u32,
+        id,
+        flags: path.len().min(0xfff) as u16,
+        flags_extended: 0,
+        path: path.as_bytes().to_vec(),
+    }
 }
 
 fn remove_if_present(path: &Path) -> Result<(), ExportError> {

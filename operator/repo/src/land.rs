@@ -481,8 +481,11 @@ pub fn verify_remote_contains(
 }
 
 /// Lands the work item on `remote`'s `branch` (e.g. `main`): fetch, reuse an existing merge
-/// if the remote already has one for this work item, otherwise merge onto the fetched remote
-/// head, push with that head as the guard, and verify. Idempotent across crashes.
+/// if the remote already has one for this work item, otherwise write the merge commit onto the
+/// fetched remote head, push it from a private scratch ref (`refs/protobot/landing/<id>`) with
+/// that head as the guard, verify, and finally fast-forward the local branch when it is an
+/// ancestor of the merge. Idempotent across crashes at any point: a rerun either finds the
+/// merge on the remote or rebuilds the same merge onto the current remote head.
 pub fn land_work_item(
     repo: &Repository,
     work_item: &WorkItemRef,
@@ -492,18 +495,7 @@ pub fn land_work_item(
 ) -> Result<LandOutcome, LandError> {
     let remote_ref = format!("refs/heads/{branch}");
     let local_ref = format!("refs/heads/{branch}");
-    let fetched = fetch_remote_branch(repo, remote, &remote_ref)?;
-    if let Some(head) = fetched
-        && let Some(existing) = find_merge_by_trailer(repo, head, &work_item.id)?
-    {
-        return Ok(LandOutcome {
-            merge_commit: existing.to_string(),
-            pushed: false,
-            already_merged: true,
-            remote_head: head.to_string(),
-        });
-    }
-    let Some(remote_main) = fetched else {
+    let Some(remote_main) = fetch_remote_branch(repo, remote, &remote_ref)? else {
         return Err(LandError::RemoteMoved {
             remote: remote.into(),
             reference: remote_ref,
@@ -511,62 +503,86 @@ pub fn land_work_item(
             actual: "none".into(),
         });
     };
-    // Base the local default branch on the remote head: fast-forward it, or refuse when local
-    // history diverged (never reset or force).
-    let local_before = repo
-        .find_reference(&local_ref)
-        .ok()
-        .and_then(|r| r.target());
-    match local_before {
-        Some(local) if local == remote_main => {}
-        Some(local) => {
-            let behind = repo
-                .graph_descendant_of(remote_main, local)
-                .map_err(git("compare local and remote default branch"))?;
-            if !behind {
-                return Err(LandError::RefMoved {
-                    reference: local_ref,
-                    expected: remote_main.to_string(),
-                });
-            }
-            repo.reference_matching(
-                &local_ref,
-                remote_main,
-                true,
-                local,
-                "protobot: fast-forward to remote",
-            )
-            .map_err(|_| LandError::RefMoved {
-                reference: local_ref.clone(),
-                expected: local.to_string(),
-            })?;
-        }
-        None => {
-            repo.reference(
-                &local_ref,
-                remote_main,
-                false,
-                "protobot: track remote default branch",
-            )
-            .map_err(git("create the local default branch"))?;
-        }
+    if let Some(existing) = find_merge_by_trailer(repo, remote_main, &work_item.id)? {
+        fast_forward_local(repo, &local_ref, existing)?;
+        return Ok(LandOutcome {
+            merge_commit: existing.to_string(),
+            pushed: false,
+            already_merged: true,
+            remote_head: remote_main.to_string(),
+        });
     }
-    let merge = merge_into_main(repo, work_item, &local_ref, when)?;
-    let merge_id = Oid::from_str(&merge.merge_commit).map_err(git("parse the merge id"))?;
-    push_with_guard(repo, remote, &local_ref, &remote_ref, Some(remote_main))?;
-    if !verify_remote_contains(repo, remote, &remote_ref, merge_id)? {
+    let wi_branch = work_item.branch_ref();
+    let wi_head = repo
+        .find_reference(&wi_branch)
+        .and_then(|r| r.peel_to_commit())
+        .map(|c| c.id())
+        .map_err(git("read the work-item branch"))?;
+    let message = compose(
+        &format!(
+            "Merge {} into {branch}",
+            wi_branch.trim_start_matches("refs/heads/")
+        ),
+        None,
+        &[(trailers::WORK_ITEM, work_item.id.clone())],
+    );
+    let merge = merge_commit(
+        repo,
+        remote_main,
+        wi_head,
+        &message,
+        when,
+        &wi_branch,
+        &remote_ref,
+    )?;
+    let scratch = format!("refs/protobot/landing/{}", work_item.id);
+    repo.reference(&scratch, merge, true, "protobot: merge to land")
+        .map_err(git("write the landing scratch ref"))?;
+    push_with_guard(repo, remote, &scratch, &remote_ref, Some(remote_main))?;
+    if !verify_remote_contains(repo, remote, &remote_ref, merge)? {
         return Err(LandError::NotOnRemote {
             remote: remote.into(),
             reference: remote_ref,
-            commit: merge.merge_commit,
+            commit: merge.to_string(),
         });
     }
+    fast_forward_local(repo, &local_ref, merge)?;
+    if let Ok(mut reference) = repo.find_reference(&scratch) {
+        reference
+            .delete()
+            .map_err(git("delete the landing scratch ref"))?;
+    }
     Ok(LandOutcome {
-        merge_commit: merge.merge_commit,
+        merge_commit: merge.to_string(),
         pushed: true,
         already_merged: false,
-        remote_head: merge_id.to_string(),
+        remote_head: merge.to_string(),
     })
+}
+
+/// Moves the local branch to `target` when it is absent or an ancestor of `target`; leaves a
+/// diverged local branch alone (the remote is the source of truth after landing).
+fn fast_forward_local(repo: &Repository, local_ref: &str, target: Oid) -> Result<(), LandError> {
+    match repo.find_reference(local_ref).ok().and_then(|r| r.target()) {
+        None => {
+            repo.reference(local_ref, target, false, "protobot: track landed merge")
+                .map_err(git("create the local default branch"))?;
+        }
+        Some(local) if local == target => {}
+        Some(local) => {
+            let behind = repo
+                .graph_descendant_of(target, local)
+                .map_err(git("compare the local default branch"))?;
+            if behind {
+                repo.reference_matching(local_ref, target, true, local, "protobot: fast-forward")
+                    .map_err(|_| LandError::RefMoved {
+                        reference: local_ref.into(),
+                        expected: local.to_string(),
+                    })?;
+            }
+        }
+    }
+    Ok(())
 }
 
 /// `approved_merge` failures, with the SCM failure codes.

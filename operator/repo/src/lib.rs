@@ -22,6 +22,7 @@ pub mod digest;
 pub mod export;
 pub mod integrate;
 pub mod land;
+pub mod loose;
 pub mod manifest;
 pub mod path;
 pub mod plan;

@@ -265,3 +265,63 @@ fn the_push_guard_refuses_when_the_remote_moved_and_pushes_nothing() {
     assert_eq!(origin_main(&l), moved, "nothing was pushed");
     assert_eq!(merges_for(&l.origin, moved, "WI-00042"), 0);
 }
+
+#[test]
+fn a_crash_before_the_push_reruns_into_exactly_one_merge() {
+    let l = landing();
+    let repo = &l.canonical.repo;
+    let wi = work_item();
+    // First attempt merged locally and crashed before pushing.
+    merge_into_main(repo, &wi, "refs/heads/main", 100).unwrap();
+    let outcome = land_work_item(repo, &wi, "origin", "main", 101).unwrap();
+    assert!(outcome.pushed && !outcome.already_merged);
+    assert_eq!(merges_for(&l.origin, origin_main(&l), "WI-00042"), 1);
+    assert!(
+        repo.find_reference("refs/protobot/landing/WI-00042")
+            .is_err()
+    );
+}
+
+#[test]
+fn landing_after_the_remote_moved_merges_onto_the_new_head() {
+    let l = landing();
+    let repo = &l.canonical.repo;
+    let other_dir = TempDir::new().unwrap();
+    let other =
+        Repository::clone(l._origin_dir.path().to_str().unwrap(), other_dir.path()).unwrap();
+    let tracked = other
+        .find_reference("refs/remotes/origin/main")
+        .unwrap()
+        .target()
+        .unwrap();
+    other
+        .reference("refs/heads/main", tracked, true, "track")
+        .unwrap();
+    let theirs = commit_files(
+        &other,
+        "refs/heads/main",
+        &[("docs/other.md", Some(b"x".to_vec()), FILE)],
+        "other",
+        110,
+    );
+    push_with_guard(
+        &other,
+        "origin",
+        "refs/heads/main",
+        "refs/heads/main",
+        Some(tracked),
+    )
+    .unwrap();
+
+    let outcome = land_work_item(repo, &work_item(), "origin", "main", 111).unwrap();
+    let merge = l
+        .origin
+        .find_commit(Oid::from_str(&outcome.merge_commit).unwrap())
+        .unwrap();
+    assert_eq!(
+        merge.parent_id(0).unwrap(),
+        theirs,
+        "first parent is the moved remote head"
+    );
+    assert_eq!(origin_main(&l), merge.id());
+}

@@ -320,6 +320,12 @@ fn git_cli_inside_a_projection_cannot_reach_canonical_objects_refs_or_remotes() 
             "projection config mentions {forbidden}"
         );
     }
+    let fsck = git_in(&p.path, &["fsck", "--strict", "--no-dangling"]).unwrap();
+    assert!(
+        fsck.status.success(),
+        "{}",
+        String::from_utf8_lossy(&fsck.stderr)
+    );
     let status = git_in(&p.path, &["status", "--porcelain"]).unwrap();
     assert!(status.stdout.is_empty(), "checkout matches the root commit");
 }

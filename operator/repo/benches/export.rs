@@ -1,0 +1,178 @@
+//! Benchmark: projection export of a generated repository against
+//! `git archive | tar -x && git init && git add -A && git commit` and against a plain
+//! recursive copy of the same files (the floor). Prints the timings and the two ratios.
+//!
+//! Size: `PROTOBOT_BENCH_FILES` (default 20000) files totalling `PROTOBOT_BENCH_MB` (default
+//! 200) MiB. Run: `cargo bench -p protobot-repo --bench export` (needs `git`, `tar`, `cp`).
+//! Goal (issue 4): export ≥ 3× faster than the pipeline and ≤ 2× the copy.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
+
+use std::{
+    collections::BTreeMap,
+    env, fs,
+    path::Path,
+    process::Command,
+    time::{Duration, Instant},
+};
+
+use git2::{Oid, Repository, Signature, Time};
+use protobot_repo::{
+    catalog::ChangeScope,
+    export::{ExportRequest, export_projection},
+    role::Role,
+};
+
+fn env_usize(name: &str, default: usize) -> usize {
+    env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+#[derive(Default)]
+struct Dir {
+    files: BTreeMap<String, Oid>,
+    dirs: BTreeMap<String, Dir>,
+}
+
+impl Dir {
+    fn insert(&mut self, path: &str, id: Oid) {
+        match path.split_once('/') {
+            None => {
+                self.files.insert(path.into(), id);
+            }
+            Some((head, rest)) => self.dirs.entry(head.into()).or_default().insert(rest, id),
+        }
+    }
+    fn write(&self, repo: &Repository) -> Oid {
+        let mut b = repo.treebuilder(None).unwrap();
+        for (name, id) in &self.files {
+            b.insert(name, *id, 0o100644).unwrap();
+        }
+        for (name, dir) in &self.dirs {
+            b.insert(name, dir.write(repo), 0o040000).unwrap();
+        }
+        b.write().unwrap()
+    }
+}
+
+/// Generates the source repository: files under `src/` (shared by the manifest so every role
+/// exports the same set as the pipeline copies), deterministic pseudo-random content.
+fn generate(root: &Path, files: usize, total: usize) -> Repository {
+    let repo = Repository::init(root).unwrap();
+    let mut tree = Dir::default();
+    let manifest = b"version: 1\npaths:\n  - path: src/\n    class: shared\n  - path: .protobot/projection.yaml\n    class: shared\n";
+    tree.insert(".protobot/projection.yaml", repo.blob(manifest).unwrap());
+    let per_file = (total / files).max(1);
+    let mut state: u64 = 0x9E37_79B9_7F4A_7C15;
+    let mut buf = vec![0u8; per_file];
+    for i in 0..files {
+        for chunk in buf.chunks_mut(8) {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            let bytes = state.to_le_bytes();
+            chunk.copy_from_slice(&bytes[..chunk.len()]);
+        }
+        let path = format!("src/m{:03}/d{:02}/f{i:06}.rs", i % 200, (i / 200) % 50);
+        tree.insert(&path, repo.blob(&buf).unwrap());
+    }
+    let tree_id = tree.write(&repo);
+    let sig = Signature::new("bench", "bench@example.invalid", &Time::new(1, 0)).unwrap();
+    {
+        let tree = repo.find_tree(tree_id).unwrap();
+        repo.commit(Some("refs/heads/main"), &sig, &sig, "bench", &tree, &[])
+            .unwrap();
+    }
+    repo.set_head("refs/heads/main").unwrap();
+    repo
+}
+
+fn sh(script: &str, dir: &Path) {
+    let status = Command::new("sh")
+        .arg("-c")
+        .arg(script)
+        .current_dir(dir)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_AUTHOR_NAME", "bench")
+        .env("GIT_AUTHOR_EMAIL", "bench@example.invalid")
+        .env("GIT_COMMITTER_NAME", "bench")
+        .env("GIT_COMMITTER_EMAIL", "bench@example.invalid")
+        .status()
+        .unwrap();
+    assert!(status.success(), "`{script}` failed");
+}
+
+fn time(f: impl FnOnce()) -> Duration {
+    let start = Instant::now();
+    f();
+    start.elapsed()
+}
+
+fn main() {
+    let files = env_usize("PROTOBOT_BENCH_FILES", 20_000);
+    let total = env_usize("PROTOBOT_BENCH_MB", 200) * 1024 * 1024;
+    let work = tempfile::TempDir::new().unwrap();
+    let source = work.path().join("source");
+    fs::create_dir_all(&source).unwrap();
+    let gen_time = time(|| drop(generate(&source, files, total)));
+    // The floor copies a plain checkout of the same files.
+    let checkout = work.path().join("checkout");
+    fs::create_dir_all(&checkout).unwrap();
+    sh(
+        &format!(
+            "git -C {} archive main | tar -x -C {}",
+            source.display(),
+            checkout.display()
+        ),
+        work.path(),
+    );
+    println!(
+        "generated {files} files, {} MiB in {gen_time:.2?}",
+        total / (1024 * 1024)
+    );
+
+    let export_dest = work.path().join("export");
+    let export = time(|| {
+        export_projection(&ExportRequest {
+            source_repo: source.clone(),
+            at: "main".into(),
+            role: Role::WorkerB,
+            dest: export_dest.clone(),
+            scope: ChangeScope::default(),
+        })
+        .unwrap();
+    });
+
+    let pipeline_dest = work.path().join("pipeline");
+    fs::create_dir_all(&pipeline_dest).unwrap();
+    let pipeline = time(|| {
+        sh(
+            &format!(
+                "git -C {src} archive main | tar -x -C {dst} && cd {dst} && git init -q && git add -A && git commit -q -m projection",
+                src = source.display(),
+                dst = pipeline_dest.display()
+            ),
+            work.path(),
+        )
+    });
+
+    let copy_dest = work.path().join("copy");
+    let copy = time(|| {
+        sh(
+            &format!("cp -r {} {}", checkout.display(), copy_dest.display()),
+            work.path(),
+        )
+    });
+
+    println!("export   {export:>10.2?}");
+    println!(
+        "pipeline {pipeline:>10.2?}  (export is {:.2}x faster; goal >= 3x)",
+        pipeline.as_secs_f64() / export.as_secs_f64()
+    );
+    println!(
+        "copy     {copy:>10.2?}  (export is {:.2}x the copy; goal <= 2x)",
+        export.as_secs_f64() / copy.as_secs_f64()
+    );
+}
