@@ -164,6 +164,8 @@ pub struct Faults {
     /// Fail just before this write step (0-based: each file write is a step,
     /// and `writes.len()` is the post-write check).
     pub fail_before_step: Option<usize>,
+    /// Make the rollback fail too (to provoke `storage.write_unknown`).
+    pub fail_rollback: bool,
 }
 
 enum Undo {
@@ -295,7 +297,7 @@ pub fn commit(
     }
     match outcome {
         Ok(()) => Ok(()),
-        Err(failure) => match rollback(undo) {
+        Err(failure) => match if faults.fail_rollback { Err(io::Error::other("injected")) } else { rollback(undo) } {
             Ok(()) => Err(failure),
             Err(_) => Err(Failure::new(
                 Exit::Io,
