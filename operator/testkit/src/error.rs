@@ -200,6 +200,15 @@ pub enum TestkitError {
         #[source]
         source: Box<serde_yaml_ng::Error>,
     },
+    /// A file or directory could not be read.
+    #[error("failed to read {path}")]
+    Io {
+        /// The path.
+        path: std::path::PathBuf,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
     /// A CRD document is missing a field the double needs.
     #[error("unable to register CRD {name}: {reason}")]
     InvalidCrd {

@@ -35,6 +35,7 @@ mod schema;
 mod selector;
 pub mod server;
 mod store;
+pub mod wait;
 mod watch;
 
 pub use body::{BodyError, ResponseBody};
@@ -46,3 +47,4 @@ pub use kubelet::{
 };
 pub use resources::ResourceType;
 pub use server::{ApiServer, ApiService, ServerConfig};
+pub use wait::{WaitError, until};

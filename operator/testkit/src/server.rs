@@ -224,6 +224,35 @@ impl ApiServer {
         Ok(names)
     }
 
+    /// Register every CRD in the `*.yaml`/`*.yml` files of a directory (e.g. the
+    /// project's `crds/`), in file-name order. Returns the CRD names.
+    pub fn register_crd_dir(
+        &self,
+        dir: impl AsRef<std::path::Path>,
+    ) -> Result<Vec<String>, TestkitError> {
+        let dir = dir.as_ref();
+        let io = |source| TestkitError::Io {
+            path: dir.to_owned(),
+            source,
+        };
+        let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+            .map_err(io)?
+            .filter_map(Result::ok)
+            .map(|e| e.path())
+            .filter(|p| p.extension().is_some_and(|e| e == "yaml" || e == "yml"))
+            .collect();
+        files.sort();
+        let mut names = Vec::new();
+        for file in files {
+            let text = std::fs::read_to_string(&file).map_err(|source| TestkitError::Io {
+                path: file.clone(),
+                source,
+            })?;
+            names.extend(self.register_crd_yaml(&text)?);
+        }
+        Ok(names)
+    }
+
     /// Register a typed CRD (e.g. from `CustomResourceExt::crd()`).
     pub fn register_crd(
         &self,

@@ -216,3 +216,37 @@ async fn deleting_a_namespace_deletes_its_contents() {
             .is_none()
     );
 }
+
+#[tokio::test]
+async fn wait_until_sees_deletion_through_a_watch() {
+    use std::time::Duration;
+
+    use kube::runtime::wait::conditions::is_deleted;
+    let server = server();
+    let api = cms(&server);
+    let c = api
+        .create(&PostParams::default(), &config_map("bye", &[]))
+        .await
+        .unwrap();
+    let uid = c.metadata.uid.unwrap();
+    let waiter = {
+        let api = api.clone();
+        tokio::spawn(async move {
+            protobot_testkit::until(&api, "bye", Duration::from_secs(10), is_deleted(&uid)).await
+        })
+    };
+    api.delete("bye", &DeleteParams::default()).await.unwrap();
+    waiter.await.unwrap().unwrap();
+    let err = protobot_testkit::until(
+        &api,
+        "never",
+        Duration::from_millis(100),
+        |o: Option<&ConfigMap>| o.is_some(),
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        matches!(err, protobot_testkit::WaitError::Timeout { .. }),
+        "{err}"
+    );
+}

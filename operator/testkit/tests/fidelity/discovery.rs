@@ -103,3 +103,20 @@ async fn aggregated_discovery_matches_legacy_discovery() {
     );
     assert!(core.iter().any(|(ar, _)| ar.kind == "Pod"));
 }
+
+#[tokio::test]
+async fn crds_register_from_a_directory() {
+    let server = protobot_testkit::ApiServer::new();
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures");
+    let names = server.register_crd_dir(dir).unwrap();
+    assert_eq!(
+        names,
+        ["widgets.testkit.example.com", "gadgets.testkit.example.com"]
+    );
+    assert!(
+        server
+            .types()
+            .lookup("testkit.example.com", "v1alpha1", "gadgets")
+            .is_some()
+    );
+}
