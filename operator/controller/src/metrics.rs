@@ -1,0 +1,277 @@
+//! Job Site metrics (ARCHITECTURE.md §6), all prefixed `protobot_`.
+//!
+//! Counters and histograms are owned by [`JobSiteMetrics`] and registered once
+//! with [`JobSiteMetrics::register`]. "How many work items are in each state" is
+//! not a gauge kept in sync by hand: [`WorkItemsByState`] is a scrape-time
+//! collector that asks a [`StateCounts`] source (the controller's watch cache,
+//! or the single-machine store) at every scrape. Failure counters carry an
+//! error `category` label derived from the error enum, never free text.
+
+use std::{sync::Arc, time::Instant};
+
+use prometheus::{
+    Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGaugeVec, Opts, Registry,
+    core::{Collector, Desc},
+    proto::MetricFamily,
+};
+use protobot_lifecycle::State;
+
+/// Where the scrape-time collector reads work-item counts from.
+pub trait StateCounts: Send + Sync {
+    /// Current number of work items per state (states with no items may be omitted).
+    fn counts(&self) -> Vec<(State, u64)>;
+}
+
+/// `protobot_work_items{state}`: computed at scrape time, one sample per stored state.
+pub struct WorkItemsByState {
+    source: Arc<dyn StateCounts>,
+    desc: Desc,
+    template: IntGaugeVec,
+}
+
+impl WorkItemsByState {
+    /// A collector reading `source`.
+    pub fn new(source: Arc<dyn StateCounts>) -> Result<WorkItemsByState, prometheus::Error> {
+        let opts = Opts::new(
+            "protobot_work_items",
+            "Build work items by lifecycle state.",
+        );
+        let template = IntGaugeVec::new(opts, &["state"])?;
+        let desc = template
+            .desc()
+            .first()
+            .map(|d| (*d).clone())
+            .ok_or_else(|| {
+                prometheus::Error::Msg("work item gauge has no descriptor".to_string())
+            })?;
+        Ok(WorkItemsByState {
+            source,
+            desc,
+            template,
+        })
+    }
+}
+
+impl Collector for WorkItemsByState {
+    fn desc(&self) -> Vec<&Desc> {
+        vec![&self.desc]
+    }
+
+    fn collect(&self) -> Vec<MetricFamily> {
+        self.template.reset();
+        // Every stored state is reported, zero included, so dashboards see gaps.
+        for state in State::ALL.iter().filter(|s| **s != State::Initial) {
+            self.template.with_label_values(&[state.as_str()]).set(0);
+        }
+        for (state, n) in self.source.counts() {
+            let n = i64::try_from(n).unwrap_or(i64::MAX);
+            self.template.with_label_values(&[state.as_str()]).set(n);
+        }
+        self.template.collect()
+    }
+}
+
+/// Every counter and histogram of the Job Site.
+#[derive(Clone)]
+pub struct JobSiteMetrics {
+    /// `protobot_claims_total{outcome}`: allowed, duplicate, stale, rejected.
+    pub claims: IntCounterVec,
+    /// `protobot_claim_latency_seconds`: ready → claimed.
+    pub claim_latency: Histogram,
+    /// `protobot_lease_renewals_total{outcome}`.
+    pub lease_renewals: IntCounterVec,
+    /// `protobot_lease_expiries_total`.
+    pub lease_expiries: IntCounter,
+    /// `protobot_worker_pods{role,phase}`.
+    pub worker_pods: IntGaugeVec,
+    /// `protobot_triage_cycles`: cycles an item needed.
+    pub triage_cycles: Histogram,
+    /// `protobot_escalations_total{tier}`.
+    pub escalations: IntCounterVec,
+    /// `protobot_inspection_findings_total{producer,disposition}`.
+    pub findings: IntCounterVec,
+    /// `protobot_inspection_run_duration_seconds`.
+    pub inspection_run_duration: Histogram,
+    /// `protobot_mutation_survivors_total`.
+    pub mutation_survivors: IntCounter,
+    /// `protobot_merges_total{outcome}`.
+    pub merges: IntCounterVec,
+    /// `protobot_reconciler_repairs_total{kind}`.
+    pub reconciler_repairs: IntCounterVec,
+    /// `protobot_reconcile_duration_seconds{controller}`.
+    pub reconcile_duration: HistogramVec,
+    /// `protobot_reconcile_errors_total{controller,category}`.
+    pub reconcile_errors: IntCounterVec,
+    /// `protobot_registration_to_completion_seconds`.
+    pub registration_to_completion: Histogram,
+    /// `protobot_egress_decisions_total{outcome}`.
+    pub egress_decisions: IntCounterVec,
+}
+
+fn counter_vec(
+    name: &str,
+    help: &str,
+    labels: &[&str],
+) -> Result<IntCounterVec, prometheus::Error> {
+    IntCounterVec::new(Opts::new(name, help), labels)
+}
+
+fn histogram(name: &str, help: &str, buckets: Vec<f64>) -> Result<Histogram, prometheus::Error> {
+    Histogram::with_opts(HistogramOpts::new(name, help).buckets(buckets))
+}
+
+impl JobSiteMetrics {
+    /// Creates the families and registers them (plus `protobot_work_items`).
+    pub fn register(
+        registry: &Registry,
+        states: Arc<dyn StateCounts>,
+    ) -> Result<JobSiteMetrics, prometheus::Error> {
+        let seconds = vec![0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 30.0, 120.0, 600.0, 3600.0];
+        let long = vec![60.0, 300.0, 900.0, 1800.0, 3600.0, 7200.0, 21600.0, 86400.0];
+        let m = JobSiteMetrics {
+            claims: counter_vec("protobot_claims_total", "Claims by outcome.", &["outcome"])?,
+            claim_latency: histogram(
+                "protobot_claim_latency_seconds",
+                "Time from ready to claimed.",
+                seconds.clone(),
+            )?,
+            lease_renewals: counter_vec(
+                "protobot_lease_renewals_total",
+                "Lease renewals by outcome.",
+                &["outcome"],
+            )?,
+            lease_expiries: IntCounter::new(
+                "protobot_lease_expiries_total",
+                "Leases that expired before release.",
+            )?,
+            worker_pods: IntGaugeVec::new(
+                Opts::new("protobot_worker_pods", "Sandbox runs by role and phase."),
+                &["role", "phase"],
+            )?,
+            triage_cycles: histogram(
+                "protobot_triage_cycles",
+                "Triage cycles a work item needed.",
+                vec![0.0, 1.0, 2.0, 3.0, 5.0, 8.0, 13.0],
+            )?,
+            escalations: counter_vec(
+                "protobot_escalations_total",
+                "Escalations by target tier.",
+                &["tier"],
+            )?,
+            findings: counter_vec(
+                "protobot_inspection_findings_total",
+                "Findings by producer and disposition.",
+                &["producer", "disposition"],
+            )?,
+            inspection_run_duration: histogram(
+                "protobot_inspection_run_duration_seconds",
+                "Inspection run duration.",
+                seconds.clone(),
+            )?,
+            mutation_survivors: IntCounter::new(
+                "protobot_mutation_survivors_total",
+                "Surviving mutants.",
+            )?,
+            merges: counter_vec("protobot_merges_total", "Merges by outcome.", &["outcome"])?,
+            reconciler_repairs: counter_vec(
+                "protobot_reconciler_repairs_total",
+                "Reconciler repairs by kind.",
+                &["kind"],
+            )?,
+            reconcile_duration: HistogramVec::new(
+                HistogramOpts::new(
+                    "protobot_reconcile_duration_seconds",
+                    "Reconcile duration by controller.",
+                )
+                .buckets(seconds),
+                &["controller"],
+            )?,
+            reconcile_errors: counter_vec(
+                "protobot_reconcile_errors_total",
+                "Reconcile errors by controller and category.",
+                &["controller", "category"],
+            )?,
+            registration_to_completion: histogram(
+                "protobot_registration_to_completion_seconds",
+                "Time from change-set registration to completion.",
+                long,
+            )?,
+            egress_decisions: counter_vec(
+                "protobot_egress_decisions_total",
+                "Egress proxy decisions by outcome.",
+                &["outcome"],
+            )?,
+        };
+        registry.register(Box::new(m.claims.clone()))?;
+        registry.register(Box::new(m.claim_latency.clone()))?;
+        registry.register(Box::new(m.lease_renewals.clone()))?;
+        registry.register(Box::new(m.lease_expiries.clone()))?;
+        registry.register(Box::new(m.worker_pods.clone()))?;
+        registry.register(Box::new(m.triage_cycles.clone()))?;
+        registry.register(Box::new(m.escalations.clone()))?;
+        registry.register(Box::new(m.findings.clone()))?;
+        registry.register(Box::new(m.inspection_run_duration.clone()))?;
+        registry.register(Box::new(m.mutation_survivors.clone()))?;
+        registry.register(Box::new(m.merges.clone()))?;
+        registry.register(Box::new(m.reconciler_repairs.clone()))?;
+        registry.register(Box::new(m.reconcile_duration.clone()))?;
+        registry.register(Box::new(m.reconcile_errors.clone()))?;
+        registry.register(Box::new(m.registration_to_completion.clone()))?;
+        registry.register(Box::new(m.egress_decisions.clone()))?;
+        registry.register(Box::new(WorkItemsByState::new(states)?))?;
+        // Known outcomes start at zero so rate() and alerts see them before the first event.
+        for (family, values) in [
+            (
+                &m.claims,
+                &["allowed", "duplicate", "stale", "rejected"][..],
+            ),
+            (&m.lease_renewals, &["renewed", "stale", "lost"][..]),
+            (
+                &m.merges,
+                &["merged", "conflict", "not-applied", "verify-failed"][..],
+            ),
+            (&m.egress_decisions, &["allowed", "denied"][..]),
+        ] {
+            for v in values {
+                family.with_label_values(&[*v]);
+            }
+        }
+        Ok(m)
+    }
+
+    /// Starts timing one reconcile; the duration is recorded when the guard drops,
+    /// and `fail(category)` also counts an error.
+    pub fn reconcile(&self, controller: &str) -> ReconcileTimer {
+        ReconcileTimer {
+            metrics: self.clone(),
+            controller: controller.to_string(),
+            start: Instant::now(),
+        }
+    }
+}
+
+/// Drop-based reconcile timer.
+pub struct ReconcileTimer {
+    metrics: JobSiteMetrics,
+    controller: String,
+    start: Instant,
+}
+
+impl ReconcileTimer {
+    /// Counts a failed reconcile under the error's stable category.
+    pub fn fail(&self, category: &str) {
+        self.metrics
+            .reconcile_errors
+            .with_label_values(&[self.controller.as_str(), category])
+            .inc();
+    }
+}
+
+impl Drop for ReconcileTimer {
+    fn drop(&mut self) {
+        self.metrics
+            .reconcile_duration
+            .with_label_values(&[self.controller.as_str()])
+            .observe(self.start.elapsed().as_secs_f64());
+    }
+}
