@@ -34,9 +34,19 @@ impl Diagnostic {
         }
     }
 
-    /// Sets the path.
+    /// Sets the path. Control characters are replaced and absolute paths
+    /// are refused, so a diagnostic never echoes an unsafe path (§1).
     pub fn at(mut self, path: impl Into<String>) -> Self {
-        self.path = Some(path.into());
+        let path: String = path.into();
+        let clean: String = path
+            .chars()
+            .map(|c| if c.is_control() { '?' } else { c })
+            .collect();
+        self.path = if clean.starts_with('/') || clean.contains(":\\") {
+            None
+        } else {
+            Some(clean)
+        };
         self
     }
 

@@ -180,6 +180,13 @@ pub fn open(vfs: Vfs) -> Result<Snapshot, Failure> {
                             files.push((path, b.clone()))
                         }
                         FileState::Absent => {}
+                        FileState::Unreadable => {
+                            return Err(Failure::new(
+                                Exit::Io,
+                                "storage.read_failed",
+                                "A store file could not be read; check file permissions.",
+                            ));
+                        }
                         _ => {
                             readable = false;
                             load_diags.push(decode_failed(
@@ -190,7 +197,14 @@ pub fn open(vfs: Vfs) -> Result<Snapshot, Failure> {
                     }
                 }
             }
-            DirState::Symlink | DirState::NotDir | DirState::Unreadable => {
+            DirState::Unreadable => {
+                return Err(Failure::new(
+                    Exit::Io,
+                    "storage.read_failed",
+                    "A store directory could not be listed; check its permissions.",
+                ));
+            }
+            DirState::Symlink | DirState::NotDir => {
                 readable = false;
             }
         }

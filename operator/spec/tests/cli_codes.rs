@@ -1590,3 +1590,52 @@ fn configuration_unreadable_exits_6() {
         None,
     );
 }
+
+#[test]
+fn artifact_list_and_interface_update() {
+    let repo = with_change_set();
+    let root = repo.root();
+    let out = json(&root, &["artifact", "list", "--kind", "vision"]);
+    assert_eq!(out.status, 0, "{}", out.stdout);
+    let items = out.json_value()["data"]["artifacts"]
+        .as_array()
+        .unwrap()
+        .clone();
+    assert_eq!(items.len(), 1);
+    assert_eq!(items[0]["id"], "vision");
+    assert!(items[0].get("content").is_none());
+    assert_fails(
+        &json(&root, &["artifact", "list", "--owner", "kit"]),
+        4,
+        "artifact.invalid_owner",
+        None,
+    );
+    assert_eq!(iface_add(&repo, "cli-main", "cli").status, 0);
+    let upd = |extra: &[&str]| {
+        let mut a = vec!["interface", "update", "--change-set", "CS-00001", "--id"];
+        a.extend_from_slice(extra);
+        json(&root, &a)
+    };
+    assert_fails(
+        &upd(&["nope", "--name", "X"]),
+        4,
+        "interface.not_found",
+        None,
+    );
+    assert_fails(
+        &upd(&["cli-main", "--created", "2026-01-01T00:00:00Z"]),
+        4,
+        "interface.immutable_field",
+        None,
+    );
+    assert_fails(&upd(&["cli-main"]), 2, "usage.invalid_request", None);
+    let out = upd(&["cli-main", "--status", "retired"]);
+    assert_eq!(out.status, 0, "{}", out.stdout);
+    let data = out.json_value()["data"].clone();
+    assert_eq!(data["before"]["status"], "active");
+    assert_eq!(data["after"]["status"], "retired");
+    assert_eq!(
+        data["operation"]["action"], "add",
+        "an add in the same set stays add"
+    );
+}

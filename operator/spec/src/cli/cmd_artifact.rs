@@ -245,3 +245,47 @@ pub fn get(opts: &Opts, env: &mut Env<'_>) -> Result<Success, Failure> {
             .with("content", Node::s(content)),
     ))
 }
+
+/// `artifact list [--kind K] [--owner O]` (target-only in the contract; the
+/// issue asks for it): registry entries sorted by ID, without content.
+pub fn list(opts: &Opts, env: &mut Env<'_>) -> Result<Success, Failure> {
+    let kind = opts.get("kind").map(|s| s.trim().to_owned());
+    let owner = opts.get("owner").map(|s| s.trim().to_owned());
+    if kind
+        .as_ref()
+        .is_some_and(|k| !ARTIFACT_KINDS.contains(&k.as_str()))
+    {
+        return Err(Failure::new(
+            Exit::Validation,
+            "artifact.unknown_kind",
+            "The artifact kind is not supported.",
+        ));
+    }
+    if owner
+        .as_ref()
+        .is_some_and(|o| !crate::model::ARTIFACT_OWNERS.contains(&o.as_str()))
+    {
+        return Err(Failure::new(
+            Exit::Validation,
+            "artifact.invalid_owner",
+            "The owner filter must be user or ears-manager.",
+        ));
+    }
+    let session = Session::open(env.cwd, env.faults)?;
+    session.validate_for_read()?;
+    let mut items: Vec<&Artifact> = session
+        .snap
+        .project
+        .artifacts
+        .iter()
+        .filter(|a| {
+            kind.as_ref().is_none_or(|k| &a.kind == k)
+                && owner.as_ref().is_none_or(|o| &a.owner == o)
+        })
+        .collect();
+    items.sort_by(|a, b| a.id.cmp(&b.id));
+    Ok(Success::read(Node::map().with(
+        "artifacts",
+        Node::List(items.into_iter().map(Artifact::to_data).collect()),
+    )))
+}

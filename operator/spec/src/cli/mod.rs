@@ -100,6 +100,11 @@ const COMMANDS: &[Command] = &[
         run: cmd_artifact::put,
     },
     Command {
+        name: "artifact list",
+        spec: &[("kind", Value), ("owner", Value)],
+        run: cmd_artifact::list,
+    },
+    Command {
         name: "artifact get",
         spec: &[("id", Value), ("kind", Value)],
         run: cmd_artifact::get,
@@ -121,6 +126,21 @@ const COMMANDS: &[Command] = &[
         name: "interface list",
         spec: &[("type", Value), ("status", Value)],
         run: cmd_records::interface_list,
+    },
+    Command {
+        name: "interface update",
+        spec: &[
+            ("change-set", Value),
+            ("id", Value),
+            ("name", Value),
+            ("type", Value),
+            ("spec-approach", Value),
+            ("description", Value),
+            ("status", Value),
+            ("created", Value),
+            ("new-id", Value),
+        ],
+        run: cmd_records::interface_update,
     },
     Command {
         name: "interface show",

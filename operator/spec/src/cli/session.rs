@@ -188,6 +188,19 @@ impl Session {
             ));
         }
         let root = self.git.root.clone();
+        // Any governed file (configuration, projection, store entries) that
+        // changed or appeared since the read aborts the write (§12, §19.5).
+        let now = fsio::load_vfs(&root)?;
+        if now.project_yaml != self.vfs.project_yaml
+            || now.projection_yaml != self.vfs.projection_yaml
+            || now.stores != self.vfs.stores
+        {
+            return Err(Failure::new(
+                Exit::Conflict,
+                "change_set.concurrent_update",
+                "A governed file changed while the command ran; rerun the command.",
+            ));
+        }
         let scope = scope.clone();
         fsio::commit(&root, &writes, &self.vfs, self.faults, || {
             post_check(&root, &scope, allow_draft)
