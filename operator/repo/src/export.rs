@@ -24,7 +24,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::{
     catalog::{self, CATALOG_PATH, CatalogError, ChangeScope, TestSelection},
-    loose::{encode_loose_blob, write_loose_object},
+    loose::write_loose_blob,
     manifest::{MANIFEST_PATH, ManifestError, PathClass, ProjectionManifest},
     plan::{SourceEntry, WithheldReason, plan_projection},
     role::Role,
@@ -322,9 +322,6 @@ pub fn export_projection(request: &ExportRequest) -> Result<ExportReport, Export
 
     prepare_destination(&request.dest)?;
     let dest = init_projection_repo(&request.dest)?;
-    let src_odb = source
-        .odb()
-        .map_err(git("open the source object database"))?;
     let objects_dir = dest.path().join("objects");
     let workdir = dest
         .workdir()
@@ -334,39 +331,33 @@ pub fn export_projection(request: &ExportRequest) -> Result<ExportReport, Export
             path: request.dest.clone(),
             source: std::io::Error::other("the projection repository is bare"),
         })?;
+    let jobs: Vec<(&TreeFile, &str)> = plan
+        .include
+        .iter()
+        .map(|(position, planned)| (&files[*position], planned.path.as_str()))
+        .collect();
+    let mut dirs: BTreeSet<PathBuf> = BTreeSet::new();
+    for (_, path) in &jobs {
+        if let Some(parent) = workdir.join(path).parent() {
+            dirs.insert(parent.to_owned());
+        }
+    }
+    for dir in &dirs {
+        fs::create_dir_all(dir).map_err(|source| ExportError::Io {
+            operation: "create a projection directory",
+            path: dir.clone(),
+            source,
+        })?;
+    }
+    let written = write_blobs(&request.source_repo, &jobs, &objects_dir, &workdir)?;
     let mut index = dest.index().map_err(git("open the projection index"))?;
-    let mut made_dirs = BTreeSet::new();
     let mut root = DirNode::default();
     let mut exported_by_class = BTreeMap::new();
     let mut exported = BTreeSet::new();
-    for (position, planned) in &plan.include {
+    for ((position, planned), meta) in plan.include.iter().zip(&written) {
         let file = &files[*position];
-        let object = src_odb.read(file.id).map_err(git("read a source blob"))?;
-        let content = object.data();
-        let io = |operation: &'static str, path: &Path| {
-            let path = path.to_owned();
-            move |source| ExportError::Io {
-                operation,
-                path,
-                source,
-            }
-        };
-        let id_hex = file.id.to_string();
-        write_loose_object(&objects_dir, &id_hex, &encode_loose_blob(content))
-            .map_err(io("write a projection object", &objects_dir))?;
-        let target = workdir.join(&planned.path);
-        if let Some(parent) = target.parent()
-            && made_dirs.insert(parent.to_owned())
-        {
-            fs::create_dir_all(parent).map_err(io("create a projection directory", parent))?;
-        }
-        fs::write(&target, content).map_err(io("write a projection file", &target))?;
-        if file.mode == mode::EXECUTABLE {
-            make_executable(&target).map_err(io("mark a projection file executable", &target))?;
-        }
-        let meta = fs::metadata(&target).map_err(io("stat a projection file", &target))?;
         index
-            .add(&index_entry(&planned.path, file.id, file.mode, &meta))
+            .add(&index_entry(&planned.path, file.id, file.mode, meta))
             .map_err(git("add a file to the projection index"))?;
         root.insert(&planned.path, file.id, file.mode);
         *exported_by_class.entry(planned.class).or_insert(0) += 1;
@@ -476,6 +467,83 @@ fn write_root_commit(repo: &Repository, tree_id: Oid, role: Role) -> Result<Oid,
         &[],
     )
     .map_err(git("write the synthetic root commit"))
+}
+
+/// Writes every job's blob as a loose object and as a working-tree file, spread over the
+/// available cores (each thread opens its own handle on the source repository); returns the
+/// metadata of each written file, in job order.
+fn write_blobs(
+    source_repo: &Path,
+    jobs: &[(&TreeFile, &str)],
+    objects_dir: &Path,
+    workdir: &Path,
+) -> Result<Vec<fs::Metadata>, ExportError> {
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .clamp(1, 8);
+    let chunk = jobs.len().div_ceil(threads).max(1);
+    let results: Vec<Result<Vec<fs::Metadata>, ExportError>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = jobs
+            .chunks(chunk)
+            .map(|part| {
+                scope.spawn(move || write_blob_chunk(source_repo, part, objects_dir, workdir))
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join().unwrap_or_else(|_| {
+                    Err(ExportError::Io {
+                        operation: "join an export thread",
+                        path: workdir.to_owned(),
+                        source: std::io::Error::other("export thread panicked"),
+                    })
+                })
+            })
+            .collect()
+    });
+    let mut all = Vec::with_capacity(jobs.len());
+    for result in results {
+        all.extend(result?);
+    }
+    Ok(all)
+}
+
+fn write_blob_chunk(
+    source_repo: &Path,
+    jobs: &[(&TreeFile, &str)],
+    objects_dir: &Path,
+    workdir: &Path,
+) -> Result<Vec<fs::Metadata>, ExportError> {
+    let source = Repository::open(source_repo).map_err(|source| ExportError::OpenSource {
+        path: source_repo.to_owned(),
+        source,
+    })?;
+    let odb = source
+        .odb()
+        .map_err(git("open the source object database"))?;
+    let mut out = Vec::with_capacity(jobs.len());
+    for (file, path) in jobs {
+        let io = |operation: &'static str, path: &Path| {
+            let path = path.to_owned();
+            move |source| ExportError::Io {
+                operation,
+                path,
+                source,
+            }
+        };
+        let object = odb.read(file.id).map_err(git("read a source blob"))?;
+        let content = object.data();
+        write_loose_blob(objects_dir, &file.id.to_string(), content)
+            .map_err(io("write a projection object", objects_dir))?;
+        let target = workdir.join(path);
+        fs::write(&target, content).map_err(io("write a projection file", &target))?;
+        if file.mode == mode::EXECUTABLE {
+            make_executable(&target).map_err(io("mark a projection file executable", &target))?;
+        }
+        out.push(fs::metadata(&target).map_err(io("stat a projection file", &target))?);
+    }
+    Ok(out)
 }
 
 #[cfg(unix)]

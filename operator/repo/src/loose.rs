@@ -3,9 +3,13 @@
 //! Projections are ephemeral, and zlib compression was most of an export's time, so the
 //! projector writes blobs as zlib streams made of stored blocks: a valid loose object for
 //! every Git implementation, as large as the content. The encoding is pure; only
-//! [`write_loose_object`] touches the filesystem.
+//! [`write_loose_blob`] touches the filesystem.
 
-use std::{fs, io, path::Path};
+use std::{
+    fs,
+    io::{self, Write},
+    path::Path,
+};
 
 /// Largest payload of one stored deflate block.
 const STORED_BLOCK: usize = 65_535;
@@ -28,43 +32,55 @@ fn adler32(parts: &[&[u8]]) -> u32 {
     (b << 16) | a
 }
 
-/// The bytes of a loose object file for a blob: zlib(stored) of `"blob <len>\0" ‖ content`.
-pub fn encode_loose_blob(content: &[u8]) -> Vec<u8> {
-    let header = format!("blob {}\0", content.len());
-    let total = header.len() + content.len();
+/// Writes the zlib stream (stored blocks only) of the concatenation of `parts` to `out`.
+fn write_stored_zlib(out: &mut impl Write, parts: &[&[u8]]) -> io::Result<()> {
+    let total: usize = parts.iter().map(|p| p.len()).sum();
     let blocks = total.div_ceil(STORED_BLOCK).max(1);
-    let mut out = Vec::with_capacity(2 + total + blocks * 5 + 4);
-    out.extend_from_slice(&[0x78, 0x01]);
+    out.write_all(&[0x78, 0x01])?;
     let mut remaining = total;
-    let mut sources = [header.as_bytes(), content];
+    let mut sources: Vec<&[u8]> = parts.to_vec();
     let mut source = 0;
     for block in 0..blocks {
         let len = remaining.min(STORED_BLOCK);
         remaining -= len;
-        out.push(u8::from(block + 1 == blocks));
-        out.extend_from_slice(&(len as u16).to_le_bytes());
-        out.extend_from_slice(&(!(len as u16)).to_le_bytes());
+        let len16 = u16::try_from(len).unwrap_or(u16::MAX);
+        out.write_all(&[u8::from(block + 1 == blocks)])?;
+        out.write_all(&len16.to_le_bytes())?;
+        out.write_all(&(!len16).to_le_bytes())?;
         let mut need = len;
         while need > 0 {
-            let take = need.min(sources[source].len());
-            out.extend_from_slice(&sources[source][..take]);
-            sources[source] = &sources[source][take..];
-            need -= take;
-            if sources[source].is_empty() && source + 1 < sources.len() {
+            while sources[source].is_empty() {
                 source += 1;
             }
+            let take = need.min(sources[source].len());
+            out.write_all(&sources[source][..take])?;
+            sources[source] = &sources[source][take..];
+            need -= take;
         }
     }
-    out.extend_from_slice(&adler32(&[header.as_bytes(), content]).to_be_bytes());
+    out.write_all(&adler32(parts).to_be_bytes())
+}
+
+/// The bytes of a loose object file for a blob: zlib(stored) of `"blob <len>\0" ‖ content`.
+pub fn encode_loose_blob(content: &[u8]) -> Vec<u8> {
+    let header = format!("blob {}\0", content.len());
+    let mut out = Vec::with_capacity(header.len() + content.len() + 64);
+    // Writing into a Vec cannot fail.
+    let _ = write_stored_zlib(&mut out, &[header.as_bytes(), content]);
     out
 }
 
-/// Writes `encoded` as loose object `id_hex` under `objects_dir` (`objects/xx/yyyy…`).
-pub fn write_loose_object(objects_dir: &Path, id_hex: &str, encoded: &[u8]) -> io::Result<()> {
+/// Writes `content` as loose blob `id_hex` under `objects_dir` (`objects/xx/yyyy…`), streaming
+/// the stored-deflate encoding (no second copy of the content in memory). The caller vouches
+/// that `id_hex` is the blob's ID.
+pub fn write_loose_blob(objects_dir: &Path, id_hex: &str, content: &[u8]) -> io::Result<()> {
     let (dir, file) = id_hex.split_at(2.min(id_hex.len()));
     let dir = objects_dir.join(dir);
     fs::create_dir_all(&dir)?;
-    fs::write(dir.join(file), encoded)
+    let header = format!("blob {}\0", content.len());
+    let mut out = io::BufWriter::with_capacity(1 << 16, fs::File::create(dir.join(file))?);
+    write_stored_zlib(&mut out, &[header.as_bytes(), content])?;
+    out.flush()
 }
 
 #[cfg(test)]
@@ -85,12 +101,11 @@ mod tests {
         for size in [0usize, 1, 65_520, 65_535, 65_536, 200_000] {
             let content: Vec<u8> = (0..size).map(|i| (i * 7 % 251) as u8).collect();
             let id = git2::Oid::hash_object(git2::ObjectType::Blob, &content).unwrap();
-            write_loose_object(
-                &dir.path().join("objects"),
-                &id.to_string(),
-                &encode_loose_blob(&content),
-            )
-            .unwrap();
+            let objects = dir.path().join("objects");
+            let hex_id = id.to_string();
+            write_loose_blob(&objects, &hex_id, &content).unwrap();
+            let written = std::fs::read(objects.join(&hex_id[..2]).join(&hex_id[2..])).unwrap();
+            assert_eq!(written, encode_loose_blob(&content), "size {size}");
             let blob = repo.find_blob(id).unwrap();
             assert_eq!(blob.content(), content.as_slice(), "size {size}");
         }
