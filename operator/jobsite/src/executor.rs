@@ -133,7 +133,9 @@ pub struct RunOutput {
 #[derive(Debug, thiserror::Error)]
 pub enum ExecutorError {
     /// The profile has no passing conformance report: refuse, never fall back.
-    #[error("sandbox profile {profile} is not conformant ({reason}); run `protobot sandbox conformance` and fix the failing checks")]
+    #[error(
+        "sandbox profile {profile} is not conformant ({reason}); run `protobot sandbox conformance` and fix the failing checks"
+    )]
     ProfileNotConformant {
         /// Profile name.
         profile: String,
