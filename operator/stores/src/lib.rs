@@ -1,6 +1,7 @@
 //! The `WorkStore` port — the WMS adapter API surface the Job Site needs — its
-//! backend-independent adapter logic, the in-memory backend and the conformance
-//! suite every backend must pass.
+//! backend-independent adapter logic, the in-memory backend, the SQLite backend
+//! (feature `sqlite`, [`sqlite::SqliteStore`]) and the conformance suite every
+//! backend must pass.
 //!
 //! A backend supplies storage and atomicity ([`txn::WmsTxn`] plus a commit);
 //! the rules come from `protobot-lifecycle`, so every backend decides exactly
@@ -28,10 +29,14 @@ mod namespace;
 mod observe;
 mod queries;
 mod requests;
+#[cfg(feature = "sqlite")]
+pub mod sqlite;
 pub mod txn;
 
 pub use adapter::AdapterConfig;
 pub use memory::MemoryStore;
+#[cfg(feature = "sqlite")]
+pub use sqlite::SqliteStore;
 pub use txn::{ChangeSetRecord, FindingRecord, RequestRecord};
 
 /// Why a store call failed (as opposed to a rejected command, which is an
