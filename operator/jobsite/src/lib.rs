@@ -16,6 +16,7 @@ pub mod contract;
 pub mod dispatch;
 pub mod escalation;
 pub mod executor;
+pub mod lease;
 pub mod ledger;
 pub mod sanitizer;
 pub mod triage;

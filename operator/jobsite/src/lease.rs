@@ -1,0 +1,236 @@
+//! Holding a claim: the lease a Job Site renews at a third of its duration, the
+//! fence every side effect presents, and the cancel signal that stops work at
+//! the next effect boundary once the lease is lost.
+//!
+//! The claim result carries the fencing token and the new contract version;
+//! every later command the engine sends (renew-lease, tests-pass, begin-merge…)
+//! bumps the version, so the engine records each accepted command in the shared
+//! [`Claim`] and the keeper always renews with current expectations. A renewal
+//! rejected with a stale fence, state or version — another actor moved the
+//! item — means the lease is gone: the keeper flips the cancel signal and stops.
+//! Lease time comes from the trusted [`Clock`] only.
+
+use std::{
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use jiff::Timestamp;
+use protobot_lifecycle::{
+    AuthorizationContext, Code, Command, OperationEnvelope, ResultEnvelope, State,
+};
+use protobot_stores::{StoreError, WorkStore};
+use tokio::sync::watch;
+
+/// The trusted clock (the operator's; never a caller's).
+pub trait Clock: Send + Sync {
+    /// Now.
+    fn now(&self) -> Timestamp;
+}
+
+/// The system clock.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now(&self) -> Timestamp {
+        Timestamp::now()
+    }
+}
+
+/// What the engine knows of a claim it holds.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Held {
+    /// Work item.
+    pub work_item_id: String,
+    /// Live fence.
+    pub fencing_token: String,
+    /// Current state.
+    pub state: State,
+    /// Current contract version.
+    pub contract_version: u64,
+}
+
+/// Why the engine must stop touching the item.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum LeaseLost {
+    /// A renewal or command was rejected: the lease belongs to someone else now.
+    #[error("lease on {work_item_id} lost: {code}")]
+    Rejected {
+        /// Work item.
+        work_item_id: String,
+        /// The rejection.
+        code: Code,
+    },
+    /// The store failed repeatedly; the lease may expire unseen.
+    #[error("lease on {work_item_id} could not be renewed: {reason}")]
+    Unreachable {
+        /// Work item.
+        work_item_id: String,
+        /// Why.
+        reason: String,
+    },
+}
+
+/// A claim shared between the engine and its keeper.
+#[derive(Clone, Debug)]
+pub struct Claim {
+    held: Arc<Mutex<Held>>,
+    lost_tx: Arc<watch::Sender<bool>>,
+    lost_rx: watch::Receiver<bool>,
+}
+
+impl Claim {
+    /// Wraps a fresh claim.
+    pub fn new(held: Held) -> Claim {
+        let (tx, rx) = watch::channel(false);
+        Claim {
+            held: Arc::new(Mutex::new(held)),
+            lost_tx: Arc::new(tx),
+            lost_rx: rx,
+        }
+    }
+
+    /// A snapshot of what is held.
+    pub fn held(&self) -> Option<Held> {
+        self.held.lock().ok().map(|h| h.clone())
+    }
+
+    /// The signal an executor watches: true once the lease is lost.
+    pub fn lost_signal(&self) -> watch::Receiver<bool> {
+        self.lost_rx.clone()
+    }
+
+    /// The effect boundary: call before every side effect.
+    pub fn check(&self) -> Result<Held, LeaseLost> {
+        let held = self.held().ok_or_else(|| LeaseLost::Unreachable {
+            work_item_id: String::new(),
+            reason: "claim state poisoned".into(),
+        })?;
+        if *self.lost_rx.borrow() {
+            return Err(LeaseLost::Rejected {
+                work_item_id: held.work_item_id,
+                code: Code::StaleFencingToken,
+            });
+        }
+        Ok(held)
+    }
+
+    /// Marks the lease lost (idempotent).
+    pub fn mark_lost(&self) {
+        let _ = self.lost_tx.send(true);
+    }
+
+    /// Records an accepted command's result (state, version, maybe a new fence).
+    pub fn record(&self, result: &ResultEnvelope) {
+        let Some(d) = result.decision.as_ref().filter(|_| result.ok) else {
+            return;
+        };
+        let (Some(after), Ok(mut held)) = (d.after, self.held.lock()) else {
+            return;
+        };
+        held.state = after.state;
+        held.contract_version = after.contract_version;
+        if let Some(token) = &d.fencing_token_issued {
+            held.fencing_token = token.clone();
+        }
+    }
+
+    /// A fenced command envelope with the current expectations.
+    pub fn command(&self, command: Command, key: &str) -> Result<OperationEnvelope, LeaseLost> {
+        let held = self.check()?;
+        Ok(OperationEnvelope {
+            operation: command.as_str().into(),
+            actor_context_ref: "job-site".into(),
+            work_item_id: held.work_item_id,
+            expected_state: Some(held.state.as_str().into()),
+            expected_contract_version: Some(held.contract_version),
+            fencing_token: held.fencing_token,
+            idempotency_key: key.into(),
+            ..OperationEnvelope::default()
+        })
+    }
+}
+
+/// Renews once. The idempotency key is derived from the version being renewed,
+/// so a retried renewal after a lost response replays instead of double-bumping.
+pub async fn renew_once<S: WorkStore>(
+    store: &S,
+    ctx: &AuthorizationContext,
+    claim: &Claim,
+    clock: &dyn Clock,
+) -> Result<(), LeaseLost> {
+    let held = claim.check()?;
+    let key = format!(
+        "renew:{}:{}:{}",
+        held.work_item_id, held.fencing_token, held.contract_version
+    );
+    let env = claim.command(Command::RenewLease, &key)?;
+    match store.execute(Some(ctx), &env, clock.now()).await {
+        Ok(r) if r.ok => {
+            claim.record(&r);
+            Ok(())
+        }
+        Ok(r) => {
+            claim.mark_lost();
+            Err(LeaseLost::Rejected {
+                work_item_id: held.work_item_id,
+                code: r.code().unwrap_or(Code::StaleFencingToken),
+            })
+        }
+        Err(StoreError::Unavailable(reason))
+        | Err(StoreError::NotFound(reason))
+        | Err(StoreError::ObservationRejected(reason)) => Err(LeaseLost::Unreachable {
+            work_item_id: held.work_item_id,
+            reason,
+        }),
+        Err(StoreError::Poisoned) => Err(LeaseLost::Unreachable {
+            work_item_id: held.work_item_id,
+            reason: "store poisoned".into(),
+        }),
+    }
+}
+
+/// Renews every `lease / 3` until the claim is lost or released (`stop` true).
+/// Transient store failures are retried at the next tick; if renewals keep
+/// failing until less than one tick of lease remains, the claim is marked lost
+/// so work stops before another Job Site can take over.
+pub async fn keep_alive<S: WorkStore>(
+    store: Arc<S>,
+    ctx: AuthorizationContext,
+    claim: Claim,
+    clock: Arc<dyn Clock>,
+    lease: Duration,
+    mut stop: watch::Receiver<bool>,
+) -> Result<(), LeaseLost> {
+    let every = lease / 3;
+    let mut failures = 0u32;
+    loop {
+        tokio::select! {
+            _ = tokio::time::sleep(every) => {}
+            _ = stop.changed() => return Ok(()),
+        }
+        if *stop.borrow() {
+            return Ok(());
+        }
+        match renew_once(store.as_ref(), &ctx, &claim, clock.as_ref()).await {
+            Ok(()) => failures = 0,
+            Err(lost @ LeaseLost::Rejected { .. }) => return Err(lost),
+            Err(LeaseLost::Unreachable {
+                work_item_id,
+                reason,
+            }) => {
+                failures += 1;
+                tracing::warn!(work_item = %work_item_id, %reason, failures, "lease renewal failed");
+                // Two missed renewals leave at most a third of the lease.
+                if failures >= 2 {
+                    claim.mark_lost();
+                    return Err(LeaseLost::Unreachable {
+                        work_item_id,
+                        reason,
+                    });
+                }
+            }
+        }
+    }
+}
