@@ -1,6 +1,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 //! Replays `shared/upstream-fixtures/drafting-table-wms-golden.jsonl` line for
-//! line against the in-memory WorkStore (procedure: contracts/lifecycle.md §19).
+//! line against every WorkStore backend (memory and SQLite) (procedure: contracts/lifecycle.md §19).
 //!
 //! Seeds the fixture does not carry but the upstream test assumes: `wi-001`'s
 //! block reason `undefined-behavior` and change set `CS-00001` (`proposed`, no
@@ -17,7 +17,7 @@ use protobot_lifecycle::{
     Role, State, WorkItemRecord,
 };
 use protobot_stores::{
-    AdapterConfig, ChangeSetRecord, Import, MemoryStore, WorkStore, adapter::partition,
+    AdapterConfig, ChangeSetRecord, Import, MemoryStore, SqliteStore, WorkStore, adapter::partition,
 };
 use serde_json::Value;
 
@@ -92,7 +92,18 @@ fn assert_fields(step: &str, expected: &Value, actual: &Value) {
 }
 
 #[tokio::test]
-async fn drafting_table_wms_golden_replays_line_for_line() {
+async fn drafting_table_wms_golden_replays_line_for_line_on_memory() {
+    replay(|project, cfg| MemoryStore::new(project, cfg)).await;
+}
+
+#[tokio::test]
+async fn drafting_table_wms_golden_replays_line_for_line_on_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("wms.sqlite");
+    replay(|project, cfg| SqliteStore::open(&path, project, cfg).unwrap()).await;
+}
+
+async fn replay<S: WorkStore>(make: impl FnOnce(&str, AdapterConfig) -> S) {
     let lines = fixture();
     assert_eq!(lines.len(), 48, "the fixture has 48 records");
     let base = &lines[0];
