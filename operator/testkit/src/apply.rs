@@ -4,6 +4,7 @@
 
 use serde_json::{Map, Value};
 
+use crate::lists::{self, ListKind, ListTypes};
 use crate::managed::{
     self, FieldSet, ManagedEntry, Scope, collides, display, get, owned_paths, read_entries,
     write_entries,
@@ -45,18 +46,48 @@ fn scoped(applied: &Value, scope: Scope) -> Value {
     Value::Object(out)
 }
 
-/// Deep-merge maps; everything else (scalars, lists) is replaced.
-fn merge_into(base: &mut Value, applied: &Value) {
+/// Deep-merge maps; set and map lists merge element by element; scalars and
+/// atomic lists are replaced.
+fn merge_into(base: &mut Value, applied: &Value, path: &mut managed::Path, lt: &ListTypes) {
     match (base, applied) {
         (Value::Object(b), Value::Object(a)) => {
             for (k, v) in a {
+                path.push(k.clone());
                 match b.get_mut(k) {
-                    Some(existing) if existing.is_object() && v.is_object() => {
-                        merge_into(existing, v)
+                    Some(existing)
+                        if (existing.is_object() && v.is_object())
+                            || (existing.is_array() && v.is_array()) =>
+                    {
+                        merge_into(existing, v, path, lt)
                     }
                     _ => {
                         b.insert(k.clone(), v.clone());
                     }
+                }
+                path.pop();
+            }
+        }
+        (Value::Array(b), Value::Array(a)) => {
+            let kind = lt.kind_at(path);
+            if kind == ListKind::Atomic {
+                *b = a.clone();
+                return;
+            }
+            for item in a {
+                let Some(seg) = lists::element_segment(&kind, item) else {
+                    b.push(item.clone());
+                    continue;
+                };
+                match lists::find_index(b, &seg) {
+                    Some(i) if kind != ListKind::Set => {
+                        path.push(seg);
+                        if let Some(existing) = b.get_mut(i) {
+                            merge_into(existing, item, path, lt);
+                        }
+                        path.pop();
+                    }
+                    Some(_) => {}
+                    None => b.push(item.clone()),
                 }
             }
         }
@@ -79,6 +110,8 @@ pub struct ApplyRequest<'a> {
     pub api_version: &'a str,
     /// Timestamp recorded on the managedFields entry.
     pub now: &'a str,
+    /// List semantics of the type.
+    pub lists: &'a ListTypes,
 }
 
 /// Apply to `base` (the live object, or a skeleton when creating). Returns the
@@ -91,6 +124,7 @@ pub fn apply(base: &Value, req: ApplyRequest<'_>) -> Result<Value, Vec<Conflict>
         Scope::Main {
             status_subresource: false,
         },
+        req.lists,
     );
     let mut entries = read_entries(base);
     let is_mine = |e: &ManagedEntry| {
@@ -143,7 +177,7 @@ pub fn apply(base: &Value, req: ApplyRequest<'_>) -> Result<Value, Vec<Conflict>
             managed::remove(&mut out, dropped);
         }
     }
-    merge_into(&mut out, &applied);
+    merge_into(&mut out, &applied, &mut Vec::new(), req.lists);
 
     match entries.iter_mut().find(|e| is_mine(e)) {
         Some(e) => {
@@ -170,6 +204,25 @@ mod tests {
 
     use super::*;
 
+    static LT: ListTypes = ListTypes::empty();
+
+    #[test]
+    fn two_managers_apply_their_own_finalizers_without_conflict() {
+        let base = json!({"apiVersion": "v1", "kind": "X", "metadata": {"name": "a"}});
+        let a = json!({"metadata": {"finalizers": ["a.example/x"]}});
+        let obj = apply(&base, req(&a, "alice", false)).unwrap();
+        let b = json!({"metadata": {"finalizers": ["b.example/y"]}});
+        let obj = apply(&obj, req(&b, "bob", false)).unwrap();
+        assert_eq!(
+            obj["metadata"]["finalizers"],
+            json!(["a.example/x", "b.example/y"])
+        );
+        // alice drops hers: only hers goes.
+        let none = json!({"metadata": {}});
+        let obj = apply(&obj, req(&none, "alice", false)).unwrap();
+        assert_eq!(obj["metadata"]["finalizers"], json!(["b.example/y"]));
+    }
+
     fn req<'a>(applied: &'a Value, manager: &'a str, force: bool) -> ApplyRequest<'a> {
         ApplyRequest {
             applied,
@@ -180,6 +233,7 @@ mod tests {
             },
             api_version: "v1",
             now: "2026-01-01T00:00:00Z",
+            lists: &LT,
         }
     }
 
@@ -226,6 +280,7 @@ mod tests {
             },
             "v1",
             "t",
+            &ListTypes::default(),
         );
         let a = json!({"data": {"k": "v"}});
         let out = apply(&base, req(&a, "ctrl", false)).unwrap();

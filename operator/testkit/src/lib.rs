@@ -28,6 +28,7 @@ pub mod faults;
 mod gc;
 mod handler;
 pub mod kubelet;
+mod lists;
 mod managed;
 mod resources;
 mod route;

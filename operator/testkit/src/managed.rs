@@ -2,12 +2,14 @@
 //! encoding in `metadata.managedFields`, and the bookkeeping for non-apply
 //! updates (changed fields move to the updater, as in the real server).
 //!
-//! Lists are atomic (owned as a whole), which is what CRDs get by default
-//! (`x-kubernetes-list-type: atomic`); associative lists are not modelled.
+//! Lists follow [`ListTypes`]: atomic lists are owned as a whole (the CRD
+//! default), set and map lists element by element.
 
 use std::collections::BTreeSet;
 
 use serde_json::{Map, Value, json};
+
+use crate::lists::{self, ListKind, ListTypes};
 
 /// A field path, e.g. `["spec", "replicas"]`.
 pub type Path = Vec<String>;
@@ -49,12 +51,29 @@ impl Scope {
 /// Metadata fields a manager can own.
 const OWNABLE_METADATA: [&str; 4] = ["labels", "annotations", "finalizers", "ownerReferences"];
 
-fn leaves(v: &Value, prefix: &mut Path, out: &mut FieldSet) {
+fn leaves(v: &Value, prefix: &mut Path, out: &mut FieldSet, lt: &ListTypes) {
     match v {
         Value::Object(m) if !m.is_empty() => {
             for (k, child) in m {
                 prefix.push(k.clone());
-                leaves(child, prefix, out);
+                leaves(child, prefix, out, lt);
+                prefix.pop();
+            }
+        }
+        Value::Array(items) if !items.is_empty() => {
+            let kind = lt.kind_at(prefix);
+            if kind == ListKind::Atomic {
+                out.insert(prefix.clone());
+                return;
+            }
+            for item in items {
+                let Some(seg) = lists::element_segment(&kind, item) else {
+                    // An element without its keys cannot be owned on its own.
+                    out.insert(prefix.clone());
+                    continue;
+                };
+                prefix.push(seg);
+                leaves(item, prefix, out, lt);
                 prefix.pop();
             }
         }
@@ -65,7 +84,7 @@ fn leaves(v: &Value, prefix: &mut Path, out: &mut FieldSet) {
 }
 
 /// The ownable leaf paths of an object within a scope.
-pub fn owned_paths(obj: &Value, scope: Scope) -> FieldSet {
+pub fn owned_paths(obj: &Value, scope: Scope, lt: &ListTypes) -> FieldSet {
     let mut out = FieldSet::new();
     let Some(map) = obj.as_object() else {
         return out;
@@ -79,41 +98,67 @@ pub fn owned_paths(obj: &Value, scope: Scope) -> FieldSet {
                 for k in OWNABLE_METADATA {
                     if let Some(v) = meta.get(k) {
                         let mut prefix = vec!["metadata".to_owned(), k.to_owned()];
-                        leaves(v, &mut prefix, &mut out);
+                        leaves(v, &mut prefix, &mut out, lt);
                     }
                 }
             }
             continue;
         }
         let mut prefix = vec![key.clone()];
-        leaves(child, &mut prefix, &mut out);
+        leaves(child, &mut prefix, &mut out, lt);
     }
     out
 }
 
-/// The value at a path.
-pub fn get<'a>(v: &'a Value, path: &[String]) -> Option<&'a Value> {
-    path.iter().try_fold(v, |cur, k| cur.get(k))
+fn step<'a>(cur: &'a Value, seg: &str) -> Option<&'a Value> {
+    if lists::is_element(seg) {
+        let items = cur.as_array()?;
+        items.get(lists::find_index(items, seg)?)
+    } else {
+        cur.get(seg)
+    }
 }
 
-/// Remove the value at a path, and any maps left empty on the way up.
+fn step_mut<'a>(cur: &'a mut Value, seg: &str) -> Option<&'a mut Value> {
+    if lists::is_element(seg) {
+        let items = cur.as_array_mut()?;
+        let i = lists::find_index(items, seg)?;
+        items.get_mut(i)
+    } else {
+        cur.get_mut(seg)
+    }
+}
+
+/// The value at a path (field names and list elements).
+pub fn get<'a>(v: &'a Value, path: &[String]) -> Option<&'a Value> {
+    path.iter().try_fold(v, |cur, k| step(cur, k))
+}
+
+/// Remove the value at a path, and any maps or lists left empty on the way up.
 pub fn remove(v: &mut Value, path: &[String]) {
     let Some((last, parents)) = path.split_last() else {
         return;
     };
     let mut cur = &mut *v;
     for k in parents {
-        match cur.get_mut(k) {
+        match step_mut(cur, k) {
             Some(next) => cur = next,
             None => return,
         }
     }
-    if let Some(m) = cur.as_object_mut() {
+    if lists::is_element(last) {
+        if let Some(items) = cur.as_array_mut()
+            && let Some(i) = lists::find_index(items, last)
+        {
+            items.remove(i);
+        }
+    } else if let Some(m) = cur.as_object_mut() {
         m.remove(last);
     }
-    if !parents.is_empty()
-        && get(v, parents).is_some_and(|p| p.as_object().is_some_and(Map::is_empty))
-    {
+    let emptied = get(v, parents).is_some_and(|p| {
+        p.as_object().is_some_and(Map::is_empty) || p.as_array().is_some_and(Vec::is_empty)
+    });
+    if !parents.is_empty() && emptied {
         remove(v, parents);
     }
 }
@@ -140,18 +185,19 @@ pub fn collides(a: &[String], b: &[String], docs: &[&Value]) -> bool {
         .any(|d| get(d, shorter).is_some_and(|v| !v.is_object()))
 }
 
-/// Render a path as the API server does in conflict messages: `.spec.replicas`.
+/// Render a path as the API server does in conflict messages:
+/// `.spec.replicas`, `.metadata.finalizers[="x"]`, `.spec.containers[name="a"].image`.
 pub fn display(path: &[String]) -> String {
-    path.iter().map(|k| format!(".{k}")).collect()
+    path.iter().map(|k| lists::display_segment(k)).collect()
 }
 
 /// Leaf paths whose value differs between `old` and `new` (within a scope).
-pub fn changed_paths(old: Option<&Value>, new: &Value, scope: Scope) -> FieldSet {
-    let new_paths = owned_paths(new, scope);
+pub fn changed_paths(old: Option<&Value>, new: &Value, scope: Scope, lt: &ListTypes) -> FieldSet {
+    let new_paths = owned_paths(new, scope, lt);
     let Some(old) = old else {
         return new_paths;
     };
-    let old_paths = owned_paths(old, scope);
+    let old_paths = owned_paths(old, scope, lt);
     new_paths
         .iter()
         .filter(|p| get(old, p) != get(new, p))
@@ -167,7 +213,7 @@ pub fn to_fields_v1(set: &FieldSet) -> Value {
         let mut cur = &mut root;
         for k in path {
             let entry = cur
-                .entry(format!("f:{k}"))
+                .entry(lists::fields_v1_key(k))
                 .or_insert_with(|| Value::Object(Map::new()));
             match entry {
                 Value::Object(m) => cur = m,
@@ -181,9 +227,13 @@ pub fn to_fields_v1(set: &FieldSet) -> Value {
 /// Decode `FieldsV1`; keys other than `f:` (such as `k:` list keys or `.`) are ignored.
 pub fn from_fields_v1(v: &Value) -> FieldSet {
     fn walk(v: &Value, prefix: &mut Path, out: &mut FieldSet) {
-        let children: Vec<(&String, &Value)> = v
+        let children: Vec<(String, &Value)> = v
             .as_object()
-            .map(|m| m.iter().filter(|(k, _)| k.starts_with("f:")).collect())
+            .map(|m| {
+                m.iter()
+                    .filter_map(|(k, c)| lists::segment_of_fields_v1_key(k).map(|s| (s, c)))
+                    .collect()
+            })
             .unwrap_or_default();
         if children.is_empty() {
             if !prefix.is_empty() {
@@ -192,7 +242,7 @@ pub fn from_fields_v1(v: &Value) -> FieldSet {
             return;
         }
         for (k, child) in children {
-            prefix.push(k.trim_start_matches("f:").to_owned());
+            prefix.push(k);
             walk(child, prefix, out);
             prefix.pop();
         }
@@ -295,8 +345,9 @@ pub fn record_update(
     scope: Scope,
     api_version: &str,
     now: &str,
+    lt: &ListTypes,
 ) {
-    let changed = changed_paths(old, new, scope);
+    let changed = changed_paths(old, new, scope, lt);
     let mut entries = old.map(read_entries).unwrap_or_default();
     if changed.is_empty() {
         write_entries(new, entries);
@@ -361,17 +412,19 @@ mod tests {
             "spec": {"x": 1, "list": [1, 2]},
             "status": {"ready": true}
         });
+        let lt = ListTypes::default();
         let main = owned_paths(
             &obj,
             Scope::Main {
                 status_subresource: true,
             },
+            &lt,
         );
         let want: FieldSet = [p("metadata.labels.a"), p("spec.x"), p("spec.list")]
             .into_iter()
             .collect();
         assert_eq!(main, want);
-        let status = owned_paths(&obj, Scope::Status);
+        let status = owned_paths(&obj, Scope::Status, &lt);
         assert_eq!(status, [p("status.ready")].into_iter().collect());
     }
 }

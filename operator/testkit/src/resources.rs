@@ -83,6 +83,14 @@ impl ResourceType {
         !self.schemas.is_empty()
     }
 
+    /// Server-side apply list semantics at a version.
+    pub fn list_types(&self, version: &str) -> crate::lists::ListTypes {
+        crate::lists::ListTypes::new(
+            self.schemas.get(version).cloned(),
+            self.group.is_empty() && self.plural == "pods",
+        )
+    }
+
     /// Subresources served for this type, for discovery.
     pub fn subresources(&self) -> Vec<&'static str> {
         let mut subs = Vec::new();

@@ -184,6 +184,28 @@ fn set_finalizers(obj: &mut Value, fins: &[String]) {
     }
 }
 
+/// Apply an RFC 6902 patch the way the API server's JSON-patch library does:
+/// a `test` for `null` succeeds on a missing path (kube-runtime's `finalizer()`
+/// relies on this to add the first finalizer).
+fn apply_json_patch(doc: &mut Value, ops: &json_patch::Patch) -> Result<(), ApiError> {
+    for op in ops.iter() {
+        if let json_patch::PatchOperation::Test(t) = op
+            && t.value.is_null()
+            && doc.pointer(t.path.as_str()).is_none()
+        {
+            continue;
+        }
+        json_patch::patch(doc, std::slice::from_ref(op)).map_err(|e| {
+            ApiError::new(
+                422,
+                "Invalid",
+                format!("the server rejected our request due to an error in our request: {e}"),
+            )
+        })?;
+    }
+    Ok(())
+}
+
 /// Whether `name` is a lowercase RFC 1123 subdomain.
 fn valid_name(name: &str) -> bool {
     !name.is_empty()
@@ -666,6 +688,7 @@ impl State {
                 },
                 &api_version,
                 &now(),
+                &rt.list_types(version),
             );
         }
         if writer.dry_run {
@@ -761,15 +784,7 @@ impl State {
             PatchKind::Json => {
                 let ops: json_patch::Patch = serde_json::from_value(body.clone())
                     .map_err(|e| ApiError::bad_request(format!("invalid JSON patch: {e}")))?;
-                json_patch::patch(&mut patched, &ops).map_err(|e| {
-                    ApiError::new(
-                        422,
-                        "Invalid",
-                        format!(
-                            "the server rejected our request due to an error in our request: {e}"
-                        ),
-                    )
-                })?;
+                apply_json_patch(&mut patched, &ops)?;
             }
             PatchKind::Apply { .. } => {}
         }
@@ -837,6 +852,7 @@ impl State {
                 scope,
                 api_version: &api_version,
                 now: &now(),
+                lists: &rt.list_types(version),
             },
         )
         .map_err(|conflicts| {
@@ -974,6 +990,7 @@ impl State {
             scope,
             &rt.api_version(version),
             &now(),
+            &rt.list_types(version),
         );
         new
     }

@@ -224,3 +224,83 @@ async fn ssa_on_the_status_subresource_touches_only_status() {
         .unwrap();
     assert_eq!(entry.subresource.as_deref(), Some("status"));
 }
+
+#[tokio::test]
+async fn map_and_set_lists_merge_per_element_across_managers() {
+    let server = server();
+    let api: Api<Widget> = Api::default_namespaced(server.client());
+    api.patch(
+        "ssa",
+        &PatchParams::apply("alice"),
+        &Patch::Apply(widget_apply(Some("img:1"), None)),
+    )
+    .await
+    .unwrap();
+    let condition = |ty: &str, status: &str| {
+        json!({
+            "apiVersion": "testkit.example.com/v1", "kind": "Widget", "metadata": {"name": "ssa"},
+            "status": {"conditions": [{"type": ty, "status": status}]}
+        })
+    };
+    // Two controllers own one condition each (x-kubernetes-list-type: map, key type).
+    api.patch_status(
+        "ssa",
+        &PatchParams::apply("ready-ctl"),
+        &Patch::Apply(condition("Ready", "True")),
+    )
+    .await
+    .unwrap();
+    api.patch_status(
+        "ssa",
+        &PatchParams::apply("synced-ctl"),
+        &Patch::Apply(condition("Synced", "False")),
+    )
+    .await
+    .unwrap();
+    // The typed Widget has no conditions field: read the stored object.
+    let raw = server
+        .object("testkit.example.com", "widgets", "default", "ssa")
+        .unwrap();
+    assert_eq!(
+        raw["status"]["conditions"].as_array().unwrap().len(),
+        2,
+        "{raw}"
+    );
+    // Changing someone else's condition conflicts and names the element.
+    let s = status_of(
+        api.patch_status(
+            "ssa",
+            &PatchParams::apply("synced-ctl"),
+            &Patch::Apply(condition("Ready", "False")),
+        )
+        .await,
+    );
+    assert!(
+        s.message
+            .contains("conflict with \"ready-ctl\": .status.conditions[type=\"Ready\"].status"),
+        "{}",
+        s.message
+    );
+
+    // metadata.finalizers is a set: each manager adds its own.
+    let fin = |f: &str| json!({"apiVersion": "testkit.example.com/v1", "kind": "Widget", "metadata": {"name": "ssa", "finalizers": [f]}});
+    api.patch(
+        "ssa",
+        &PatchParams::apply("fin-a"),
+        &Patch::Apply(fin("a.example/x")),
+    )
+    .await
+    .unwrap();
+    let w = api
+        .patch(
+            "ssa",
+            &PatchParams::apply("fin-b"),
+            &Patch::Apply(fin("b.example/y")),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        w.metadata.finalizers.unwrap(),
+        ["a.example/x", "b.example/y"]
+    );
+}

@@ -126,3 +126,87 @@ async fn a_trivial_controller_reconciles_against_the_double() {
     }
     handle.abort();
 }
+
+mod with_finalizer {
+    //! kube-runtime's `finalizer()` helper (JSON patches with `test` ops) on a CR.
+
+    use std::sync::{Arc, Mutex};
+
+    use futures::StreamExt;
+    use kube::{
+        Api, ResourceExt,
+        api::{DeleteParams, PostParams},
+        runtime::{
+            Controller,
+            controller::Action,
+            finalizer::{Event as FinalizerEvent, finalizer},
+            watcher,
+        },
+    };
+
+    use crate::support::{Widget, await_condition, server, widget};
+
+    const FINALIZER: &str = "testkit.example.com/cleanup";
+
+    struct Ctx {
+        api: Api<Widget>,
+        cleaned: Mutex<Vec<String>>,
+    }
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("failed to run the finalizer for a widget")]
+    struct Error(#[source] Box<kube::runtime::finalizer::Error<std::convert::Infallible>>);
+
+    async fn reconcile(w: Arc<Widget>, ctx: Arc<Ctx>) -> Result<Action, Error> {
+        let c = ctx.clone();
+        finalizer(&ctx.api, FINALIZER, w, |event| async move {
+            if let FinalizerEvent::Cleanup(w) = event {
+                c.cleaned.lock().unwrap().push(w.name_any());
+            }
+            Ok::<_, std::convert::Infallible>(Action::await_change())
+        })
+        .await
+        .map_err(|e| Error(Box::new(e)))
+    }
+
+    fn error_policy(_: Arc<Widget>, _: &Error, _: Arc<Ctx>) -> Action {
+        Action::requeue(std::time::Duration::from_millis(50))
+    }
+
+    #[tokio::test]
+    async fn finalizer_helper_adds_then_cleans_up_and_releases_the_object() {
+        let server = server();
+        let api: Api<Widget> = Api::default_namespaced(server.client());
+        let ctx = Arc::new(Ctx {
+            api: api.clone(),
+            cleaned: Mutex::new(Vec::new()),
+        });
+        let run = Controller::new(api.clone(), watcher::Config::default())
+            .run(reconcile, error_policy, ctx.clone())
+            .for_each(|_| async {});
+        let handle = tokio::spawn(run);
+        api.create(&PostParams::default(), &widget("fin", "img"))
+            .await
+            .unwrap();
+        await_condition(
+            "finalizer added",
+            || api.get("fin"),
+            |r| {
+                r.as_ref()
+                    .is_ok_and(|w| w.finalizers().iter().any(|f| f == FINALIZER))
+            },
+        )
+        .await
+        .unwrap();
+        api.delete("fin", &DeleteParams::default()).await.unwrap();
+        await_condition(
+            "widget gone",
+            || api.get_opt("fin"),
+            |r| matches!(r, Ok(None)),
+        )
+        .await
+        .unwrap();
+        assert_eq!(*ctx.cleaned.lock().unwrap(), ["fin"]);
+        handle.abort();
+    }
+}
