@@ -93,7 +93,7 @@ fn assert_fields(step: &str, expected: &Value, actual: &Value) {
 
 #[tokio::test]
 async fn drafting_table_wms_golden_replays_line_for_line_on_memory() {
-    replay(|project, cfg| MemoryStore::new(project, cfg)).await;
+    replay(MemoryStore::new).await;
 }
 
 #[tokio::test]
@@ -126,7 +126,7 @@ async fn replay<S: WorkStore>(make: impl FnOnce(&str, AdapterConfig) -> S) {
         contexts.insert(actor.clone(), ctx);
     }
     let materializer = contexts["materializer"].subject.clone();
-    let store = MemoryStore::new(
+    let store = make(
         project,
         AdapterConfig {
             materializer_subject: materializer,
