@@ -7,7 +7,7 @@
 //! | --- | --- | --- |
 //! | classify paths | [`manifest`], [`path`], [`role`] | |
 //! | select tests | [`catalog`] | |
-//! | export a role projection | [`plan`] | [`export`] |
+//! | export a role projection | [`plan`], [`loose::encode_loose_blob`] | [`export`], [`tree`] |
 //! | collect and validate a Worker's patch | [`validate`] | [`bundle`] |
 //! | apply and merge into `wi/` | [`trailers`] | [`integrate`] |
 //! | product digest | [`digest::encode_product_tree`] | [`digest::product_tree_digest`] |
@@ -15,6 +15,12 @@
 //!
 //! CLI seams live in [`seams`]: `protobot projection export` → [`seams::projection_export`],
 //! `protobot patch check` → [`seams::patch_check`].
+//!
+//! Typical cycle: [`export::export_projection`] per role → sandbox → [`bundle::collect_bundle`]
+//! → [`validate::accept_bundle`] → [`integrate::apply_bundle`] →
+//! [`integrate::merge_into_work_item`]; after inspection [`land::commit_attestation`] →
+//! [`land::land_work_item`]. The reconciler uses [`land::find_merge_by_trailer`] and
+//! [`land::approved_merge`].
 
 pub mod bundle;
 pub mod catalog;

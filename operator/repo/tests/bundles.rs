@@ -349,3 +349,20 @@ fn collection_stops_at_an_oversized_blob_before_loading_it() {
         "{err}"
     );
 }
+
+#[test]
+fn inspectors_are_read_only_every_change_is_rejected() {
+    let canonical = canonical();
+    let p = project(canonical.path(), Role::Inspector);
+    worker_commit(
+        &p.path,
+        &[("tests/valid.rs", Some(b"// weakened\n".to_vec()), FILE)],
+        "tamper",
+    );
+    let bundle = collect_bundle(&p.path, &p.record, &Limits::default()).unwrap();
+    let report = check_bundle(&bundle, &p.record, &Limits::default());
+    assert_eq!(
+        report.violations.iter().map(|v| v.code).collect::<Vec<_>>(),
+        vec![ViolationCode::NotWritableByRole]
+    );
+}
