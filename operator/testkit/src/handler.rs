@@ -124,7 +124,16 @@ struct Ctx {
     user_agent: String,
 }
 
-fn present(rt: &ResourceType, version: &str, obj: &Value) -> Value {
+/// An object as served at `version`, or as `PartialObjectMetadata` when the
+/// client asked for metadata only.
+pub fn present(rt: &ResourceType, version: &str, obj: &Value, metadata_only: bool) -> Value {
+    if metadata_only {
+        return json!({
+            "apiVersion": "meta.k8s.io/v1",
+            "kind": "PartialObjectMetadata",
+            "metadata": obj.get("metadata").cloned().unwrap_or_else(|| json!({})),
+        });
+    }
     let mut out = obj.clone();
     out["apiVersion"] = json!(rt.api_version(version));
     out
@@ -157,6 +166,14 @@ fn decode_continue(token: &str) -> Result<(u64, String), ApiError> {
 }
 
 impl Ctx {
+    /// `Accept: application/json;as=PartialObjectMetadata[List];g=meta.k8s.io;v=v1`.
+    fn metadata_only(&self) -> bool {
+        self.accept
+            .split(',')
+            .next()
+            .is_some_and(|first| first.contains("as=PartialObjectMetadata"))
+    }
+
     fn verb(&self, t: &Target) -> Result<Verb, ApiError> {
         Ok(match (&self.method, t.name.is_some()) {
             (&Method::GET, true) => Verb::Get,
@@ -281,7 +298,10 @@ impl Ctx {
         let result = match verb {
             Verb::Get => {
                 let obj = self.shared.lock().get(&rt, &ns, &name)?;
-                return Ok(json_response(200, &present(&rt, &t.version, &obj)));
+                return Ok(json_response(
+                    200,
+                    &present(&rt, &t.version, &obj, self.metadata_only()),
+                ));
             }
             Verb::List => return self.list(&rt, &t),
             Verb::Watch => return self.watch(rt, &t, faults.drop_watch_after),
@@ -351,7 +371,7 @@ impl Ctx {
                 let mut out = Vec::new();
                 for (key, _) in items {
                     if let Ok((obj, _)) = state.delete(&rt, &key.namespace, &key.name, &opts) {
-                        out.push(present(&rt, &t.version, &obj));
+                        out.push(present(&rt, &t.version, &obj, self.metadata_only()));
                     }
                 }
                 drop(state);
@@ -362,7 +382,7 @@ impl Ctx {
         self.shared.notify();
         Ok(json_response(
             result.0,
-            &present(&rt, &t.version, &result.1),
+            &present(&rt, &t.version, &result.1, self.metadata_only()),
         ))
     }
 
@@ -432,9 +452,17 @@ impl Ctx {
             meta["continue"] = json!(token);
             meta["remainingItemCount"] = json!(remaining);
         }
+        let (api_version, kind) = if self.metadata_only() {
+            (
+                "meta.k8s.io/v1".to_owned(),
+                "PartialObjectMetadataList".to_owned(),
+            )
+        } else {
+            (rt.api_version(&t.version), format!("{}List", rt.kind))
+        };
         json!({
-            "apiVersion": rt.api_version(&t.version),
-            "kind": format!("{}List", rt.kind),
+            "apiVersion": api_version,
+            "kind": kind,
             "metadata": meta,
             "items": items,
         })
@@ -504,7 +532,7 @@ impl Ctx {
         }
         let items = items
             .into_iter()
-            .map(|(_, v)| present(rt, &t.version, &v))
+            .map(|(_, v)| present(rt, &t.version, &v, self.metadata_only()))
             .collect();
         Ok(json_response(
             200,
@@ -548,6 +576,7 @@ impl Ctx {
             labels,
             fields,
             version: t.version.clone(),
+            metadata_only: self.metadata_only(),
             drop_after,
         };
         let body = watch::spawn(self.shared.clone(), rt, params);

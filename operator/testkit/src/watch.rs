@@ -12,6 +12,7 @@ use tokio::{sync::mpsc, time::Instant};
 
 use crate::{
     body::{BodyError, ResponseBody},
+    handler::present,
     resources::ResourceType,
     selector::{FieldSelector, LabelSelector},
     server::Shared,
@@ -46,6 +47,8 @@ pub struct WatchParams {
     pub fields: FieldSelector,
     /// Version objects are served at.
     pub version: String,
+    /// Serve `PartialObjectMetadata` instead of full objects.
+    pub metadata_only: bool,
     /// Injected fault: end the stream after this many events (bookmarks not counted).
     pub drop_after: Option<usize>,
 }
@@ -76,12 +79,6 @@ impl Sink {
         }
         true
     }
-}
-
-fn present(rt: &ResourceType, version: &str, obj: &Value) -> Value {
-    let mut out = obj.clone();
-    out["apiVersion"] = json!(rt.api_version(version));
-    out
 }
 
 fn bookmark(rt: &ResourceType, version: &str, rv: u64, initial_end: bool) -> Value {
@@ -149,7 +146,10 @@ async fn run(
         }
     };
     for (_, obj) in &initial {
-        if !sink.send("ADDED", present(&rt, &p.version, obj)).await {
+        if !sink
+            .send("ADDED", present(&rt, &p.version, obj, p.metadata_only))
+            .await
+        {
             return;
         }
     }
@@ -178,7 +178,9 @@ async fn run(
             Ok((events, rv)) => {
                 for ev in events {
                     if let Some(ty) = translate(&p, &ev)
-                        && !sink.send(ty, present(&rt, &p.version, &ev.object)).await
+                        && !sink
+                            .send(ty, present(&rt, &p.version, &ev.object, p.metadata_only))
+                            .await
                     {
                         return;
                     }

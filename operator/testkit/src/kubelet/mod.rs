@@ -6,6 +6,7 @@
 //! It works directly on the store (as the real kubelet's status manager would
 //! through the API), writing status as field manager `kubelet`.
 
+mod env;
 mod executor;
 mod pod;
 mod volumes;

@@ -28,6 +28,7 @@ pub(crate) struct NodeCtx {
 
 struct PodRun {
     ctx: Arc<NodeCtx>,
+    pod: Value,
     key: ObjectKey,
     uid: String,
     volumes: BTreeMap<String, PathBuf>,
@@ -126,7 +127,7 @@ fn container_status(
 }
 
 impl PodRun {
-    fn launch(&self, c: &Value) -> ContainerLaunch {
+    fn launch(&self, c: &Value, env: Vec<(String, String)>) -> ContainerLaunch {
         let strs = |k: &str| -> Vec<String> {
             c.get(k)
                 .and_then(Value::as_array)
@@ -139,23 +140,6 @@ impl PodRun {
         };
         let mut argv = strs("command");
         argv.extend(strs("args"));
-        let env = c
-            .get("env")
-            .and_then(Value::as_array)
-            .map(|a| {
-                a.iter()
-                    .filter_map(|e| {
-                        Some((
-                            e.get("name")?.as_str()?.to_owned(),
-                            e.get("value")
-                                .and_then(Value::as_str)
-                                .unwrap_or("")
-                                .to_owned(),
-                        ))
-                    })
-                    .collect()
-            })
-            .unwrap_or_default();
         let mounts = c
             .get("volumeMounts")
             .and_then(Value::as_array)
@@ -209,7 +193,23 @@ impl PodRun {
 
     /// Run one container (with restarts); returns its last exit code.
     async fn container(&self, c: Value, init: bool, mut kill: KillSignal) -> i32 {
-        let launch = self.launch(&c);
+        let env = match super::env::build(&self.ctx.shared, &self.pod, &c) {
+            Ok(env) => env,
+            Err(message) => {
+                // A real node retries; here the container waits until the pod is killed.
+                update_status(self, |s| {
+                    let waiting = json!({"waiting": {"reason": "CreateContainerConfigError", "message": message}});
+                    set_container_status(
+                        s,
+                        init,
+                        container_status(&c, &self.uid, 0, waiting, json!({}), false),
+                    );
+                });
+                kill.killed().await;
+                return 137;
+            }
+        };
+        let launch = self.launch(&c, env);
         self.ctx.shared.set_log(
             &self.key.namespace,
             &self.key.name,
@@ -230,6 +230,10 @@ impl PodRun {
                     !init,
                 );
                 set_container_status(s, init, cs);
+                if !init {
+                    // Running once at least one container runs, as on a real node.
+                    s["phase"] = json!("Running");
+                }
                 if !init && all_running(s) {
                     set_condition(s, "ContainersReady", true, None);
                     set_condition(s, "Ready", true, None);
@@ -320,6 +324,7 @@ pub(crate) async fn run_pod(
         .to_owned();
     let mut run = PodRun {
         ctx: ctx.clone(),
+        pod: pod.clone(),
         key,
         uid,
         volumes: BTreeMap::new(),
@@ -395,7 +400,6 @@ pub(crate) async fn run_pod(
                 }
             }
             update_status(&run, |s| {
-                s["phase"] = json!("Running");
                 set_condition(s, "Initialized", true, None);
             });
             let futs = mains

@@ -158,3 +158,80 @@ async fn deleting_a_running_pod_kills_it_and_removes_it() {
     .await
     .unwrap();
 }
+
+#[tokio::test]
+async fn container_env_resolves_config_maps_secrets_and_field_refs() {
+    use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+    let server = server();
+    let _kubelet = Kubelet::start(&server).unwrap();
+    let cms: Api<ConfigMap> = Api::default_namespaced(server.client());
+    cms.create(
+        &PostParams::default(),
+        &crate::support::config_map("settings", &[("MODE", "fast")]),
+    )
+    .await
+    .unwrap();
+    let secrets: Api<Secret> = Api::default_namespaced(server.client());
+    let secret: Secret = serde_json::from_value(
+        json!({"metadata": {"name": "creds"}, "data": {"token": "czNjcjN0"}}),
+    )
+    .unwrap();
+    secrets
+        .create(&PostParams::default(), &secret)
+        .await
+        .unwrap();
+    let api: Api<Pod> = Api::default_namespaced(server.client());
+    let spec = json!({"restartPolicy": "Never", "containers": [{
+        "name": "main", "image": "busybox",
+        "command": ["sh", "-c", "echo \"$MODE $TOKEN $POD $GREETING\""],
+        "envFrom": [{"configMapRef": {"name": "settings"}}],
+        "env": [
+            {"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "creds", "key": "token"}}},
+            {"name": "POD", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+            {"name": "GREETING", "value": "hi-$(POD)"}
+        ]
+    }]});
+    api.create(&PostParams::default(), &pod("env-pod", spec))
+        .await
+        .unwrap();
+    let done = await_phase(&api, "env-pod", &["Failed", "Succeeded"]).await;
+    assert_eq!(phase(&done), "Succeeded");
+    let logs = api.logs("env-pod", &LogParams::default()).await.unwrap();
+    assert_eq!(logs, "fast s3cr3t env-pod hi-env-pod\n");
+}
+
+#[tokio::test]
+async fn a_missing_config_map_key_keeps_the_container_waiting() {
+    let server = server();
+    let _kubelet = Kubelet::start(&server).unwrap();
+    let api: Api<Pod> = Api::default_namespaced(server.client());
+    let spec = json!({"restartPolicy": "Never", "containers": [{
+        "name": "main", "image": "busybox", "command": ["true"],
+        "env": [{"name": "X", "valueFrom": {"configMapKeyRef": {"name": "absent", "key": "k"}}}]
+    }]});
+    api.create(&PostParams::default(), &pod("waits", spec))
+        .await
+        .unwrap();
+    let waiting = await_condition(
+        "CreateContainerConfigError",
+        || api.get("waits"),
+        |r| {
+            r.as_ref().is_ok_and(|p| {
+                p.status
+                    .as_ref()
+                    .and_then(|s| s.container_statuses.as_ref())
+                    .is_some_and(|cs| {
+                        cs[0]
+                            .state
+                            .as_ref()
+                            .and_then(|s| s.waiting.as_ref())
+                            .and_then(|w| w.reason.as_deref())
+                            == Some("CreateContainerConfigError")
+                    })
+            })
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(phase(&waiting), "Pending");
+}

@@ -139,3 +139,31 @@ async fn a_continue_token_older_than_the_history_is_410() {
     );
     assert_eq!((s.code, s.reason.as_str()), (410, "Expired"));
 }
+
+#[tokio::test]
+async fn metadata_only_get_list_and_watch_serve_partial_object_metadata() {
+    use futures::TryStreamExt;
+    use kube::api::{WatchEvent, WatchParams};
+    let server = server();
+    let api = cms(&server);
+    api.create(&PostParams::default(), &labelled("meta", &[("a", "b")]))
+        .await
+        .unwrap();
+    let m = api.get_metadata("meta").await.unwrap();
+    assert_eq!(m.metadata.labels.unwrap()["a"], "b");
+    let list = api.list_metadata(&ListParams::default()).await.unwrap();
+    assert_eq!(list.items.len(), 1);
+    let mut stream = Box::pin(
+        api.watch_metadata(&WatchParams::default(), "0")
+            .await
+            .unwrap(),
+    );
+    match crate::support::within("metadata watch", stream.try_next())
+        .await
+        .unwrap()
+        .unwrap()
+    {
+        WatchEvent::Added(o) => assert_eq!(o.metadata.name.as_deref(), Some("meta")),
+        other => panic!("unexpected {other:?}"),
+    }
+}

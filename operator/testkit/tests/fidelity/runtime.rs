@@ -210,3 +210,39 @@ mod with_finalizer {
         handle.abort();
     }
 }
+
+#[tokio::test]
+async fn the_event_recorder_creates_then_updates_a_series() {
+    use k8s_openapi::api::events::v1::Event as K8sEvent;
+    use kube::{
+        Resource,
+        runtime::events::{Event as RecorderEvent, EventType, Recorder},
+    };
+    let server = server();
+    let api = cms(&server);
+    let cm = api
+        .create(&PostParams::default(), &config_map("evented", &[]))
+        .await
+        .unwrap();
+    let recorder = Recorder::new(server.client(), "testkit-controller".into());
+    let ev = RecorderEvent {
+        type_: EventType::Warning,
+        reason: "ApplyFailed".into(),
+        note: Some("failed to apply".into()),
+        action: "Reconcile".into(),
+        secondary: None,
+    };
+    let reference = cm.object_ref(&());
+    recorder.publish(&ev, &reference).await.unwrap();
+    recorder.publish(&ev, &reference).await.unwrap();
+    let events: Api<K8sEvent> = Api::default_namespaced(server.client());
+    let list = events.list(&Default::default()).await.unwrap();
+    assert_eq!(list.items.len(), 1, "a repeated event updates its series");
+    let e = &list.items[0];
+    assert_eq!(e.reason.as_deref(), Some("ApplyFailed"));
+    assert_eq!(
+        e.regarding.as_ref().and_then(|r| r.name.as_deref()),
+        Some("evented")
+    );
+    assert_eq!(e.series.as_ref().map(|s| s.count), Some(2));
+}
