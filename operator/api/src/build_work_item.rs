@@ -150,11 +150,12 @@ pub struct BuildWorkItemSpec {
     #[schemars(length(max = REQUIREMENTS_LIMIT), inner(length(max = ID_MAX_LENGTH)))]
     #[schemars(extend("x-kubernetes-validations" = [{"rule": "self == oldSelf", "message": "dependencies is immutable"}]))]
     pub dependencies: Vec<String>,
-    /// Commit (40 hex digits) of the spec records the item was materialized from.
-    /// Immutable.
+    /// Commit (40 hex digits) of the spec records the item was materialized from; absent
+    /// only for records restored into the store without one. Immutable.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(regex(pattern = GIT_COMMIT_PATTERN), length(min = 40, max = 40))]
     #[schemars(extend("x-kubernetes-validations" = [{"rule": "self == oldSelf", "message": "specCommit is immutable"}]))]
-    pub spec_commit: String,
+    pub spec_commit: Option<String>,
     /// Business priority (`low`, `normal`, `high`, `urgent`); absent means `normal`. The only
     /// field humans may edit; dispatch takes it first.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -247,6 +248,13 @@ pub struct BuildWorkItemStatus {
     /// The `metadata.generation` this status was computed from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
+    /// The store's ledger for this item, as JSON: the validation-rules/v1 record, results of
+    /// idempotent commands on it, its reservation, blocked-work submissions, decisions on
+    /// approvals bound to it, observed readiness and its audit tail. Written only by the
+    /// work store in the same status write as the fields above, which mirror it for humans;
+    /// see docs/kubernetes-work-store.md.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ledger: Option<String>,
     /// Conditions `Leased` (mirrors `lease`) and `Blocked`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
@@ -521,6 +529,7 @@ impl BuildWorkItemStatus {
             merge_commit: None,
             completion: None,
             observed_generation: None,
+            ledger: None,
             conditions: Vec::new(),
         }
     }

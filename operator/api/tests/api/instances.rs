@@ -149,7 +149,7 @@ fn work_item() -> BuildWorkItem {
             changed_requirements: vec!["REQ-SYNC-001".to_owned()],
             applicable_requirements: vec!["REQ-SYNC-001".to_owned()],
             dependencies: vec!["wi-000".to_owned()],
-            spec_commit: SPEC_COMMIT.to_owned(),
+            spec_commit: Some(SPEC_COMMIT.to_owned()),
             business_priority: Some(BusinessPriority::Urgent),
         },
     );
