@@ -3,7 +3,7 @@
 //! manifest and the computed store digests. Pure; load problems become
 //! diagnostics so that they aggregate with semantic ones (target contract).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use serde::de::DeserializeOwned;
 use serde_yaml_ng::Value;
@@ -57,6 +57,20 @@ pub struct Snapshot {
     pub projection: ProjectionState,
     /// The files everything was decoded from.
     pub vfs: Vfs,
+    /// ID → position in `requirements` (first occurrence).
+    req_index: HashMap<String, usize>,
+    /// ID → position in `interfaces` (first occurrence).
+    if_index: HashMap<String, usize>,
+    /// ID → position in `change_sets` (first occurrence).
+    cs_index: HashMap<String, usize>,
+}
+
+fn index<T>(recs: &[Rec<T>], id: impl Fn(&T) -> &str) -> HashMap<String, usize> {
+    let mut m = HashMap::with_capacity(recs.len());
+    for (i, r) in recs.iter().enumerate() {
+        m.entry(id(&r.record).to_owned()).or_insert(i);
+    }
+    m
 }
 
 fn decode_failed(path: &str, why: &str) -> Diagnostic {
@@ -214,36 +228,39 @@ pub fn open(vfs: Vfs) -> Result<Snapshot, Failure> {
             None
         };
         digests.insert(kind, computed);
-        for (path, bytes) in files {
-            let name = path.rsplit('/').next().unwrap_or_default().to_owned();
-            match kind {
-                StoreKind::Requirements => {
-                    let check = |r: &Requirement| {
-                        let expected = format!("{}.yaml", r.id);
-                        filename_ok(&r.id, ids::is_requirement_id(&r.id), &expected, &name)
-                    };
-                    if let Some(record) = decode_record(&path, &bytes, &mut load_diags, check) {
-                        requirements.push(Rec { path, record });
-                    }
-                }
-                StoreKind::Interfaces => {
-                    let check = |r: &Interface| {
-                        let expected = format!("{}.yaml", r.id);
-                        filename_ok(&r.id, ids::is_kebab_id(&r.id), &expected, &name)
-                    };
-                    if let Some(record) = decode_record(&path, &bytes, &mut load_diags, check) {
-                        interfaces.push(Rec { path, record });
-                    }
-                }
-                StoreKind::ChangeSets => {
-                    let check = |r: &ChangeSet| {
-                        let expected = ids::change_set_file_name(&r.id);
-                        filename_ok(&r.id, ids::is_change_set_id(&r.id), &expected, &name)
-                    };
-                    if let Some(record) = decode_record(&path, &bytes, &mut load_diags, check) {
-                        change_sets.push(Rec { path, record });
-                    }
-                }
+        match kind {
+            StoreKind::Requirements => {
+                let check = |r: &Requirement, name: &str| {
+                    filename_ok(
+                        &r.id,
+                        ids::is_requirement_id(&r.id),
+                        &format!("{}.yaml", r.id),
+                        name,
+                    )
+                };
+                decode_all(files, check, &mut requirements, &mut load_diags);
+            }
+            StoreKind::Interfaces => {
+                let check = |r: &Interface, name: &str| {
+                    filename_ok(
+                        &r.id,
+                        ids::is_kebab_id(&r.id),
+                        &format!("{}.yaml", r.id),
+                        name,
+                    )
+                };
+                decode_all(files, check, &mut interfaces, &mut load_diags);
+            }
+            StoreKind::ChangeSets => {
+                let check = |r: &ChangeSet, name: &str| {
+                    filename_ok(
+                        &r.id,
+                        ids::is_change_set_id(&r.id),
+                        &ids::change_set_file_name(&r.id),
+                        name,
+                    )
+                };
+                decode_all(files, check, &mut change_sets, &mut load_diags);
             }
         }
     }
@@ -262,6 +279,9 @@ pub fn open(vfs: Vfs) -> Result<Snapshot, Failure> {
             .hint("Restore .protobot/projection.yaml as a regular file."),
         ]),
     };
+    let req_index = index(&requirements, |r| &r.id);
+    let if_index = index(&interfaces, |r| &r.id);
+    let cs_index = index(&change_sets, |r| &r.id);
     Ok(Snapshot {
         project,
         requirements,
@@ -271,12 +291,64 @@ pub fn open(vfs: Vfs) -> Result<Snapshot, Failure> {
         digests,
         projection,
         vfs,
+        req_index,
+        if_index,
+        cs_index,
     })
 }
 
 /// `Some(diagnostic)` when a valid ID does not match its file name.
 fn filename_ok(id: &str, valid: bool, expected: &str, actual: &str) -> Option<(String, String)> {
     (valid && expected != actual).then(|| (id.to_owned(), expected.to_owned()))
+}
+
+/// Decodes the files of one store, in parallel chunks when there are many
+/// (decoding dominates `check` on large stores), keeping file order.
+fn decode_all<T, F>(
+    files: Vec<(String, Vec<u8>)>,
+    check: F,
+    out: &mut Vec<Rec<T>>,
+    diags: &mut Vec<Diagnostic>,
+) where
+    T: DeserializeOwned + Send,
+    F: Fn(&T, &str) -> Option<(String, String)> + Sync,
+{
+    let one = |(path, bytes): &(String, Vec<u8>)| {
+        let mut d = Vec::new();
+        let name = path.rsplit('/').next().unwrap_or_default();
+        let rec = decode_record(path, bytes, &mut d, |r: &T| check(r, name));
+        (
+            rec.map(|record| Rec {
+                path: path.clone(),
+                record,
+            }),
+            d,
+        )
+    };
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(8);
+    let results: Vec<(Option<Rec<T>>, Vec<Diagnostic>)> = if files.len() < 256 || threads < 2 {
+        files.iter().map(one).collect()
+    } else {
+        let chunk = files.len().div_ceil(threads);
+        std::thread::scope(|scope| {
+            let handles: Vec<_> = files
+                .chunks(chunk)
+                .map(|part| scope.spawn(|| part.iter().map(one).collect::<Vec<_>>()))
+                .collect();
+            // The decoder does not panic on any input (see the fuzz test);
+            // if it ever did, behave exactly as the single-threaded path.
+            handles
+                .into_iter()
+                .flat_map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
+                .collect()
+        })
+    };
+    for (rec, d) in results {
+        diags.extend(d);
+        out.extend(rec);
+    }
 }
 
 fn decode_record<T: DeserializeOwned>(
@@ -312,17 +384,19 @@ fn decode_record<T: DeserializeOwned>(
 impl Snapshot {
     /// Finds a requirement.
     pub fn requirement(&self, id: &str) -> Option<&Rec<Requirement>> {
-        self.requirements.iter().find(|r| r.record.id == id)
+        self.req_index
+            .get(id)
+            .and_then(|i| self.requirements.get(*i))
     }
 
     /// Finds an interface.
     pub fn interface(&self, id: &str) -> Option<&Rec<Interface>> {
-        self.interfaces.iter().find(|r| r.record.id == id)
+        self.if_index.get(id).and_then(|i| self.interfaces.get(*i))
     }
 
     /// Finds a change set.
     pub fn change_set(&self, id: &str) -> Option<&Rec<ChangeSet>> {
-        self.change_sets.iter().find(|r| r.record.id == id)
+        self.cs_index.get(id).and_then(|i| self.change_sets.get(*i))
     }
 
     /// Record path for a requirement ID.

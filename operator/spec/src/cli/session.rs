@@ -90,13 +90,22 @@ impl Session {
     /// IDs of every proposed change set.
     pub fn proposed(&self) -> Result<BTreeSet<String>, Failure> {
         let refs = self.git.approval_refs(&self.snap.project)?;
-        let mut out = BTreeSet::new();
-        for rec in &self.snap.change_sets {
-            if !self.is_approved(&rec.path, &refs)? {
-                out.insert(rec.record.id.clone());
+        // List the change-set store once per ref instead of one tree lookup
+        // per manifest and ref.
+        let dir = self.snap.project.store_dir(StoreKind::ChangeSets);
+        let mut approved_paths = BTreeSet::new();
+        for r in &refs {
+            for name in self.git.dir_names_in_commit(*r, &dir)? {
+                approved_paths.insert(format!("{dir}/{name}"));
             }
         }
-        Ok(out)
+        Ok(self
+            .snap
+            .change_sets
+            .iter()
+            .filter(|rec| !approved_paths.contains(&rec.path))
+            .map(|rec| rec.record.id.clone())
+            .collect())
     }
 
     /// The change set a write targets, after the approval and ancestry
