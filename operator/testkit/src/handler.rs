@@ -14,6 +14,7 @@ use crate::{
     error::ApiError,
     faults::Verb,
     managed::Scope,
+    record::RecordedRequest,
     resources::ResourceType,
     route::{Query, Route, Target, parse_path},
     selector::{FieldSelector, LabelSelector},
@@ -237,6 +238,42 @@ impl Ctx {
 
     async fn resource(self, rt: ResourceType, t: Target) -> Result<Resp, ApiError> {
         let verb = self.verb(&t)?;
+        let record = RecordedRequest {
+            verb,
+            group: t.group.clone(),
+            version: t.version.clone(),
+            plural: t.plural.clone(),
+            namespace: t.namespace.clone(),
+            name: t.name.clone(),
+            subresource: t.subresource.clone(),
+            field_manager: self.query.get("fieldManager").map(str::to_owned),
+            force: self.query.flag("force"),
+            patch_type: (self.method == Method::PATCH).then(|| {
+                self.content_type
+                    .split(';')
+                    .next()
+                    .unwrap_or("")
+                    .trim()
+                    .to_owned()
+            }),
+            body: if self.body.is_empty() {
+                None
+            } else {
+                self.json_body().ok()
+            },
+            code: 0,
+        };
+        let shared = self.shared.clone();
+        let result = self.serve(rt, t, verb).await;
+        let code = match &result {
+            Ok(resp) => resp.status().as_u16(),
+            Err(e) => e.code,
+        };
+        shared.record(RecordedRequest { code, ..record });
+        result
+    }
+
+    async fn serve(self, rt: ResourceType, t: Target, verb: Verb) -> Result<Resp, ApiError> {
         let faults = self
             .shared
             .faults

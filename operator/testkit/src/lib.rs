@@ -30,6 +30,7 @@ mod handler;
 pub mod kubelet;
 mod lists;
 mod managed;
+mod record;
 mod resources;
 mod route;
 mod schema;
@@ -46,6 +47,7 @@ pub use kubelet::{
     ContainerExecutor, ContainerExit, ContainerLaunch, ExecutorError, KillSignal, Kubelet, Mount,
     ProcessExecutor,
 };
+pub use record::RecordedRequest;
 pub use resources::ResourceType;
 pub use server::{ApiServer, ApiService, ServerConfig};
 pub use wait::{WaitError, until};

@@ -23,6 +23,7 @@ use crate::{
     faults::Faults,
     handler,
     managed::Scope,
+    record::RecordedRequest,
     resources::{self, TypeRegistry},
     store::{ObjectKey, State, Writer},
 };
@@ -66,9 +67,18 @@ pub struct Shared {
     /// Tunables.
     pub config: ServerConfig,
     logs: Mutex<BTreeMap<LogKey, PathBuf>>,
+    requests: Mutex<Vec<RecordedRequest>>,
 }
 
 impl Shared {
+    /// Append to the request log.
+    pub fn record(&self, req: RecordedRequest) {
+        self.requests
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(req);
+    }
+
     /// Lock the state (a poisoned lock is recovered: tests report their own panics).
     pub fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
@@ -167,6 +177,7 @@ impl ApiServer {
                 faults: Faults::default(),
                 config,
                 logs: Mutex::new(BTreeMap::new()),
+                requests: Mutex::new(Vec::new()),
             }),
         }
     }
@@ -343,6 +354,32 @@ impl ApiServer {
             name: name.to_owned(),
         };
         self.shared.lock().object(&key).cloned()
+    }
+
+    /// Every resource request served so far, in order (discovery excluded).
+    pub fn requests(&self) -> Vec<RecordedRequest> {
+        self.shared
+            .requests
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Only the writes (create, update, patch, delete) served so far.
+    pub fn writes(&self) -> Vec<RecordedRequest> {
+        self.requests()
+            .into_iter()
+            .filter(RecordedRequest::is_write)
+            .collect()
+    }
+
+    /// Forget the request log (e.g. after a test's setup).
+    pub fn clear_requests(&self) {
+        self.shared
+            .requests
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clear();
     }
 
     /// The served types (for assertions on discovery).

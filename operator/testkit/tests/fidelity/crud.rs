@@ -228,3 +228,28 @@ async fn generate_name_and_dry_run_behave_like_the_api_server() {
     assert_eq!(server.resource_version(), rv_before);
     assert!(api.get_opt("dry").await.unwrap().is_none());
 }
+
+#[tokio::test]
+async fn the_request_log_shows_exactly_which_writes_were_made() {
+    let server = server();
+    let api = cms(&server);
+    api.create(&PostParams::default(), &config_map("logged", &[]))
+        .await
+        .unwrap();
+    server.clear_requests();
+    api.get("logged").await.unwrap();
+    let pp = PatchParams::apply("my-controller");
+    let body = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "logged"}, "data": {"k": "v"}});
+    api.patch("logged", &pp, &Patch::Apply(&body))
+        .await
+        .unwrap();
+    let writes = server.writes();
+    let summaries: Vec<String> = writes.iter().map(|w| w.summary()).collect();
+    assert_eq!(summaries, ["Patch configmaps/logged"]);
+    let w = &writes[0];
+    assert!(w.is_apply());
+    assert_eq!(w.field_manager.as_deref(), Some("my-controller"));
+    assert_eq!(w.body.as_ref(), Some(&body));
+    assert_eq!(w.code, 200);
+    assert_eq!(server.requests().len(), 2);
+}
