@@ -178,3 +178,130 @@ pub fn candidate_node(c: &Candidate) -> Node {
         .with("recorded_disposition", opt(&c.recorded_disposition))
         .with("rationale", opt(&c.rationale))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{AppliesTo, Assessment, Relationship, RequirementOp};
+
+    fn req(id: &str, scopes: &[&str], ifaces: &[&str], rels: &[(&str, &str)]) -> Requirement {
+        Requirement {
+            id: id.into(),
+            applies_to: Some(AppliesTo {
+                interfaces: ifaces.iter().map(|s| (*s).into()).collect(),
+                scopes: scopes.iter().map(|s| (*s).into()).collect(),
+            }),
+            relationships: rels
+                .iter()
+                .map(|(k, t)| Relationship {
+                    kind: (*k).into(),
+                    target: (*t).into(),
+                })
+                .collect(),
+            ..Requirement::default()
+        }
+    }
+
+    fn cs(ops: &[&str], ifaces: &[&str], scopes: &[&str]) -> ChangeSet {
+        ChangeSet {
+            base_commit: "a".repeat(40),
+            impact_assessment_base_commit: "A".repeat(40),
+            operations: Some(
+                ops.iter()
+                    .map(|id| RequirementOp {
+                        action: "revise".into(),
+                        requirement_id: (*id).into(),
+                        rationale: String::new(),
+                    })
+                    .collect(),
+            ),
+            affected_interfaces: Some(ifaces.iter().map(|s| (*s).into()).collect()),
+            affected_scopes: scopes.iter().map(|s| (*s).into()).collect(),
+            ..ChangeSet::default()
+        }
+    }
+
+    #[test]
+    fn candidates_collect_every_reason_and_skip_changed_and_retired() {
+        let reqs = vec![
+            req(
+                "REQ-A-00001",
+                &["cli"],
+                &["ui"],
+                &[("depends-on", "REQ-A-00009")],
+            ),
+            req("REQ-A-00002", &["project"], &[], &[]),
+            req(
+                "REQ-A-00009",
+                &["project"],
+                &[],
+                &[("related-to", "REQ-A-00003")],
+            ),
+            req("REQ-A-00003", &["other"], &[], &[]),
+            Requirement {
+                status: "retired".into(),
+                ..req("REQ-A-00004", &["cli"], &[], &[])
+            },
+        ];
+        let c = cs(&["REQ-A-00009"], &["ui"], &["cli"]);
+        let got = candidates(&c, reqs.iter());
+        let ids: Vec<&str> = got.iter().map(|c| c.requirement_id.as_str()).collect();
+        assert_eq!(ids, ["REQ-A-00001", "REQ-A-00002", "REQ-A-00003"]);
+        assert_eq!(
+            got[0].matched_by,
+            [
+                "interface:ui",
+                "relationship:depends-on:REQ-A-00009",
+                "scope:cli"
+            ]
+        );
+        assert_eq!(
+            got[1].matched_by,
+            ["scope:project"],
+            "a changed project-scoped requirement sets the boundary"
+        );
+        assert_eq!(got[2].matched_by, ["relationship:related-to:REQ-A-00009"]);
+    }
+
+    #[test]
+    fn status_precedence_is_stale_then_incomplete_then_complete() {
+        let reqs = vec![
+            req("REQ-A-00001", &["cli"], &[], &[]),
+            req("REQ-A-00002", &["x"], &[], &[]),
+        ];
+        let mut c = cs(&[], &[], &["cli"]);
+        assert_eq!(
+            status(&c, reqs.iter()),
+            Status::Incomplete,
+            "base compared case-insensitively"
+        );
+        c.impact_assessment = vec![Assessment {
+            requirement_id: "REQ-A-00001".into(),
+            disposition: "applicable".into(),
+            rationale: "r".into(),
+            origin: "mechanical".into(),
+        }];
+        assert_eq!(status(&c, reqs.iter()), Status::Complete);
+        c.impact_assessment.push(Assessment {
+            requirement_id: "REQ-A-00002".into(),
+            disposition: "bogus".into(),
+            rationale: "r".into(),
+            origin: "semantic".into(),
+        });
+        assert_eq!(status(&c, reqs.iter()), Status::Incomplete);
+        c.impact_assessment_base_commit = "b".repeat(40);
+        assert_eq!(status(&c, reqs.iter()), Status::Stale);
+        let mut c = cs(&[], &[], &[]);
+        c.impact_assessment = vec![Assessment {
+            requirement_id: "REQ-A-00001".into(),
+            disposition: "applicable".into(),
+            rationale: "r".into(),
+            origin: "mechanical".into(),
+        }];
+        assert_eq!(
+            status(&c, reqs.iter()),
+            Status::Stale,
+            "a mechanical entry that is no longer a candidate"
+        );
+    }
+}

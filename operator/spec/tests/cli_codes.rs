@@ -1639,3 +1639,155 @@ fn artifact_list_and_interface_update() {
         "an add in the same set stays add"
     );
 }
+
+#[test]
+fn symmetric_links_write_the_inverse_and_compare_reports_findings() {
+    let repo = with_change_set();
+    let root = repo.root();
+    assert_eq!(
+        req_add(&repo, "REQ-CLI-00001", "The CLI shall work.", &[]).status,
+        0
+    );
+    let out = req_add(
+        &repo,
+        "REQ-CLI-00002",
+        "The CLI shall work.",
+        &["--relationship", "conflicts-with=REQ-CLI-00001"],
+    );
+    assert_eq!(out.status, 0, "{}", out.stdout);
+    let paths: Vec<String> = out.json_value()["mutation"]["paths"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p.as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(
+        paths,
+        [
+            ".protobot/requirements/REQ-CLI-00002.yaml",
+            ".protobot/requirements/REQ-CLI-00001.yaml",
+            ".protobot/change-sets/cs-00001.yaml",
+            ".protobot/project.yaml"
+        ]
+    );
+    let inverse =
+        String::from_utf8(repo.read(".protobot/requirements/REQ-CLI-00001.yaml")).unwrap();
+    assert!(
+        inverse.contains("conflicts-with") && inverse.contains("REQ-CLI-00002"),
+        "{inverse}"
+    );
+    assert_eq!(json(&root, &["check"]).status, 0);
+    let cmp = json(
+        &root,
+        &["change-set", "compare", "--change-set", "CS-00001"],
+    )
+    .json_value();
+    let data = &cmp["data"];
+    assert_eq!(
+        data["declared_conflicts"][0]["requirement_ids"],
+        serde_json::json!(["REQ-CLI-00001", "REQ-CLI-00002"])
+    );
+    assert_eq!(
+        data["exact_duplicates"][0]["requirement_ids"],
+        serde_json::json!(["REQ-CLI-00001", "REQ-CLI-00002"])
+    );
+    assert_eq!(data["changed"].as_array().unwrap().len(), 2, "{data}");
+    assert_eq!(
+        data["changed"][0]["action"], "add",
+        "the inverse revise merges into the add"
+    );
+    // removing the link removes the inverse too
+    let out = json(
+        &root,
+        &[
+            "requirement",
+            "update",
+            "--change-set",
+            "CS-00001",
+            "--id",
+            "REQ-CLI-00002",
+            "--text",
+            "The CLI shall differ.",
+        ],
+    );
+    assert_eq!(out.status, 0, "{}", out.stdout);
+    assert_eq!(json(&root, &["check"]).status, 0);
+}
+
+#[test]
+fn compare_reports_dependency_cycles_introduced_by_direct_edits() {
+    let repo = with_change_set();
+    let root = repo.root();
+    assert_eq!(
+        req_add(&repo, "REQ-CLI-00001", "The CLI shall a.", &[]).status,
+        0
+    );
+    assert_eq!(
+        req_add(
+            &repo,
+            "REQ-CLI-00002",
+            "The CLI shall b.",
+            &["--relationship", "depends-on=REQ-CLI-00001"]
+        )
+        .status,
+        0
+    );
+    // direct edit: close the cycle
+    let path = ".protobot/requirements/REQ-CLI-00001.yaml";
+    let text = String::from_utf8(repo.read(path)).unwrap();
+    let edited = text.replace(
+        "status: active\n",
+        "relationships:\n  - type: depends-on\n    target: REQ-CLI-00002\nstatus: active\n",
+    );
+    repo.write(path, edited.as_bytes());
+    reseal(&repo);
+    assert_fails(
+        &json(&root, &["check"]),
+        4,
+        "validation.failed",
+        Some("relationship.cycle"),
+    );
+    let cmp = json(
+        &root,
+        &["change-set", "compare", "--change-set", "CS-00001"],
+    );
+    assert_eq!(cmp.status, 0, "compare only loads structurally");
+    assert_eq!(
+        cmp.json_value()["data"]["dependency_cycles"],
+        serde_json::json!([{"relationship": "depends-on", "cycle": ["REQ-CLI-00001", "REQ-CLI-00002", "REQ-CLI-00001"]}])
+    );
+}
+
+#[test]
+fn approval_counts_only_remotes_whose_url_is_the_canonical_remote() {
+    let repo = with_change_set();
+    let root = repo.root();
+    let commit = repo.commit_all("spec(CS-00001): try");
+    let g = repo.git();
+    g.remote("fork", "https://example.invalid/someone-else.git")
+        .unwrap();
+    g.reference("refs/remotes/fork/main", commit, true, "fetched")
+        .unwrap();
+    let status = |r: &Repo| {
+        json(
+            &r.root(),
+            &["change-set", "show", "--change-set", "CS-00001"],
+        )
+        .json_value()["data"]["status"]
+            .clone()
+    };
+    assert_eq!(status(&repo), "proposed", "a fork remote never approves");
+    // userinfo is stripped before the exact-text comparison
+    g.remote("upstream", "https://token@example.invalid/demo.git")
+        .unwrap();
+    g.reference("refs/remotes/upstream/main", commit, true, "fetched")
+        .unwrap();
+    assert_eq!(status(&repo), "approved");
+    assert_fails(
+        &req_add(&repo, "REQ-CLI-00001", "The CLI shall work.", &[]),
+        5,
+        "change_set.not_proposed",
+        None,
+    );
+    let _ = root;
+}
