@@ -320,94 +320,106 @@ pub fn export_projection(request: &ExportRequest) -> Result<ExportReport, Export
         .collect();
     let plan = plan_projection(&entries, &lossy, &manifest, request.role, &valid_tests);
 
+    let existed = request.dest.exists();
     prepare_destination(&request.dest)?;
-    let dest = init_projection_repo(&request.dest)?;
-    let objects_dir = dest.path().join("objects");
-    let workdir = dest
-        .workdir()
-        .map(Path::to_owned)
-        .ok_or_else(|| ExportError::Io {
-            operation: "find the projection working tree",
-            path: request.dest.clone(),
-            source: std::io::Error::other("the projection repository is bare"),
-        })?;
-    let jobs: Vec<(&TreeFile, &str)> = plan
-        .include
-        .iter()
-        .map(|(position, planned)| (&files[*position], planned.path.as_str()))
-        .collect();
-    let mut dirs: BTreeSet<PathBuf> = BTreeSet::new();
-    for (_, path) in &jobs {
-        if let Some(parent) = workdir.join(path).parent() {
-            dirs.insert(parent.to_owned());
+    // On failure, leave the destination as it was found: no half-written projection.
+    let result = (|| {
+        let dest = init_projection_repo(&request.dest)?;
+        let objects_dir = dest.path().join("objects");
+        let workdir = dest
+            .workdir()
+            .map(Path::to_owned)
+            .ok_or_else(|| ExportError::Io {
+                operation: "find the projection working tree",
+                path: request.dest.clone(),
+                source: std::io::Error::other("the projection repository is bare"),
+            })?;
+        let jobs: Vec<(&TreeFile, &str)> = plan
+            .include
+            .iter()
+            .map(|(position, planned)| (&files[*position], planned.path.as_str()))
+            .collect();
+        let mut dirs: BTreeSet<PathBuf> = BTreeSet::new();
+        for (_, path) in &jobs {
+            if let Some(parent) = workdir.join(path).parent() {
+                dirs.insert(parent.to_owned());
+            }
+        }
+        for dir in &dirs {
+            fs::create_dir_all(dir).map_err(|source| ExportError::Io {
+                operation: "create a projection directory",
+                path: dir.clone(),
+                source,
+            })?;
+        }
+        let written = write_blobs(&request.source_repo, &jobs, &objects_dir, &workdir)?;
+        let mut index = dest.index().map_err(git("open the projection index"))?;
+        let mut root = DirNode::default();
+        let mut exported_by_class = BTreeMap::new();
+        let mut exported = BTreeSet::new();
+        for ((position, planned), meta) in plan.include.iter().zip(&written) {
+            let file = &files[*position];
+            index
+                .add(&index_entry(&planned.path, file.id, file.mode, meta))
+                .map_err(git("add a file to the projection index"))?;
+            root.insert(&planned.path, file.id, file.mode);
+            *exported_by_class.entry(planned.class).or_insert(0) += 1;
+            exported.insert(planned.path.clone());
+        }
+        index.write().map_err(git("write the projection index"))?;
+        let tree_id = root
+            .write(&dest)
+            .map_err(git("write the projection tree"))?;
+        let root_commit = write_root_commit(&dest, tree_id, request.role)?;
+        remove_if_present(&dest.path().join("hooks"))?;
+        remove_if_present(&dest.path().join("logs"))?;
+
+        let mut withheld_summary = WithheldSummary::default();
+        let mut withheld = BTreeSet::new();
+        for (path, reason) in &plan.withheld {
+            let key = match reason {
+                WithheldReason::Unclassified => "unclassified".to_owned(),
+                WithheldReason::HiddenClass { class } => format!("hidden-class:{class}"),
+                WithheldReason::NotAValidTest => "not-a-valid-test".to_owned(),
+                WithheldReason::UnsafePath { .. } => "unsafe-path".to_owned(),
+                WithheldReason::NonUtf8Path => "non-utf8-path".to_owned(),
+                WithheldReason::UnsupportedMode { .. } => "unsupported-mode".to_owned(),
+            };
+            *withheld_summary.by_reason.entry(key).or_insert(0) += 1;
+            withheld.insert(path.clone());
+        }
+        let record = ProjectionRecord {
+            format: RECORD_FORMAT.to_owned(),
+            role: request.role,
+            source_commit: commit.id().to_string(),
+            root_commit: root_commit.to_string(),
+            manifest,
+            exported,
+            withheld,
+        };
+        let record_path = record_path_for(&request.dest);
+        record.write(&record_path)?;
+        Ok(ExportReport {
+            role: request.role,
+            source_commit: commit.id().to_string(),
+            root_commit: root_commit.to_string(),
+            dest: request.dest.clone(),
+            exported_files: plan.include.len(),
+            exported_by_class,
+            withheld: withheld_summary,
+            test_selection: selection,
+            record_path,
+            record,
+        })
+    })();
+    if result.is_err() {
+        let _ = fs::remove_dir_all(&request.dest);
+        let _ = fs::remove_file(record_path_for(&request.dest));
+        if existed {
+            let _ = fs::create_dir_all(&request.dest);
         }
     }
-    for dir in &dirs {
-        fs::create_dir_all(dir).map_err(|source| ExportError::Io {
-            operation: "create a projection directory",
-            path: dir.clone(),
-            source,
-        })?;
-    }
-    let written = write_blobs(&request.source_repo, &jobs, &objects_dir, &workdir)?;
-    let mut index = dest.index().map_err(git("open the projection index"))?;
-    let mut root = DirNode::default();
-    let mut exported_by_class = BTreeMap::new();
-    let mut exported = BTreeSet::new();
-    for ((position, planned), meta) in plan.include.iter().zip(&written) {
-        let file = &files[*position];
-        index
-            .add(&index_entry(&planned.path, file.id, file.mode, meta))
-            .map_err(git("add a file to the projection index"))?;
-        root.insert(&planned.path, file.id, file.mode);
-        *exported_by_class.entry(planned.class).or_insert(0) += 1;
-        exported.insert(planned.path.clone());
-    }
-    index.write().map_err(git("write the projection index"))?;
-    let tree_id = root
-        .write(&dest)
-        .map_err(git("write the projection tree"))?;
-    let root_commit = write_root_commit(&dest, tree_id, request.role)?;
-    remove_if_present(&dest.path().join("hooks"))?;
-    remove_if_present(&dest.path().join("logs"))?;
-
-    let mut withheld_summary = WithheldSummary::default();
-    let mut withheld = BTreeSet::new();
-    for (path, reason) in &plan.withheld {
-        let key = match reason {
-            WithheldReason::Unclassified => "unclassified".to_owned(),
-            WithheldReason::HiddenClass { class } => format!("hidden-class:{class}"),
-            WithheldReason::NotAValidTest => "not-a-valid-test".to_owned(),
-            WithheldReason::UnsafePath { .. } => "unsafe-path".to_owned(),
-            WithheldReason::NonUtf8Path => "non-utf8-path".to_owned(),
-            WithheldReason::UnsupportedMode { .. } => "unsupported-mode".to_owned(),
-        };
-        *withheld_summary.by_reason.entry(key).or_insert(0) += 1;
-        withheld.insert(path.clone());
-    }
-    let record = ProjectionRecord {
-        format: RECORD_FORMAT.to_owned(),
-        role: request.role,
-        source_commit: commit.id().to_string(),
-        root_commit: root_commit.to_string(),
-        manifest,
-        exported,
-        withheld,
-    };
-    let record_path = record_path_for(&request.dest);
-    record.write(&record_path)?;
-    Ok(ExportReport {
-        role: request.role,
-        source_commit: commit.id().to_string(),
-        root_commit: root_commit.to_string(),
-        dest: request.dest.clone(),
-        exported_files: plan.include.len(),
-        exported_by_class,
-        withheld: withheld_summary,
-        test_selection: selection,
-        record_path,
-        record,
-    })
+    result
 }
 
 fn prepare_destination(dest: &Path) -> Result<(), ExportError> {

@@ -329,3 +329,38 @@ fn git_cli_inside_a_projection_cannot_reach_canonical_objects_refs_or_remotes() 
     let status = git_in(&p.path, &["status", "--porcelain"]).unwrap();
     assert!(status.stdout.is_empty(), "checkout matches the root commit");
 }
+
+#[test]
+fn a_failed_export_leaves_no_half_written_projection() {
+    let canonical = canonical();
+    let tree = canonical
+        .repo
+        .find_commit(canonical.head)
+        .unwrap()
+        .tree()
+        .unwrap();
+    let id = tree
+        .get_path("docs/vision.md".as_ref())
+        .unwrap()
+        .id()
+        .to_string();
+    let object = canonical
+        .path()
+        .join(".git/objects")
+        .join(&id[..2])
+        .join(&id[2..]);
+    fs::remove_file(object).unwrap();
+    let work = tempfile::TempDir::new().unwrap();
+    let dest = work.path().join("p");
+    let err = export_projection(&ExportRequest {
+        source_repo: canonical.path().to_owned(),
+        at: "main".into(),
+        role: Role::WorkerB,
+        dest: dest.clone(),
+        scope: scope(),
+    })
+    .unwrap_err();
+    assert_eq!(err.category(), "git", "{err}");
+    assert!(!dest.exists());
+    assert!(!protobot_repo::export::record_path_for(&dest).exists());
+}
