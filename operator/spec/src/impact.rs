@@ -223,7 +223,7 @@ mod tests {
 
     #[test]
     fn candidates_collect_every_reason_and_skip_changed_and_retired() {
-        let reqs = vec![
+        let reqs = [
             req(
                 "REQ-A-00001",
                 &["cli"],
@@ -265,7 +265,7 @@ mod tests {
 
     #[test]
     fn status_precedence_is_stale_then_incomplete_then_complete() {
-        let reqs = vec![
+        let reqs = [
             req("REQ-A-00001", &["cli"], &[], &[]),
             req("REQ-A-00002", &["x"], &[], &[]),
         ];
