@@ -389,3 +389,60 @@ pub(crate) fn merge_commit(
     )
     .map_err(git("write the merge commit"))
 }
+
+/// Result of [`refresh_work_item`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Refresh {
+    /// Work-item head after the refresh.
+    pub head: String,
+    /// The refresh merge commit, or `None` when `main` was already merged in.
+    pub merge_commit: Option<String>,
+}
+
+/// Merges a default-branch commit into the work-item branch (blocked-item resume, pre-merge
+/// revalidation): a merge commit with `Work-Item:` and `Source-Commit:` trailers, never a
+/// rebase; a no-op when the commit is already in the branch.
+pub fn refresh_work_item(
+    repo: &Repository,
+    work_item: &WorkItemRef,
+    main_commit: Oid,
+    when: i64,
+) -> Result<Refresh, IntegrateError> {
+    let branch = work_item.branch_ref();
+    let head = repo
+        .find_reference(&branch)
+        .and_then(|r| r.peel_to_commit())
+        .map(|c| c.id())
+        .map_err(git("read the work-item branch"))?;
+    let merged = head == main_commit
+        || repo
+            .graph_descendant_of(head, main_commit)
+            .map_err(git("check whether main is merged in"))?;
+    if merged {
+        return Ok(Refresh {
+            head: head.to_string(),
+            merge_commit: None,
+        });
+    }
+    let message = compose(
+        &format!(
+            "Merge {main_commit} into {}",
+            branch.trim_start_matches("refs/heads/")
+        ),
+        None,
+        &[
+            (trailers::WORK_ITEM, work_item.id.clone()),
+            (trailers::SOURCE_COMMIT, main_commit.to_string()),
+        ],
+    );
+    let merge = merge_commit(repo, head, main_commit, &message, when, "main", &branch)?;
+    repo.reference_matching(&branch, merge, true, head, "protobot: refresh from main")
+        .map_err(|_| IntegrateError::RefMoved {
+            branch: branch.clone(),
+            expected: head.to_string(),
+        })?;
+    Ok(Refresh {
+        head: merge.to_string(),
+        merge_commit: Some(merge.to_string()),
+    })
+}

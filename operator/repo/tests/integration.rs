@@ -172,3 +172,41 @@ fn both_workers_patches_merge_into_the_work_item_branch_with_trailers() {
     assert!(again.unchanged);
     assert_eq!(again.head, applied_a.head);
 }
+
+#[test]
+fn refreshing_from_main_is_a_merge_commit_and_idempotent() {
+    let canonical = canonical();
+    let repo = &canonical.repo;
+    let wi = work_item();
+    ensure_work_item_branch(repo, &wi, canonical.head).unwrap();
+    crate::util::commit_files(
+        repo,
+        &wi.branch_ref(),
+        &[("src/wi.rs", Some(b"wi".to_vec()), FILE)],
+        "wi work",
+        10,
+    );
+    let main = crate::util::commit_files(
+        repo,
+        "refs/heads/main",
+        &[("docs/new.md", Some(b"n".to_vec()), FILE)],
+        "main moved",
+        11,
+    );
+
+    let refreshed = protobot_repo::integrate::refresh_work_item(repo, &wi, main, 12).unwrap();
+    let merge = repo
+        .find_commit(Oid::from_str(refreshed.merge_commit.as_deref().unwrap()).unwrap())
+        .unwrap();
+    assert_eq!(merge.parent_count(), 2);
+    assert_eq!(merge.parent_id(1).unwrap(), main);
+    let found = trailers::parse(merge.message().unwrap());
+    assert_eq!(
+        trailers::value(&found, trailers::SOURCE_COMMIT),
+        Some(main.to_string().as_str())
+    );
+
+    let again = protobot_repo::integrate::refresh_work_item(repo, &wi, main, 13).unwrap();
+    assert_eq!(again.merge_commit, None);
+    assert_eq!(again.head, refreshed.head);
+}
