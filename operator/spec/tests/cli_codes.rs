@@ -1791,3 +1791,33 @@ fn approval_counts_only_remotes_whose_url_is_the_canonical_remote() {
     );
     let _ = root;
 }
+
+#[test]
+fn shallow_clone_without_proof_is_git_read_failed() {
+    let repo = with_change_set();
+    let root = repo.root();
+    let head = repo
+        .git()
+        .head()
+        .unwrap()
+        .peel_to_commit()
+        .unwrap()
+        .id()
+        .to_string();
+    // Mark the repository shallow: a missing base can no longer be told
+    // apart from one cut off by the clone depth.
+    repo.write(".git/shallow", format!("{head}\n").as_bytes());
+    let out = json(
+        &root,
+        &[
+            "change-set",
+            "update",
+            "--change-set",
+            "CS-00001",
+            "--base-commit",
+            &"a".repeat(40),
+        ],
+    );
+    assert_fails(&out, 6, "git.read_failed", None);
+    assert_eq!(out.json_value()["error"]["retry"], "reconcile-before-retry");
+}
