@@ -107,7 +107,11 @@ impl ApiError {
 
     /// 422 `Invalid` with one cause per field error.
     pub fn invalid(rt: &ResourceType, name: &str, causes: Vec<Cause>) -> Self {
-        let summary: Vec<String> = causes.iter().map(|c| c.message.clone()).collect();
+        // Causes carry the field separately; the message names it, as upstream.
+        let summary: Vec<String> = causes
+            .iter()
+            .map(|c| format!("{}: {}", c.field, c.message))
+            .collect();
         let summary = if summary.len() == 1 {
             summary.join("")
         } else {

@@ -424,6 +424,16 @@ impl Ctx {
     }
 
     fn json_body(&self) -> Result<Value, ApiError> {
+        if self
+            .content_type
+            .starts_with("application/vnd.kubernetes.protobuf")
+        {
+            return Err(ApiError::new(
+                415,
+                "UnsupportedMediaType",
+                "testkit serves JSON and YAML only; protobuf request bodies (kubectl's default for built-in kinds) are not supported",
+            ));
+        }
         if let Ok(v) = serde_json::from_slice::<Value>(&self.body) {
             return Ok(v);
         }
@@ -592,11 +602,17 @@ impl Ctx {
             Some(rv) => Start::After(parse_rv(rv)?),
         };
         if send_initial_events && !self.query.flag("allowWatchBookmarks") {
-            return Err(ApiError::invalid(&rt, "", vec![crate::error::Cause {
-                reason: "FieldValueForbidden".to_owned(),
-                message: "allowWatchBookmarks: Forbidden: sendInitialEvents requires setting allowWatchBookmarks to true".to_owned(),
-                field: "allowWatchBookmarks".to_owned(),
-            }]));
+            return Err(ApiError::invalid(
+                &rt,
+                "",
+                vec![crate::error::Cause {
+                    reason: "FieldValueForbidden".to_owned(),
+                    message:
+                        "Forbidden: sendInitialEvents requires setting allowWatchBookmarks to true"
+                            .to_owned(),
+                    field: "allowWatchBookmarks".to_owned(),
+                }],
+            ));
         }
         let timeout = self
             .query

@@ -27,6 +27,7 @@ mod error;
 pub mod faults;
 mod gc;
 mod handler;
+mod http;
 pub mod kubelet;
 mod lists;
 mod managed;
@@ -43,6 +44,7 @@ mod watch;
 pub use body::{BodyError, ResponseBody};
 pub use error::{ApiError, Cause, TestkitError};
 pub use faults::{FaultRule, Faults, Verb};
+pub use http::HttpServer;
 pub use kubelet::{
     ContainerExecutor, ContainerExit, ContainerLaunch, ExecutorError, KillSignal, Kubelet, Mount,
     ProcessExecutor,

@@ -43,7 +43,7 @@ fn render(v: &Value) -> String {
 fn invalid(path: &str, value: &Value, detail: &str) -> Cause {
     Cause {
         reason: "FieldValueInvalid".to_owned(),
-        message: format!("{path}: Invalid value: {}: {detail}", render(value)),
+        message: format!("Invalid value: {}: {detail}", render(value)),
         field: path.to_owned(),
     }
 }
@@ -86,7 +86,7 @@ fn walk(value: &mut Value, schema: &Value, path: &str, errs: &mut Vec<Cause>, ro
         errs.push(Cause {
             reason: "FieldValueNotSupported".to_owned(),
             message: format!(
-                "{path}: Unsupported value: {}: supported values: {}",
+                "Unsupported value: {}: supported values: {}",
                 render(value),
                 supported.join(", ")
             ),
@@ -168,7 +168,7 @@ fn check_len(
     {
         errs.push(Cause {
             reason: "FieldValueTooMany".to_owned(),
-            message: format!("{path}: Too many: {len}: must have at most {max} {unit}"),
+            message: format!("Too many: {len}: must have at most {max} {unit}"),
             field: path.to_owned(),
         });
     }
@@ -225,7 +225,7 @@ fn walk_object(
                 let field = join(path, key);
                 errs.push(Cause {
                     reason: "FieldValueRequired".to_owned(),
-                    message: format!("{field}: Required value"),
+                    message: "Required value".to_owned(),
                     field,
                 });
             }
@@ -288,7 +288,7 @@ mod tests {
         let replicas = errs.iter().find(|c| c.field == "spec.replicas").unwrap();
         assert_eq!(
             replicas.message,
-            "spec.replicas: Invalid value: \"two\": spec.replicas in body must be of type integer: \"string\""
+            "Invalid value: \"two\": spec.replicas in body must be of type integer: \"string\""
         );
     }
 }

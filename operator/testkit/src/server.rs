@@ -205,6 +205,12 @@ impl ApiServer {
         kube::Client::new(self.service(), default_namespace)
     }
 
+    /// Serve the double over HTTP on 127.0.0.1 (a free port), for clients that
+    /// need a URL or kubeconfig. Needs a Tokio runtime.
+    pub async fn serve_http(&self) -> std::io::Result<crate::HttpServer> {
+        crate::http::HttpServer::start(self.shared.clone()).await
+    }
+
     /// Fault injection.
     pub fn faults(&self) -> &Faults {
         &self.shared.faults

@@ -439,7 +439,7 @@ impl State {
             causes.push(Cause {
                 reason: "FieldValueInvalid".to_owned(),
                 message: format!(
-                    "metadata.name: Invalid value: {name:?}: a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character"
+                    "Invalid value: {name:?}: a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character"
                 ),
                 field: "metadata.name".to_owned(),
             });
@@ -457,7 +457,7 @@ impl State {
         {
             causes.push(Cause {
                 reason: "FieldValueInvalid".to_owned(),
-                message: format!("spec: Invalid value: {e}"),
+                message: format!("Invalid value: {e}"),
                 field: "spec".to_owned(),
             });
         }
@@ -539,7 +539,7 @@ impl State {
             name,
             vec![Cause {
                 reason: "FieldValueForbidden".to_owned(),
-                message: "spec: Forbidden: pod updates may not change fields other than `spec.containers[*].image`,`spec.initContainers[*].image`,`spec.activeDeadlineSeconds`,`spec.tolerations` (only additions to existing tolerations)".to_owned(),
+                message: "Forbidden: pod updates may not change fields other than `spec.containers[*].image`,`spec.initContainers[*].image`,`spec.activeDeadlineSeconds`,`spec.tolerations` (only additions to existing tolerations)".to_owned(),
                 field: "spec".to_owned(),
             }],
         ))
@@ -641,9 +641,7 @@ impl State {
                         "",
                         vec![Cause {
                             reason: "FieldValueRequired".to_owned(),
-                            message:
-                                "metadata.name: Required value: name or generateName is required"
-                                    .to_owned(),
+                            message: "Required value: name or generateName is required".to_owned(),
                             field: "metadata.name".to_owned(),
                         }],
                     ));
@@ -926,7 +924,7 @@ impl State {
                     vec![Cause {
                         reason: "FieldValueForbidden".to_owned(),
                         message: format!(
-                            "metadata.finalizers: Forbidden: no new finalizers can be added if the object is being deleted, found new finalizers []string{{{added:?}}}"
+                            "Forbidden: no new finalizers can be added if the object is being deleted, found new finalizers []string{{{added:?}}}"
                         ),
                         field: "metadata.finalizers".to_owned(),
                     }],

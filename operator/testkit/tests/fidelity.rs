@@ -12,6 +12,7 @@
 //! - `discovery`: `kube::Discovery` against the double, CRDs registered from YAML.
 //! - `runtime`: kube-runtime `watcher` and `Controller`, unchanged.
 //! - `faults`: injected errors, latency and dropped watches.
+//! - `http`: the loopback HTTP endpoint with a client built from `kube::Config`.
 //! - `kubelet`: pods run as processes: phases, exit codes, deadlines, volumes, logs.
 
 // This whole crate is test code; clippy's `allow-unwrap-in-tests` only covers
@@ -28,6 +29,8 @@ mod deletion;
 mod discovery;
 #[path = "fidelity/faults.rs"]
 mod faults;
+#[path = "fidelity/http.rs"]
+mod http;
 #[path = "fidelity/kubelet.rs"]
 mod kubelet;
 #[path = "fidelity/lists.rs"]
