@@ -1,5 +1,5 @@
 //! The WorkStore conformance suite: one set of scenarios every backend must
-//! pass unchanged (memory now; SQLite and Kubernetes later).
+//! pass unchanged (memory, SQLite and Kubernetes all run it).
 //!
 //! Each scenario is a public async function taking a [`Harness`] around a fresh
 //! store; [`workstore_conformance!`](crate::workstore_conformance) expands to one

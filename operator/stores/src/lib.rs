@@ -23,6 +23,8 @@ pub mod adapter;
 mod blocked_work;
 pub mod conformance;
 mod import;
+#[cfg(feature = "kubernetes")]
+pub mod kubernetes;
 mod ledger;
 pub mod memory;
 mod namespace;
@@ -34,6 +36,8 @@ pub mod sqlite;
 pub mod txn;
 
 pub use adapter::AdapterConfig;
+#[cfg(feature = "kubernetes")]
+pub use kubernetes::KubeStore;
 pub use memory::MemoryStore;
 #[cfg(feature = "sqlite")]
 pub use sqlite::SqliteStore;

@@ -1,0 +1,594 @@
+//! The Kubernetes WorkStore: the WMS lives in the cluster, sharded over the
+//! project's `BuildWorkItem` statuses and a few labelled ConfigMaps (see
+//! [`shard`]). Every call is: list the project's objects → join them into one
+//! state → run the backend-independent adapter on it → split the result →
+//! write only the shards that moved, each with a `resourceVersion`
+//! precondition (or a create that fails on `AlreadyExists`), the home work
+//! item's status last. Any conflict re-runs the whole call against fresh
+//! objects, so the evaluator always decides on what it reads, and the
+//! idempotency key turns a retried call into a replay rather than a second
+//! mutation. Fencing tokens come from a counter object that only grows, so
+//! they stay unique across operator restarts.
+//!
+//! Reading the whole project per call keeps the store obviously correct; a
+//! controller will later serve reads from its watch cache. Items are
+//! `BuildWorkItem` objects named from their ids; ids that are not valid object
+//! names are mapped with a digest suffix.
+
+pub mod shard;
+
+use std::collections::BTreeMap;
+
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::ConfigMap;
+use kube::{
+    Api, Client,
+    api::{ApiResource, DynamicObject, ListParams, PostParams},
+};
+use protobot_lifecycle::{
+    ApprovalRecord, AuditEvent, AuthorizationContext, OperationEnvelope, ResultEnvelope,
+    Submission, WorkItemRecord,
+};
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+use shard::{Kind, ShardId};
+
+use crate::{
+    AdapterConfig, FindingRecord, Import, ItemFilter, Observation, RequestRecord, StoreError,
+    WorkStore, adapter, memory::WmsState,
+};
+
+/// Label naming the project an object belongs to.
+pub const PROJECT_LABEL: &str = "protobot.dev/wms-project";
+/// Label naming the shard kind of a ConfigMap.
+pub const KIND_LABEL: &str = "protobot.dev/wms-kind";
+/// How many times a call is re-run after write conflicts before giving up.
+pub const MAX_ATTEMPTS: usize = 64;
+
+/// A WorkStore backed by the Kubernetes API.
+#[derive(Clone)]
+pub struct KubeStore {
+    client: Client,
+    namespace: String,
+    project: String,
+    cfg: AdapterConfig,
+    items: ApiResource,
+}
+
+/// One loaded object: its name, version and (for items) the full object.
+#[derive(Clone, Debug)]
+struct Loaded {
+    name: String,
+    resource_version: Option<String>,
+    object: Option<DynamicObject>,
+}
+
+struct Snapshot {
+    shards: BTreeMap<ShardId, Value>,
+    objects: BTreeMap<ShardId, Loaded>,
+}
+
+enum WriteError {
+    Conflict,
+    Failed(String),
+}
+
+fn digest(s: &str) -> String {
+    hex::encode(Sha256::digest(s.as_bytes()))
+}
+
+/// The object name of a work item: the id when it is a valid DNS-1123 name,
+/// else a sanitized prefix plus a digest of the id.
+pub fn item_name(id: &str) -> String {
+    let valid = !id.is_empty()
+        && id.len() <= 200
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-' || b == b'.')
+        && id.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && id.ends_with(|c: char| c.is_ascii_alphanumeric());
+    if valid {
+        return id.to_string();
+    }
+    let mut prefix: String = id
+        .to_ascii_lowercase()
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+        .take(40)
+        .collect();
+    prefix = prefix.trim_matches('-').to_string();
+    let hash = &digest(id)[..12];
+    if prefix.is_empty() {
+        format!("wi-{hash}")
+    } else {
+        format!("{prefix}-{hash}")
+    }
+}
+
+fn kube_error(what: &str, e: kube::Error) -> WriteError {
+    match &e {
+        kube::Error::Api(s) if s.code == 409 => WriteError::Conflict,
+        _ => WriteError::Failed(format!("failed to {what}: {e}")),
+    }
+}
+
+impl KubeStore {
+    /// A store for `project` in `namespace`. The BuildWorkItem CRD must be installed.
+    pub fn new(client: Client, namespace: &str, project: &str, cfg: AdapterConfig) -> KubeStore {
+        KubeStore {
+            client,
+            namespace: namespace.to_string(),
+            project: project.to_string(),
+            cfg,
+            items: ApiResource::erase::<protobot_api::BuildWorkItem>(&()),
+        }
+    }
+
+    fn config_maps(&self) -> Api<ConfigMap> {
+        Api::namespaced(self.client.clone(), &self.namespace)
+    }
+
+    fn item_api(&self) -> Api<DynamicObject> {
+        Api::namespaced_with(self.client.clone(), &self.namespace, &self.items)
+    }
+
+    fn selector(&self) -> String {
+        format!("{PROJECT_LABEL}={}", label_value(&self.project))
+    }
+
+    fn config_map_name(&self, kind: Kind, id: &str) -> String {
+        format!(
+            "pbw-{}-{}",
+            kind.as_str(),
+            &digest(&format!("{}\n{id}", self.project))[..24]
+        )
+    }
+
+    async fn load(&self) -> Result<Snapshot, StoreError> {
+        let lp = ListParams::default().labels(&self.selector());
+        let unavailable = |what: &str, e: kube::Error| {
+            StoreError::Unavailable(format!("failed to list {what}: {e}"))
+        };
+        let maps = self
+            .config_maps()
+            .list(&lp)
+            .await
+            .map_err(|e| unavailable("WMS config maps", e))?;
+        let items = self
+            .item_api()
+            .list(&lp)
+            .await
+            .map_err(|e| unavailable("build work items", e))?;
+        let mut shards = BTreeMap::new();
+        let mut objects = BTreeMap::new();
+        for cm in maps.items {
+            let labels = cm.metadata.labels.clone().unwrap_or_default();
+            let Some(kind) = labels.get(KIND_LABEL).and_then(|k| Kind::parse(k)) else {
+                continue;
+            };
+            let data = cm.data.clone().unwrap_or_default();
+            let (Some(id), Some(value)) = (data.get("id"), data.get("value")) else {
+                continue;
+            };
+            let value: Value = serde_json::from_str(value).map_err(|e| {
+                StoreError::Unavailable(format!(
+                    "failed to decode config map {:?}: {e}",
+                    cm.metadata.name
+                ))
+            })?;
+            let loaded = Loaded {
+                name: cm.metadata.name.clone().unwrap_or_default(),
+                resource_version: cm.metadata.resource_version.clone(),
+                object: None,
+            };
+            shards.insert((kind, id.clone()), value);
+            objects.insert((kind, id.clone()), loaded);
+        }
+        for item in items.items {
+            let id = item.data["spec"]["workItemId"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
+            let loaded = Loaded {
+                name: item.metadata.name.clone().unwrap_or_default(),
+                resource_version: item.metadata.resource_version.clone(),
+                object: Some(item.clone()),
+            };
+            // An item created but never given its ledger (a crash between the
+            // create and the status write) holds nothing yet.
+            if let Some(ledger) = item.data["status"]["ledger"].as_str() {
+                let value: Value = serde_json::from_str(ledger).map_err(|e| {
+                    StoreError::Unavailable(format!("failed to decode the ledger of {id}: {e}"))
+                })?;
+                shards.insert((Kind::Item, id.clone()), value);
+            }
+            objects.insert((Kind::Item, id), loaded);
+        }
+        Ok(Snapshot { shards, objects })
+    }
+
+    /// Runs `f` on the joined state and writes what it changed; re-runs on conflicts.
+    async fn transact<T>(
+        &self,
+        f: impl Fn(&mut WmsState) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        for _ in 0..MAX_ATTEMPTS {
+            let snapshot = self.load().await?;
+            let mut state = shard::join(&self.project, &snapshot.shards)
+                .map_err(|e| StoreError::Unavailable(e.to_string()))?;
+            let out = f(&mut state)?;
+            let after = shard::split(&state, &snapshot.shards);
+            match self.commit(&snapshot, &after).await {
+                Ok(()) => return Ok(out),
+                Err(WriteError::Conflict) => tokio::task::yield_now().await,
+                Err(WriteError::Failed(reason)) => return Err(StoreError::Unavailable(reason)),
+            }
+        }
+        Err(StoreError::Unavailable(format!(
+            "gave up after {MAX_ATTEMPTS} write conflicts; the project is under heavy contention, retry with the same idempotency key"
+        )))
+    }
+
+    async fn commit(
+        &self,
+        before: &Snapshot,
+        after: &BTreeMap<ShardId, Value>,
+    ) -> Result<(), WriteError> {
+        // Shard kinds order the writes: counters and claims first, items last.
+        let mut changed: Vec<(&ShardId, &Value)> = after
+            .iter()
+            .filter(|(id, v)| before.shards.get(*id) != Some(*v))
+            .collect();
+        changed.sort_by_key(|((kind, id), _)| (*kind, id.clone()));
+        for ((kind, id), value) in changed {
+            if *kind == Kind::Item {
+                self.write_item(id, value, before.objects.get(&(Kind::Item, id.clone())))
+                    .await?;
+            } else {
+                self.write_config_map(*kind, id, value, before.objects.get(&(*kind, id.clone())))
+                    .await?;
+            }
+        }
+        Ok(())
+    }
+
+    async fn write_config_map(
+        &self,
+        kind: Kind,
+        id: &str,
+        value: &Value,
+        loaded: Option<&Loaded>,
+    ) -> Result<(), WriteError> {
+        let name = loaded
+            .map(|l| l.name.clone())
+            .unwrap_or_else(|| self.config_map_name(kind, id));
+        let body = serde_json::to_string(value)
+            .map_err(|e| WriteError::Failed(format!("failed to encode {name}: {e}")))?;
+        let cm: ConfigMap = serde_json::from_value(json!({
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {
+                "name": name,
+                "namespace": self.namespace,
+                "resourceVersion": loaded.and_then(|l| l.resource_version.clone()),
+                "labels": {
+                    PROJECT_LABEL: label_value(&self.project),
+                    KIND_LABEL: kind.as_str(),
+                    "app.kubernetes.io/managed-by": "protobot",
+                },
+            },
+            "data": {"id": id, "value": body},
+        }))
+        .map_err(|e| WriteError::Failed(format!("failed to build config map {name}: {e}")))?;
+        let api = self.config_maps();
+        let pp = PostParams {
+            field_manager: Some("protobot-work-store".into()),
+            ..PostParams::default()
+        };
+        match loaded {
+            None => api
+                .create(&pp, &cm)
+                .await
+                .map(|_| ())
+                .map_err(|e| kube_error(&format!("create {name}"), e)),
+            Some(_) => api
+                .replace(&name, &pp, &cm)
+                .await
+                .map(|_| ())
+                .map_err(|e| kube_error(&format!("replace {name}"), e)),
+        }
+    }
+
+    async fn write_item(
+        &self,
+        id: &str,
+        value: &Value,
+        loaded: Option<&Loaded>,
+    ) -> Result<(), WriteError> {
+        let item: shard::ItemShard = serde_json::from_value(value.clone())
+            .map_err(|e| WriteError::Failed(format!("failed to encode the ledger of {id}: {e}")))?;
+        let Some(record) = item.record.as_ref() else {
+            return Ok(());
+        };
+        let api = self.item_api();
+        let pp = PostParams {
+            field_manager: Some("protobot-work-store".into()),
+            ..PostParams::default()
+        };
+        let mut object = match loaded.and_then(|l| l.object.clone()) {
+            Some(o) => o,
+            None => api
+                .create(&pp, &self.new_item(record))
+                .await
+                .map_err(|e| kube_error(&format!("create work item {id}"), e))?,
+        };
+        let ledger = serde_json::to_string(value)
+            .map_err(|e| WriteError::Failed(format!("failed to encode the ledger of {id}: {e}")))?;
+        let lease_seconds = if self.cfg.lease_seconds > 0 {
+            self.cfg.lease_seconds
+        } else {
+            900
+        };
+        let mut status = object
+            .data
+            .get("status")
+            .cloned()
+            .unwrap_or_else(|| json!({}));
+        mirror(&mut status, record, lease_seconds, Timestamp::now());
+        status["ledger"] = Value::String(ledger);
+        object.data["status"] = status;
+        let name = object
+            .metadata
+            .name
+            .clone()
+            .unwrap_or_else(|| item_name(id));
+        api.replace_status(&name, &pp, &object)
+            .await
+            .map(|_| ())
+            .map_err(|e| kube_error(&format!("write the status of work item {id}"), e))
+    }
+
+    fn new_item(&self, record: &WorkItemRecord) -> DynamicObject {
+        let mut spec = json!({
+            "workItemId": record.id,
+            "projectRef": {"name": self.project},
+            "materializationKey": if record.materialization_key.is_empty() { record.id.clone() } else { record.materialization_key.clone() },
+            "changeType": match record.change_type.as_str() { "changes" => "changes", "contradicts" => "contradicts", _ => "undefined" },
+            "implementationRequired": record.implementation_required,
+        });
+        let deps: Vec<&str> = record
+            .dependencies
+            .iter()
+            .map(|d| d.id.as_str())
+            .filter(|d| !d.is_empty())
+            .collect();
+        if !deps.is_empty() {
+            spec["dependencies"] = json!(deps);
+        }
+        if let Some(p) = priority(&record.priority) {
+            spec["businessPriority"] = json!(p);
+        }
+        let mut obj =
+            DynamicObject::new(&item_name(&record.id), &self.items).within(&self.namespace);
+        obj.metadata.labels = Some(BTreeMap::from([
+            (PROJECT_LABEL.to_string(), label_value(&self.project)),
+            (
+                "app.kubernetes.io/managed-by".to_string(),
+                "protobot".to_string(),
+            ),
+        ]));
+        obj.data = json!({ "spec": spec });
+        obj
+    }
+}
+
+fn priority(p: &str) -> Option<&'static str> {
+    match p {
+        "low" => Some("low"),
+        "normal" => Some("normal"),
+        "high" => Some("high"),
+        "urgent" => Some("urgent"),
+        _ => None,
+    }
+}
+
+/// A label-safe project value (63 characters, alphanumerics, `-`, `_`, `.`).
+fn label_value(project: &str) -> String {
+    let clean: String = project
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.') {
+                c
+            } else {
+                '-'
+            }
+        })
+        .collect();
+    if clean.len() <= 63 && clean == project {
+        clean
+    } else {
+        format!(
+            "{}-{}",
+            &clean.chars().take(40).collect::<String>(),
+            &digest(project)[..16]
+        )
+    }
+}
+
+/// The human-facing mirror of the record in the typed status fields.
+fn mirror(status: &mut Value, record: &WorkItemRecord, lease_seconds: i64, now: Timestamp) {
+    status["state"] = json!(record.state.as_str());
+    status["contractVersion"] = json!(record.contract_version);
+    status["inspectionRunSealed"] = json!(record.inspection_run_sealed);
+    status["findingsTerminal"] = json!(record.findings_terminal);
+    status["finalTestsPassed"] = json!(record.final_tests_passed);
+    let set = |status: &mut Value, key: &str, v: Option<Value>| match v {
+        Some(v) => status[key] = v,
+        None => {
+            if let Some(o) = status.as_object_mut() {
+                o.remove(key);
+            }
+        }
+    };
+    set(
+        status,
+        "owner",
+        (!record.owner.is_empty()).then(|| json!(record.owner)),
+    );
+    set(
+        status,
+        "blockReason",
+        (!record.block_reason.is_empty()).then(|| json!(record.block_reason)),
+    );
+    set(
+        status,
+        "activeResolutionSubmissionId",
+        (!record.active_resolution_submission_id.is_empty())
+            .then(|| json!(record.active_resolution_submission_id)),
+    );
+    let lease = record.lease.as_ref().map(|l| {
+        let renew = l
+            .expires_at
+            .checked_sub(jiff::SignedDuration::from_secs(lease_seconds))
+            .unwrap_or(l.expires_at);
+        let acquire = status["lease"]
+            .as_object()
+            .filter(|o| {
+                o.get("fencingToken").and_then(Value::as_str) == Some(l.fencing_token.as_str())
+            })
+            .and_then(|o| o.get("acquireTime").cloned())
+            .unwrap_or_else(|| json!(renew.to_string()));
+        json!({
+            "holder": l.owner,
+            "fencingToken": l.fencing_token,
+            "acquireTime": acquire,
+            "renewTime": renew.to_string(),
+            "durationSeconds": lease_seconds,
+        })
+    });
+    let leased = record.live_lease(now).is_some();
+    set(status, "lease", lease);
+    let reason = if leased {
+        "LeaseHeld"
+    } else if record.lease.is_some() {
+        "LeaseExpired"
+    } else {
+        "NotLeased"
+    };
+    let mut conditions: Vec<Value> = status["conditions"].as_array().cloned().unwrap_or_default();
+    conditions.retain(|c| c["type"] != "Leased");
+    conditions.push(json!({
+        "type": "Leased",
+        "status": if leased { "True" } else { "False" },
+        "reason": reason,
+        "message": if leased { format!("held by {}", record.owner) } else { "no live lease".to_string() },
+        "lastTransitionTime": now.to_string(),
+    }));
+    status["conditions"] = Value::Array(conditions);
+}
+
+impl WorkStore for KubeStore {
+    fn project_id(&self) -> String {
+        self.project.clone()
+    }
+
+    async fn execute(
+        &self,
+        ctx: Option<&AuthorizationContext>,
+        env: &OperationEnvelope,
+        now: Timestamp,
+    ) -> Result<ResultEnvelope, StoreError> {
+        self.transact(|state| Ok(adapter::handle(state, &self.cfg, ctx, env, now)))
+            .await
+    }
+
+    async fn get(&self, id: &str) -> Result<Option<WorkItemRecord>, StoreError> {
+        Ok(self.state().await?.records.get(id).cloned())
+    }
+
+    async fn list(&self, filter: &ItemFilter) -> Result<Vec<WorkItemRecord>, StoreError> {
+        Ok(self
+            .state()
+            .await?
+            .records
+            .into_values()
+            .filter(|r| filter.matches(r))
+            .collect())
+    }
+
+    async fn observe(&self, id: &str, observation: Observation) -> Result<(), StoreError> {
+        self.transact(|state| crate::observe::apply(state, id, observation.clone()))
+            .await
+    }
+
+    async fn import(&self, import: Import) -> Result<(), StoreError> {
+        self.transact(|state| {
+            crate::import::apply(state, import.clone());
+            Ok(())
+        })
+        .await
+    }
+
+    async fn findings(&self, inspection_run_id: &str) -> Result<Vec<FindingRecord>, StoreError> {
+        let mut out: Vec<FindingRecord> = self
+            .state()
+            .await?
+            .findings
+            .into_values()
+            .filter(|f| f.inspection_run_id == inspection_run_id)
+            .collect();
+        out.sort_by_key(|f| f.sequence);
+        Ok(out)
+    }
+
+    async fn audit_events(&self) -> Result<Vec<AuditEvent>, StoreError> {
+        Ok(self.state().await?.audit)
+    }
+
+    async fn approval(&self, id: &str) -> Result<Option<ApprovalRecord>, StoreError> {
+        Ok(self.state().await?.approvals.get(id).cloned())
+    }
+
+    async fn submission(&self, id: &str) -> Result<Option<Submission>, StoreError> {
+        Ok(self.state().await?.submissions.get(id).cloned())
+    }
+
+    async fn request(&self, id: &str) -> Result<Option<RequestRecord>, StoreError> {
+        Ok(self.state().await?.requests.get(id).cloned())
+    }
+}
+
+impl KubeStore {
+    async fn state(&self) -> Result<WmsState, StoreError> {
+        let snapshot = self.load().await?;
+        shard::join(&self.project, &snapshot.shards)
+            .map_err(|e| StoreError::Unavailable(e.to_string()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn item_names_are_valid_object_names() {
+        assert_eq!(item_name("wi-1"), "wi-1");
+        let upper = item_name("X");
+        assert!(upper.starts_with("x-") && upper.len() == 2 + 12, "{upper}");
+        assert_ne!(
+            item_name("X"),
+            item_name("x"),
+            "distinct ids never share a name"
+        );
+        assert!(item_name("").starts_with("wi-"));
+        assert!(item_name(&"a/b".repeat(100)).len() <= 53);
+    }
+
+    #[test]
+    fn label_values_stay_within_limits() {
+        assert_eq!(label_value("fixture-project"), "fixture-project");
+        let long = label_value(&"p".repeat(100));
+        assert!(long.len() <= 63);
+        assert_ne!(label_value("a b"), "a b");
+    }
+}

@@ -1,0 +1,176 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+//! The Kubernetes store as an operator sees it: items are real `BuildWorkItem`
+//! objects whose typed status mirrors the ledger (what `kubectl get bwi`
+//! shows), write conflicts and server errors are handled, and fencing tokens
+//! survive a new store instance (an operator restart).
+
+use jiff::{SignedDuration, Timestamp};
+use kube::Api;
+use protobot_api::{BuildWorkItem, LifecycleState};
+use protobot_lifecycle::{
+    AuthorizationContext, OperationEnvelope, Readiness, State, WorkItemRecord,
+};
+use protobot_stores::{AdapterConfig, Import, KubeStore, StoreError, WorkStore};
+use protobot_testkit::{
+    faults::{FaultRule, Verb},
+    server::ApiServer,
+};
+
+fn now() -> Timestamp {
+    "2026-09-18T12:00:00Z".parse().unwrap()
+}
+
+fn server() -> ApiServer {
+    let server = ApiServer::new();
+    server
+        .register_crd_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/../../crds"))
+        .unwrap();
+    server
+}
+
+fn job_site() -> AuthorizationContext {
+    AuthorizationContext {
+        subject: "job-site-a".into(),
+        role: "job-site".into(),
+        project_id: "demo".into(),
+        allowed_actions: vec!["claim".into()],
+        allowed_refs: vec!["project:demo".into()],
+        expires_at: Some(now() + SignedDuration::from_hours(1)),
+        policy_version: "v1".into(),
+        ..AuthorizationContext::default()
+    }
+}
+
+fn claim(key: &str) -> OperationEnvelope {
+    OperationEnvelope {
+        operation: "claim".into(),
+        actor_context_ref: "job-site".into(),
+        work_item_id: "wi-1".into(),
+        expected_state: Some("ready-for-building".into()),
+        expected_contract_version: Some(1),
+        idempotency_key: key.into(),
+        ..OperationEnvelope::default()
+    }
+}
+
+async fn seeded(server: &ApiServer) -> KubeStore {
+    let store = KubeStore::new(
+        server.client(),
+        "default",
+        "demo",
+        AdapterConfig {
+            materializer_subject: "m".into(),
+            lease_seconds: 900,
+        },
+    );
+    let mut rec = WorkItemRecord::new("wi-1", "demo", State::ReadyForBuilding, 1);
+    rec.readiness = Readiness::complete();
+    store.import(Import::Record(rec)).await.unwrap();
+    store
+}
+
+#[tokio::test]
+async fn a_claim_shows_in_the_typed_status_and_the_leased_condition() {
+    let server = server();
+    let store = seeded(&server).await;
+    let r = store
+        .execute(Some(&job_site()), &claim("k1"), now())
+        .await
+        .unwrap();
+    assert!(r.ok, "{:?}", r.error);
+    let api: Api<BuildWorkItem> = Api::namespaced(server.client(), "default");
+    let item = api.get("wi-1").await.unwrap();
+    assert_eq!(item.spec.work_item_id, "wi-1");
+    let status = item.status.unwrap();
+    assert_eq!(status.state, LifecycleState::Building);
+    assert_eq!(status.contract_version, 2);
+    let lease = status.lease.unwrap();
+    assert_eq!(lease.holder, "job-site-a");
+    assert_eq!(lease.duration_seconds, 900);
+    assert_eq!(lease.expires_at(), now() + SignedDuration::from_mins(15));
+    assert!(
+        status.conditions.iter().any(|c| c.type_ == "Leased"),
+        "Leased condition mirrored"
+    );
+    assert!(status.ledger.is_some());
+}
+
+#[tokio::test]
+async fn a_write_conflict_is_retried_against_fresh_objects() {
+    let server = server();
+    let store = seeded(&server).await;
+    server.faults().inject(
+        FaultRule::on(Verb::Update)
+            .resource("buildworkitems")
+            .status(409)
+            .times(2),
+    );
+    let r = store
+        .execute(Some(&job_site()), &claim("k1"), now())
+        .await
+        .unwrap();
+    assert!(r.ok, "{:?}", r.error);
+    let rec = store.get("wi-1").await.unwrap().unwrap();
+    assert_eq!(
+        rec.contract_version, 2,
+        "claimed exactly once despite the retries"
+    );
+    assert_eq!(store.audit_events().await.unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn a_server_error_is_unavailable_and_writes_no_transition() {
+    let server = server();
+    let store = seeded(&server).await;
+    server.faults().inject(
+        FaultRule::on(Verb::Update)
+            .resource("buildworkitems")
+            .status(500)
+            .times(1),
+    );
+    let err = store
+        .execute(Some(&job_site()), &claim("k1"), now())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::Unavailable(_)), "{err}");
+    assert_eq!(
+        store.get("wi-1").await.unwrap().unwrap().state,
+        State::ReadyForBuilding
+    );
+    // The same key then applies once.
+    let r = store
+        .execute(Some(&job_site()), &claim("k1"), now())
+        .await
+        .unwrap();
+    assert!(r.ok && !r.decision.unwrap().replayed);
+}
+
+#[tokio::test]
+async fn fencing_tokens_survive_a_restart() {
+    let server = server();
+    let first = seeded(&server).await;
+    let t1 = first
+        .execute(Some(&job_site()), &claim("k1"), now())
+        .await
+        .unwrap()
+        .decision
+        .unwrap()
+        .fencing_token_issued
+        .unwrap();
+    // A new store instance (operator restart) on another item of the same project.
+    let second = KubeStore::new(server.client(), "default", "demo", AdapterConfig::default());
+    let mut rec = WorkItemRecord::new("wi-2", "demo", State::ReadyForBuilding, 1);
+    rec.readiness = Readiness::complete();
+    second.import(Import::Record(rec)).await.unwrap();
+    let mut env = claim("k2");
+    env.work_item_id = "wi-2".into();
+    let t2 = second
+        .execute(Some(&job_site()), &env, now())
+        .await
+        .unwrap()
+        .decision
+        .unwrap()
+        .fencing_token_issued
+        .unwrap();
+    assert_ne!(t1, t2);
+}
