@@ -46,8 +46,8 @@ pub use error::{ApiError, Cause, TestkitError};
 pub use faults::{FaultRule, Faults, Verb};
 pub use http::HttpServer;
 pub use kubelet::{
-    ContainerExecutor, ContainerExit, ContainerLaunch, ExecutorError, KillSignal, Kubelet, Mount,
-    ProcessExecutor,
+    ContainerExecutor, ContainerExit, ContainerLaunch, ExecFuture, ExecutorError, KillSignal,
+    Kubelet, Mount, ProcessExecutor,
 };
 pub use record::RecordedRequest;
 pub use resources::ResourceType;

@@ -120,3 +120,88 @@ async fn crds_register_from_a_directory() {
             .is_some()
     );
 }
+
+const TWO_VERSIONS: &str = r#"
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: things.testkit.example.com
+spec:
+  group: testkit.example.com
+  scope: Namespaced
+  names: {kind: Thing, plural: things}
+  versions:
+    - name: v1beta1
+      served: true
+      storage: false
+      schema:
+        openAPIV3Schema: {type: object, properties: {spec: {type: object, properties: {size: {type: string}}}}}
+    - name: v1
+      served: true
+      storage: true
+      schema:
+        openAPIV3Schema: {type: object, properties: {spec: {type: object, properties: {size: {type: integer}}}}}
+"#;
+
+#[tokio::test]
+async fn multi_version_crds_serve_every_version_and_validate_per_version() {
+    use kube::{
+        Api,
+        api::{DynamicObject, PostParams},
+        core::{ApiResource, GroupVersionKind},
+    };
+    let server = protobot_testkit::ApiServer::new();
+    server.register_crd_yaml(TWO_VERSIONS).unwrap();
+    let api = |v: &str| {
+        let ar = ApiResource::from_gvk(&GroupVersionKind::gvk("testkit.example.com", v, "Thing"));
+        Api::<DynamicObject>::namespaced_with(server.client(), "default", &ar)
+    };
+    let obj: DynamicObject = serde_json::from_value(serde_json::json!({
+        "apiVersion": "testkit.example.com/v1", "kind": "Thing", "metadata": {"name": "t"}, "spec": {"size": 3}
+    }))
+    .unwrap();
+    api("v1")
+        .create(&PostParams::default(), &obj)
+        .await
+        .unwrap();
+    let beta = api("v1beta1").get("t").await.unwrap();
+    assert_eq!(
+        beta.types.unwrap().api_version,
+        "testkit.example.com/v1beta1"
+    );
+    let discovery = Discovery::new(server.client()).run().await.unwrap();
+    let group = discovery.get("testkit.example.com").unwrap();
+    assert_eq!(group.preferred_version_or_latest(), "v1");
+}
+
+#[tokio::test]
+async fn deleting_a_crd_stops_serving_it_and_removes_its_objects() {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+    use kube::{
+        Api,
+        api::{DeleteParams, PostParams},
+    };
+    let server = server();
+    let widgets: Api<crate::support::Widget> = Api::default_namespaced(server.client());
+    widgets
+        .create(
+            &PostParams::default(),
+            &crate::support::widget("doomed", "img"),
+        )
+        .await
+        .unwrap();
+    let crds: Api<CustomResourceDefinition> = Api::all(server.client());
+    crds.delete("widgets.testkit.example.com", &DeleteParams::default())
+        .await
+        .unwrap();
+    let err = widgets.get("doomed").await.unwrap_err();
+    assert!(
+        matches!(err, kube::Error::Api(ref s) if s.code == 404),
+        "{err:?}"
+    );
+    assert!(
+        server
+            .object("testkit.example.com", "widgets", "default", "doomed")
+            .is_none()
+    );
+}

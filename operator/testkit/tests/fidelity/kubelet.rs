@@ -235,3 +235,68 @@ async fn a_missing_config_map_key_keeps_the_container_waiting() {
     .unwrap();
     assert_eq!(phase(&waiting), "Pending");
 }
+
+mod custom_executor {
+    //! The `ContainerExecutor` seam the bubblewrap executor will implement:
+    //! the kubelet hands it a complete launch spec and reports what it returns.
+
+    use std::sync::{Arc, Mutex};
+
+    use k8s_openapi::api::core::v1::Pod;
+    use kube::api::{Api, PostParams};
+    use protobot_testkit::{
+        ContainerExecutor, ContainerExit, ContainerLaunch, KillSignal, Kubelet, kubelet::ExecFuture,
+    };
+    use serde_json::json;
+
+    use super::{await_phase, phase, pod, terminated_exit_code};
+    use crate::support::server;
+
+    #[derive(Default)]
+    struct Recording(Mutex<Vec<ContainerLaunch>>);
+
+    impl ContainerExecutor for Recording {
+        fn run(&self, launch: ContainerLaunch, _kill: KillSignal) -> ExecFuture {
+            let code = if launch.container == "bad" { 42 } else { 0 };
+            self.0.lock().unwrap().push(launch);
+            Box::pin(async move {
+                Ok(ContainerExit {
+                    exit_code: code,
+                    killed: false,
+                })
+            })
+        }
+    }
+
+    #[tokio::test]
+    async fn the_executor_gets_argv_env_mounts_and_its_exit_code_is_reported() {
+        let server = server();
+        let exec = Arc::new(Recording::default());
+        let _kubelet = Kubelet::start_with(&server, exec.clone(), "sandbox-node").unwrap();
+        let api: Api<Pod> = Api::default_namespaced(server.client());
+        let spec = json!({"restartPolicy": "Never", "volumes": [{"name": "work", "emptyDir": {}}], "containers": [
+            {"name": "good", "image": "img", "command": ["run"], "args": ["--x"], "env": [{"name": "A", "value": "1"}],
+             "volumeMounts": [{"name": "work", "mountPath": "/work", "readOnly": true}]},
+            {"name": "bad", "image": "img", "command": ["fail"]}
+        ]});
+        api.create(&PostParams::default(), &pod("seam", spec))
+            .await
+            .unwrap();
+        let done = await_phase(&api, "seam", &["Failed", "Succeeded"]).await;
+        assert_eq!(phase(&done), "Failed");
+        assert_eq!(terminated_exit_code(&done, "bad"), Some(42));
+        assert_eq!(terminated_exit_code(&done, "good"), Some(0));
+        assert_eq!(
+            done.spec.unwrap().node_name.as_deref(),
+            Some("sandbox-node")
+        );
+        let launches = exec.0.lock().unwrap().clone();
+        let good = launches.iter().find(|l| l.container == "good").unwrap();
+        assert_eq!(good.argv, ["run", "--x"]);
+        assert_eq!(good.env, [("A".to_owned(), "1".to_owned())]);
+        assert_eq!(good.mounts.len(), 1);
+        assert_eq!(good.mounts[0].container_path, "/work");
+        assert!(good.mounts[0].read_only);
+        assert!(good.mounts[0].host_path.is_dir());
+    }
+}
