@@ -5,7 +5,8 @@
 //! [`digest`], [`projection`], [`snapshot`], [`validate`], [`graph`],
 //! [`impact`] and [`compare`] are pure functions over in-memory records.
 //! Thin shell: [`fsio`] (working tree, atomic transactions) and [`git`]
-//! (libgit2) fill a [`vfs::Vfs`] and apply writes; [`cli`] wires commands.
+//! (libgit2) fill a [`vfs::Vfs`] and apply writes; [`cli`] wires commands;
+//! [`store`] is the read-only API for other crates.
 //!
 //! # Source disagreements (§28) and the choices made
 //!
@@ -82,6 +83,7 @@ pub mod outcome;
 pub mod projection;
 pub mod rules;
 pub mod snapshot;
+pub mod store;
 pub mod validate;
 pub mod vfs;
 pub mod yaml;

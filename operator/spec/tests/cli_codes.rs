@@ -1821,3 +1821,43 @@ fn shallow_clone_without_proof_is_git_read_failed() {
     assert_fails(&out, 6, "git.read_failed", None);
     assert_eq!(out.json_value()["error"]["retry"], "reconcile-before-retry");
 }
+
+#[test]
+fn library_reads_worktree_and_commits_without_checkout() {
+    use protobot_spec::store;
+    let repo = with_change_set();
+    assert_eq!(
+        req_add(&repo, "REQ-CLI-00001", "The CLI shall work.", &[]).status,
+        0
+    );
+    let snap = store::open_worktree(&repo.root().join("docs")).unwrap();
+    assert_eq!(snap.requirements.len(), 1);
+    let before = repo
+        .git()
+        .head()
+        .unwrap()
+        .peel_to_commit()
+        .unwrap()
+        .id()
+        .to_string();
+    let at = store::open_commit(&repo.root(), &before).unwrap();
+    assert_eq!(
+        at.requirements.len(),
+        0,
+        "the commit predates the requirement"
+    );
+    assert_eq!(at.change_sets.len(), 0);
+    assert_eq!(
+        store::open_commit(&repo.root(), "abc").unwrap_err().code,
+        "revision.invalid"
+    );
+    assert_eq!(
+        store::open_commit(&repo.root(), &"f".repeat(40))
+            .unwrap_err()
+            .code,
+        "revision.not_found"
+    );
+    repo.write("docs/vision.md", b"# tampered\n");
+    let err = store::open_worktree(&repo.root()).unwrap_err();
+    assert_eq!(err.code, "validation.failed");
+}

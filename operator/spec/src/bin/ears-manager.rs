@@ -1,21 +1,27 @@
 //! `ears-manager`: the only reader and writer of governed specification
 //! state. All behaviour lives in [`protobot_spec::cli::run`]; this file only
-//! connects it to the process.
+//! connects it to the process, and turns an unexpected panic into the
+//! `internal.failure` envelope (status 70) instead of a Rust backtrace, so
+//! JSON callers still get exactly one document and an empty stderr.
 
-use std::io::Write;
+use std::{io::Write, panic::AssertUnwindSafe};
 
 use protobot_spec::cli::{self, Env};
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let cwd = std::env::current_dir().unwrap_or_else(|_| std::path::PathBuf::from("."));
-    let mut stdin = std::io::stdin();
-    let mut env = Env {
-        cwd: &cwd,
-        stdin: &mut stdin,
-        faults: Default::default(),
-    };
-    let ran = cli::run(&args, &mut env);
+    std::panic::set_hook(Box::new(|_| {}));
+    let ran = std::panic::catch_unwind(AssertUnwindSafe(|| {
+        let mut stdin = std::io::stdin();
+        let mut env = Env {
+            cwd: &cwd,
+            stdin: &mut stdin,
+            faults: Default::default(),
+        };
+        cli::run(&args, &mut env)
+    }))
+    .unwrap_or_else(|_| cli::internal_failure(&args));
     let _ = std::io::stdout().write_all(ran.stdout.as_bytes());
     let _ = std::io::stderr().write_all(ran.stderr.as_bytes());
     std::process::exit(ran.status);

@@ -435,3 +435,50 @@ fn render(output: Output, command: &str, result: Result<Success, Failure>) -> Ra
 pub fn internal(message: &str) -> Failure {
     Failure::new(Exit::Internal, "internal.failure", message)
 }
+
+/// The result to print when [`run`] itself failed unexpectedly (a panic):
+/// `internal.failure`, status 70, in the output mode the caller asked for.
+pub fn internal_failure(args: &[String]) -> Ran {
+    let g = args::split_global(args);
+    let words: Vec<&str> = g
+        .rest
+        .iter()
+        .take_while(|a| !a.starts_with("--"))
+        .map(String::as_str)
+        .take(2)
+        .collect();
+    let output = if g.bad_output {
+        Output::Human
+    } else {
+        g.output
+    };
+    render(
+        output,
+        &words.join(" "),
+        Err(internal("ears-manager hit an internal error; keep this output and report it. Nothing is known to have changed.").unknown()),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn internal_failures_exit_70_with_the_retain_token() {
+        let args: Vec<String> = ["--output", "json", "check"]
+            .iter()
+            .map(|s| (*s).to_owned())
+            .collect();
+        let ran = internal_failure(&args);
+        assert_eq!(ran.status, 70);
+        assert!(ran.stderr.is_empty());
+        let v: serde_json::Value = serde_json::from_str(&ran.stdout).unwrap();
+        assert_eq!(v["command"], "check");
+        assert_eq!(v["error"]["code"], "internal.failure");
+        assert_eq!(v["error"]["exit_code"], 70);
+        assert_eq!(v["error"]["retry"], "retain-diagnostic");
+        assert_eq!(v["error"]["mutation"], "unknown");
+        let human = internal_failure(&["check".to_owned()]);
+        assert!(human.stdout.is_empty() && human.stderr.starts_with("error[internal.failure]"));
+    }
+}
