@@ -397,7 +397,8 @@ impl Ctx {
                                 "details": {"name": name, "group": rt.group, "kind": rt.plural, "uid": uid}}),
                     ));
                 }
-                (200, obj)
+                // Deletion that is not complete yet (finalizers, graceful pods) is 202 Accepted.
+                (202, obj)
             }
             Verb::DeleteCollection => {
                 let opts = self.delete_options()?;

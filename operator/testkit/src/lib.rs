@@ -31,6 +31,7 @@ mod http;
 pub mod kubelet;
 mod lists;
 mod managed;
+mod objectmeta;
 mod record;
 mod resources;
 mod route;

@@ -422,9 +422,8 @@ impl State {
                 403,
                 "Forbidden",
                 format!(
-                    "{} \"{}\" is forbidden: unable to create new content in namespace {namespace} because it is being terminated",
-                    rt.qualified(),
-                    ""
+                    "{} is forbidden: unable to create new content in namespace {namespace} because it is being terminated",
+                    rt.qualified()
                 ),
             )),
             Some(_) => Ok(()),
@@ -444,6 +443,7 @@ impl State {
                 field: "metadata.name".to_owned(),
             });
         }
+        causes.extend(crate::objectmeta::check(rt, obj));
         if let Some(schema) = rt
             .schemas
             .get(version)

@@ -253,3 +253,33 @@ async fn the_request_log_shows_exactly_which_writes_were_made() {
     assert_eq!(w.code, 200);
     assert_eq!(server.requests().len(), 2);
 }
+
+#[tokio::test]
+async fn label_syntax_is_validated_and_secret_string_data_becomes_data() {
+    use k8s_openapi::{ByteString, api::core::v1::Secret};
+    let server = server();
+    let mut c = config_map("labelled", &[]);
+    c.metadata.labels = Some([("app".to_owned(), "x".repeat(64))].into());
+    let s = status_of(cms(&server).create(&PostParams::default(), &c).await);
+    assert_eq!(s.code, 422);
+    assert_eq!(s.details.unwrap().causes[0].field, "metadata.labels");
+
+    let secrets: Api<Secret> = Api::default_namespaced(server.client());
+    let secret = Secret {
+        metadata: kube::api::ObjectMeta {
+            name: Some("s".into()),
+            ..Default::default()
+        },
+        string_data: Some([("token".to_owned(), "s3cr3t".to_owned())].into()),
+        ..Secret::default()
+    };
+    let created = secrets
+        .create(&PostParams::default(), &secret)
+        .await
+        .unwrap();
+    assert_eq!(created.string_data, None);
+    assert_eq!(
+        created.data.unwrap()["token"],
+        ByteString(b"s3cr3t".to_vec())
+    );
+}
