@@ -1861,3 +1861,67 @@ fn library_reads_worktree_and_commits_without_checkout() {
     let err = store::open_worktree(&repo.root()).unwrap_err();
     assert_eq!(err.code, "validation.failed");
 }
+
+#[test]
+fn immutable_requirement_fields() {
+    let repo = with_change_set();
+    assert_eq!(
+        req_add(&repo, "REQ-CLI-00001", "The CLI shall work.", &[]).status,
+        0
+    );
+    let out = json(
+        &repo.root(),
+        &[
+            "requirement",
+            "update",
+            "--change-set",
+            "CS-00001",
+            "--id",
+            "REQ-CLI-00001",
+            "--created",
+            "2020-01-01T00:00:00Z",
+        ],
+    );
+    assert_fails(&out, 4, "requirement.immutable_field", None);
+}
+
+#[test]
+fn unreadable_store_entry_is_storage_read_failed() {
+    use std::os::unix::ffi::OsStrExt;
+    let repo = with_change_set();
+    let name = std::ffi::OsStr::from_bytes(b"\xff.yaml");
+    std::fs::create_dir_all(repo.root().join(".protobot/requirements")).unwrap();
+    std::fs::write(repo.root().join(".protobot/requirements").join(name), b"x").unwrap();
+    assert_fails(
+        &json(&repo.root(), &["check"]),
+        6,
+        "storage.read_failed",
+        None,
+    );
+}
+
+#[test]
+fn failed_branch_cut_is_git_write_failed_and_changes_nothing() {
+    let repo = initialized();
+    // A stale ref lock makes libgit2 refuse to create the branch.
+    repo.write(".git/refs/heads/cs/00001-define-the-cli-contract.lock", b"");
+    let before = repo.snapshot();
+    let out = json(
+        &repo.root(),
+        &[
+            "change-set",
+            "create",
+            "--intent",
+            "Define the CLI contract",
+            "--implementation-required",
+            "true",
+            "--created",
+            "2026-09-15T12:00:00Z",
+        ],
+    );
+    assert_fails(&out, 6, "git.write_failed", None);
+    assert_eq!(out.json_value()["error"]["mutation"], "none");
+    assert_eq!(repo.head_branch(), "main");
+    assert_eq!(repo.branches(), ["main"]);
+    assert_eq!(repo.snapshot(), before);
+}

@@ -211,6 +211,13 @@ pub fn requirement_add(opts: &Opts, env: &mut Env<'_>) -> Result<Success, Failur
 pub fn requirement_update(opts: &Opts, env: &mut Env<'_>) -> Result<Success, Failure> {
     let cs_id = opts.required("change-set")?;
     let id = opts.required("id")?;
+    if opts.has("created") || opts.has("new-id") {
+        return Err(Failure::new(
+            Exit::Validation,
+            "requirement.immutable_field",
+            "The requirement ID and creation time cannot change; retire it and add a new one instead.",
+        ));
+    }
     let fields = [
         "type",
         "text",

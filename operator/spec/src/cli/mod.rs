@@ -194,6 +194,8 @@ const COMMANDS: &[Command] = &[
             ("scope", List),
             ("relationship", List),
             ("status", Value),
+            ("created", Value),
+            ("new-id", Value),
         ],
         run: cmd_records::requirement_update,
     },
