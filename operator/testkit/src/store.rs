@@ -822,6 +822,10 @@ impl State {
         }
         let api_version = rt.api_version(version);
         let creating = existing.is_none();
+        if creating && writer.scope == Scope::Status {
+            // Apply to the status of an object that does not exist: nothing to attach it to.
+            return Err(ApiError::not_found(rt, name));
+        }
         let base = existing.clone().unwrap_or_else(|| {
             let mut meta = json!({"name": name});
             if rt.namespaced {

@@ -246,3 +246,43 @@ async fn the_event_recorder_creates_then_updates_a_series() {
     );
     assert_eq!(e.series.as_ref().map(|s| s.count), Some(2));
 }
+
+#[tokio::test]
+async fn watcher_with_streaming_lists_syncs_and_follows_changes() {
+    let server = server();
+    let api = cms(&server);
+    api.create(&PostParams::default(), &config_map("before", &[]))
+        .await
+        .unwrap();
+    let mut events =
+        watcher::watcher(api.clone(), watcher::Config::default().streaming_lists()).boxed();
+    let mut init_done = false;
+    let mut seen = BTreeSet::new();
+    within("initial sync and a later change", async {
+        loop {
+            match events.next().await {
+                Some(Ok(Event::InitApply(c))) => {
+                    seen.insert(c.metadata.name.unwrap());
+                }
+                Some(Ok(Event::InitDone)) => {
+                    init_done = true;
+                    api.create(&PostParams::default(), &config_map("after", &[]))
+                        .await
+                        .unwrap();
+                }
+                Some(Ok(Event::Apply(c))) => {
+                    seen.insert(c.metadata.name.unwrap());
+                    if seen.contains("after") {
+                        break;
+                    }
+                }
+                Some(Ok(_)) => {}
+                Some(Err(e)) => panic!("watcher error: {e}"),
+                None => panic!("watcher ended"),
+            }
+        }
+    })
+    .await;
+    assert!(init_done);
+    assert_eq!(seen.into_iter().collect::<Vec<_>>(), ["after", "before"]);
+}
