@@ -18,5 +18,6 @@ pub mod escalation;
 pub mod executor;
 pub mod lease;
 pub mod ledger;
+pub mod materializer;
 pub mod sanitizer;
 pub mod triage;

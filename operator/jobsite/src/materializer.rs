@@ -1,0 +1,184 @@
+//! The Materializer's shell: reads what a registration names from the
+//! project's repository and hands the facts to the pure contract builder.
+//!
+//! Registration is a change-set ID and, optionally, the merge commit the
+//! registrar saw (a GitOps `ChangeSet` manifest, `protobot register`, or the
+//! default-branch poller). The shell finds the change set's merge commit on the
+//! default branch with `approved_merge` (never trusting the registrar's claim
+//! alone), reads the manifest and the requirement store *at that commit*
+//! through the spec store (no checkout), reruns impact analysis and `check`,
+//! and returns [`ChangeSetFacts`]. It never writes to the repository.
+
+use std::path::Path;
+
+use protobot_spec::{
+    git::Git,
+    impact,
+    model::StoreKind,
+    snapshot,
+    validate::{Scope, validate},
+};
+
+use crate::contract::{Action, AssessmentStatus, ChangeSetFacts, Disposition, ImpactEntry};
+
+/// A registration to materialize.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Registration {
+    /// Project id.
+    pub project_id: String,
+    /// `CS-NNNNN`.
+    pub change_set_id: String,
+    /// The merge commit the registrar saw, if any (verified, never trusted).
+    pub merge_commit: Option<String>,
+    /// The project's default branch.
+    pub default_branch: String,
+    /// Build work items this one depends on (resolved by the caller).
+    pub depends_on: Vec<String>,
+    /// Business priority snapshot.
+    pub priority: String,
+}
+
+/// Why a registration could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum MaterializeError {
+    /// The repository or a commit could not be read.
+    #[error("failed to read the project repository at {path}: {reason}")]
+    Repository {
+        /// Work tree.
+        path: String,
+        /// Cause.
+        reason: String,
+    },
+    /// The change set has no merge on the default branch (not approved yet).
+    #[error(
+        "change set {change_set_id} is not merged on {branch}: {reason}; register it after its pull request merges"
+    )]
+    NotApproved {
+        /// Change set.
+        change_set_id: String,
+        /// Default branch.
+        branch: String,
+        /// Detail.
+        reason: String,
+    },
+    /// The registrar named another commit than the default branch merged.
+    #[error(
+        "registration names merge commit {registered} but {branch} merged change set {change_set_id} in {actual}; fix the ChangeSet's mergeCommit"
+    )]
+    MergeMismatch {
+        /// Change set.
+        change_set_id: String,
+        /// Default branch.
+        branch: String,
+        /// What the registration said.
+        registered: String,
+        /// What Git says.
+        actual: String,
+    },
+    /// The manifest is not in the store at the merge commit.
+    #[error("change set {0} has no manifest at its merge commit")]
+    MissingManifest(String),
+}
+
+fn repo_error(path: &Path, reason: impl std::fmt::Display) -> MaterializeError {
+    MaterializeError::Repository {
+        path: path.display().to_string(),
+        reason: reason.to_string(),
+    }
+}
+
+/// Reads the facts of a registration from the work tree at `workdir`.
+pub fn read_facts(workdir: &Path, reg: &Registration) -> Result<ChangeSetFacts, MaterializeError> {
+    let repo = git2::Repository::open(workdir).map_err(|e| repo_error(workdir, e))?;
+    let branch_ref = format!("refs/heads/{}", reg.default_branch);
+    let head = repo
+        .refname_to_id(&branch_ref)
+        .map_err(|e| repo_error(workdir, format!("no {branch_ref}: {e}")))?;
+    let git = Git::discover(workdir).map_err(|f| repo_error(workdir, f.message))?;
+    let at = |oid: git2::Oid| -> Result<snapshot::Snapshot, MaterializeError> {
+        let vfs = git
+            .commit_vfs(oid)
+            .map_err(|f| repo_error(workdir, f.message))?;
+        snapshot::open(vfs).map_err(|f| repo_error(workdir, f.message))
+    };
+    let store_dir = at(head)?.project.store_dir(StoreKind::ChangeSets);
+    let approved =
+        protobot_repo::land::approved_merge(&repo, &branch_ref, &reg.change_set_id, &store_dir)
+            .map_err(|e| MaterializeError::NotApproved {
+                change_set_id: reg.change_set_id.clone(),
+                branch: reg.default_branch.clone(),
+                reason: e.to_string(),
+            })?;
+    if let Some(registered) = &reg.merge_commit
+        && !registered.eq_ignore_ascii_case(&approved.merge_commit)
+    {
+        return Err(MaterializeError::MergeMismatch {
+            change_set_id: reg.change_set_id.clone(),
+            branch: reg.default_branch.clone(),
+            registered: registered.clone(),
+            actual: approved.merge_commit,
+        });
+    }
+    let merge = git2::Oid::from_str(&approved.merge_commit).map_err(|e| repo_error(workdir, e))?;
+    let snap = at(merge)?;
+    let cs = snap
+        .change_set(&reg.change_set_id)
+        .map(|r| r.record.clone())
+        .ok_or_else(|| MaterializeError::MissingManifest(reg.change_set_id.clone()))?;
+    let requirements: Vec<_> = snap.requirements.iter().map(|r| &r.record).collect();
+    let assessment_status = match impact::status(&cs, requirements.iter().copied()) {
+        impact::Status::Complete => AssessmentStatus::Complete,
+        impact::Status::Incomplete => AssessmentStatus::Incomplete,
+        impact::Status::Stale => AssessmentStatus::Stale,
+    };
+    let diagnostics = validate(&snap, &Scope::default());
+    let unresolved_references = diagnostics
+        .iter()
+        .filter(|d| d.code.starts_with("reference."))
+        .map(|d| format!("{}: {}", d.code, d.record_id.clone().unwrap_or_default()))
+        .collect();
+    let check_errors = diagnostics.iter().map(|d| d.code.clone()).collect();
+    let operations = cs
+        .ops()
+        .iter()
+        .filter_map(|op| {
+            let action = match op.action.as_str() {
+                "add" => Action::Add,
+                "revise" => Action::Revise,
+                "retire" => Action::Retire,
+                _ => return None,
+            };
+            Some((action, op.requirement_id.clone()))
+        })
+        .collect();
+    let impact = cs
+        .impact_assessment
+        .iter()
+        .map(|a| ImpactEntry {
+            requirement_id: a.requirement_id.clone(),
+            disposition: if a.disposition == "applicable" {
+                Disposition::Applicable
+            } else {
+                Disposition::NotApplicable
+            },
+            rationale: a.rationale.clone(),
+        })
+        .collect();
+    Ok(ChangeSetFacts {
+        project_id: reg.project_id.clone(),
+        change_set_id: reg.change_set_id.clone(),
+        merge_commit: approved.merge_commit,
+        operations,
+        affected_interfaces: cs.affected_interfaces.clone().unwrap_or_default(),
+        affected_scopes: cs.affected_scopes.clone(),
+        // A missing key is a `check` error; the contract still needs a value.
+        implementation_required: cs.implementation_required.unwrap_or(true),
+        impact,
+        assessment_status,
+        merged_on_default_branch: true,
+        check_errors,
+        unresolved_references,
+        depends_on: reg.depends_on.clone(),
+        priority: reg.priority.clone(),
+    })
+}
