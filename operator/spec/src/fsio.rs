@@ -166,6 +166,9 @@ pub struct Faults {
     pub fail_before_step: Option<usize>,
     /// Make the rollback fail too (to provoke `storage.write_unknown`).
     pub fail_rollback: bool,
+    /// Make restoring the original branch after a failed `change-set
+    /// create` unconfirmable (to provoke `git.write_unknown`).
+    pub fail_branch_restore: bool,
 }
 
 enum Undo {

@@ -1925,3 +1925,33 @@ fn failed_branch_cut_is_git_write_failed_and_changes_nothing() {
     assert_eq!(repo.branches(), ["main"]);
     assert_eq!(repo.snapshot(), before);
 }
+
+#[test]
+fn unreadable_commit_tree_is_revision_read_failed() {
+    let repo = with_change_set();
+    let commit = repo.commit_all("spec(CS-00001): try");
+    let tree = repo
+        .git()
+        .find_commit(commit)
+        .unwrap()
+        .tree_id()
+        .to_string();
+    // Remove the loose tree object: the commit resolves, its tree does not.
+    std::fs::remove_file(
+        repo.root()
+            .join(format!(".git/objects/{}/{}", &tree[..2], &tree[2..])),
+    )
+    .unwrap();
+    let out = json(
+        &repo.root(),
+        &[
+            "change-set",
+            "show",
+            "--change-set",
+            "CS-00001",
+            "--at",
+            &commit.to_string(),
+        ],
+    );
+    assert_fails(&out, 6, "revision.read_failed", None);
+}

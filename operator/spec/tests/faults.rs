@@ -31,7 +31,7 @@ fn run_with(repo: &Repo, args: &[&str], faults: Faults) -> (i32, serde_json::Val
 fn fault_at(step: usize) -> Faults {
     Faults {
         fail_before_step: Some(step),
-        fail_rollback: false,
+        ..Faults::default()
     }
 }
 
@@ -160,6 +160,7 @@ fn unconfirmed_rollback_is_write_unknown() {
         Faults {
             fail_before_step: Some(2),
             fail_rollback: true,
+            ..Faults::default()
         },
     );
     assert_eq!(status, 6);
@@ -196,4 +197,31 @@ fn project_init_interrupted_writes_nothing() {
             "step {step}: .protobot/ is removed again"
         );
     }
+}
+
+#[test]
+fn unconfirmed_branch_restore_is_git_write_unknown() {
+    let repo = initialized();
+    let args = [
+        "change-set",
+        "create",
+        "--intent",
+        "Cut",
+        "--implementation-required",
+        "true",
+        "--created",
+        "2026-09-15T12:00:00Z",
+    ];
+    let (status, out) = run_with(
+        &repo,
+        &args,
+        Faults {
+            fail_before_step: Some(0),
+            fail_branch_restore: true,
+            ..Faults::default()
+        },
+    );
+    assert_eq!(status, 6, "{out}");
+    assert_eq!(out["error"]["code"], "git.write_unknown");
+    assert_eq!(out["error"]["mutation"], "unknown");
 }

@@ -154,7 +154,11 @@ pub fn create(opts: &Opts, env: &mut Env<'_>) -> Result<Success, Failure> {
     } else {
         None
     };
+    let fail_restore = env.faults.fail_branch_restore;
     let undo = |session: &Session, failure: Failure| -> Failure {
+        if fail_restore {
+            return Failure::new(Exit::Io, "git.write_unknown", "Restoring the original branch could not be confirmed; inspect the repository before retrying.").unknown();
+        }
         match &original {
             Some(orig) => match session.git.undo_cut(orig, &branch) {
                 Ok(()) => failure,
