@@ -58,7 +58,7 @@ impl Dir {
 }
 
 /// Generates the source repository: files under `src/` (shared by the manifest so every role
-/// exports the same set as the pipeline copies), deterministic pseudo-random content.
+/// exports the same set as the pipeline copies), deterministic source-like content.
 fn generate(root: &Path, files: usize, total: usize) -> Repository {
     let repo = Repository::init(root).unwrap();
     let mut tree = Dir::default();
@@ -66,17 +66,29 @@ fn generate(root: &Path, files: usize, total: usize) -> Repository {
     tree.insert(".protobot/projection.yaml", repo.blob(manifest).unwrap());
     let per_file = (total / files).max(1);
     let mut state: u64 = 0x9E37_79B9_7F4A_7C15;
-    let mut buf = vec![0u8; per_file];
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    // Source-like text (compressible like real code), different in every file.
+    let mut buf = String::with_capacity(per_file + 64);
     for i in 0..files {
-        for chunk in buf.chunks_mut(8) {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            let bytes = state.to_le_bytes();
-            chunk.copy_from_slice(&bytes[..chunk.len()]);
+        buf.clear();
+        while buf.len() < per_file {
+            let r = next();
+            buf.push_str(&format!(
+                "    let v{} = f{}(x{}, {});\n",
+                r % 9973,
+                (r >> 16) % 997,
+                (r >> 32) % 89,
+                (r >> 48) % 10_000
+            ));
         }
+        buf.truncate(per_file);
         let path = format!("src/m{:03}/d{:02}/f{i:06}.rs", i % 200, (i / 200) % 50);
-        tree.insert(&path, repo.blob(&buf).unwrap());
+        tree.insert(&path, repo.blob(buf.as_bytes()).unwrap());
     }
     let tree_id = tree.write(&repo);
     let sig = Signature::new("bench", "bench@example.invalid", &Time::new(1, 0)).unwrap();
