@@ -52,35 +52,47 @@ fn scrub(msg: &str) -> String {
         .collect()
 }
 
-fn check_value(value: &Value, at: &str) -> Result<(), String> {
-    let here = if at.is_empty() {
-        "the document root".to_owned()
-    } else {
-        at.to_owned()
-    };
+/// Walks the tree; the location is only built when something is wrong, so
+/// the common (valid) case allocates nothing.
+fn check_value(value: &Value, _at: &str) -> Result<(), String> {
+    walk(value).map_err(|(what, mut path)| {
+        path.reverse();
+        let at = if path.is_empty() {
+            "the document root".to_owned()
+        } else {
+            path.join(".")
+        };
+        format!("{at} {what}")
+    })
+}
+
+type WalkError = (&'static str, Vec<String>);
+
+fn walk(value: &Value) -> Result<(), WalkError> {
     match value {
-        Value::Null => Err(format!("{here} is null; omit the key instead")),
-        Value::Tagged(_) => Err(format!("{here} carries an explicit tag")),
+        Value::Null => Err(("is null; omit the key instead", Vec::new())),
+        Value::Tagged(_) => Err(("carries an explicit tag", Vec::new())),
         Value::Sequence(items) => {
             for (i, item) in items.iter().enumerate() {
-                check_value(item, &format!("{at}[{i}]"))?;
+                walk(item).map_err(|(w, mut p)| {
+                    p.push(format!("[{i}]"));
+                    (w, p)
+                })?;
             }
             Ok(())
         }
         Value::Mapping(map) => {
             for (k, v) in map {
                 let Value::String(key) = k else {
-                    return Err(format!("{here} has a non-string key"));
+                    return Err(("has a non-string key", Vec::new()));
                 };
                 if key == "<<" {
-                    return Err(format!("{here} uses a merge key"));
+                    return Err(("uses a merge key", Vec::new()));
                 }
-                let sub = if at.is_empty() {
-                    key.clone()
-                } else {
-                    format!("{at}.{key}")
-                };
-                check_value(v, &sub)?;
+                walk(v).map_err(|(w, mut p)| {
+                    p.push(key.clone());
+                    (w, p)
+                })?;
             }
             Ok(())
         }

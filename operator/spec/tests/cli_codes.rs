@@ -1,7 +1,26 @@
 //! Every error code and exit status the CLI can reach, each provoked through
 //! the real binary (contract §16, §25). Codes that only arise from direct
 //! edits of records are provoked by editing files and then running `check`;
-//! `core_codes.rs` covers the rest on in-memory projects.
+//! `core_codes.rs` covers the rest on in-memory projects, `faults.rs` the
+//! injected I/O failures (`storage.write_failed`, `storage.write_unknown`,
+//! `storage.post_write_failed`, `git.write_unknown`), and the unit tests of
+//! `cli/mod.rs` the status-70 `internal.failure` envelope.
+//!
+//! §25 names with no test, and why:
+//! - `change_set.no_base`: EM-04/05 only; EM-07 create reports
+//!   `project.default_branch_unresolved` instead.
+//! - `change_set.branch_exists`: the new number is one above every number
+//!   in use, branch names included, so the name can only exist after a race.
+//! - `requirement.duplicate_id` / `interface.duplicate_id` /
+//!   `change_set.duplicate_id` as *diagnostics*: two files of one store
+//!   cannot carry the same ID without one failing the filename rule first
+//!   (`record.filename_mismatch`, tested). The error forms are tested.
+//! - `artifact.read_failed`: `artifact get` validates the whole project
+//!   first, so a missing or irregular file is already `artifact.path_*`.
+//! - `project.load_failed`: our loader always reports diagnostics.
+//! - `requirement.read_failed`, `interface.read_failed`,
+//!   `change_set.read_failed`, `artifact.write_not_allowed`: contract names
+//!   the code never emits (§25).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
