@@ -14,14 +14,18 @@
 //! # drop((client, kubelet)); Ok(()) }
 //! ```
 //!
-//! Module map: [`server`] (public handle, tower service), `handler` (verbs),
-//! `store` (objects, resourceVersions, history, write rules), `gc` (finalization,
-//! owner GC, namespace termination), `watch` (streams), `apply` + `managed`
-//! (server-side apply), `schema` (structural validation), `selector`, `route`,
-//! `discovery`, [`faults`], [`kubelet`].
+//! Module map: [`server`] (public handle, tower service), `http` (loopback
+//! endpoint), `handler` (verbs), `record` (request log), `store` (objects,
+//! resourceVersions, history), `write` / `delete` / `admission` (write rules),
+//! `objectmeta` (labels, data keys, Secret stringData), `gc` (finalization,
+//! owner GC, namespace termination), `watch` (streams), `apply` + `managed` +
+//! `lists` (server-side apply), `schema` (structural validation), `selector`, `route`,
+//! `discovery`, [`faults`], [`kubelet`], [`wait`].
 
+mod admission;
 mod apply;
 mod body;
+mod delete;
 mod discovery;
 mod error;
 pub mod faults;
@@ -41,6 +45,7 @@ pub mod server;
 mod store;
 pub mod wait;
 mod watch;
+mod write;
 
 pub use body::{BodyError, ResponseBody};
 pub use error::{ApiError, Cause, TestkitError};
