@@ -1,0 +1,42 @@
+//! Executor backends of protobot (ARCHITECTURE.md §4 and §7).
+//!
+//! The Job Site engine talks to one port, [`protobot_jobsite::executor::Executor`]:
+//! run one sandboxed role and collect its `/out`. This crate holds the local
+//! backends and the local half of the `jobsite-sandbox/v1` conformance suite:
+//! - [`bubblewrap`]: [`BubblewrapExecutor`], the single-machine sandbox
+//!   (mount, PID, network, IPC, UTS and user namespaces via `bwrap`; rlimits via
+//!   `prlimit`; a dedicated uid per run when the control plane runs as root);
+//! - [`insecure`]: [`InsecureProcessExecutor`], plain processes with no
+//!   isolation, only ever built explicitly (`--insecure-no-sandbox`) and loudly
+//!   logged on every run; [`LocalExecutor`] picks one of the two;
+//! - [`conformance`]: [`run_conformance`] (real probes run through an executor,
+//!   producing the contract's [`ConformanceReport`]) and
+//!   [`ConformantExecutor`], which refuses to run a profile whose report fails;
+//! - [`procfs`]: the `/proc` scans used to prove that no process of a run
+//!   survives it.
+//!
+//! No `unsafe` anywhere: resource limits are applied by executing the sandbox
+//! through util-linux `prlimit` (and `setpriv` for the per-run uid) instead of a
+//! `pre_exec` hook.
+
+pub mod bubblewrap;
+pub mod conformance;
+pub mod insecure;
+pub mod procfs;
+mod rundir;
+mod supervise;
+mod tools;
+
+pub use bubblewrap::{BubblewrapConfig, BubblewrapExecutor, SandboxIdentity};
+pub use conformance::{
+    BackendIdentity, Capability, ConformanceCheck, ConformanceReport, ConformantExecutor,
+    SandboxBackend, run_conformance,
+};
+pub use insecure::{InsecureProcessExecutor, LocalExecutor};
+
+/// The sentinel credential of jobsite-sandbox/v1 (§2.6): it must never reach a
+/// sandbox. A run whose command or environment contains it is refused.
+pub const BROKER_TOKEN_SENTINEL: &str = "PROTOBOT-SANDBOX-BROKER-TOKEN";
+
+/// The contract version the conformance suite implements.
+pub const CONTRACT_VERSION: &str = "jobsite-sandbox/v1";
