@@ -298,6 +298,13 @@ pub fn run(args: &[String], env: &mut Env<'_>) -> Ran {
         );
     }
     if g.version {
+        if g.output == Output::Human {
+            return Ran {
+                status: 0,
+                stdout: format!("ears-manager {VERSION}\n"),
+                stderr: String::new(),
+            };
+        }
         return render(
             g.output,
             "version",
@@ -305,6 +312,13 @@ pub fn run(args: &[String], env: &mut Env<'_>) -> Ran {
         );
     }
     if g.help {
+        if g.output == Output::Human {
+            return Ran {
+                status: 0,
+                stdout: usage_text(),
+                stderr: String::new(),
+            };
+        }
         return render(
             g.output,
             "help",
@@ -464,6 +478,24 @@ pub fn internal_failure(args: &[String]) -> Ran {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn human_help_and_version_are_plain_text() {
+        let mut stdin: &[u8] = b"";
+        let cwd = std::path::Path::new("/nonexistent");
+        let mut env = Env {
+            cwd,
+            stdin: &mut stdin,
+            faults: Faults::default(),
+        };
+        let help = run(&["--help".to_owned()], &mut env);
+        assert_eq!(help.status, 0);
+        assert!(
+            help.stdout.starts_with("usage: ears-manager") && help.stdout.contains("  impact\n")
+        );
+        let version = run(&["--version".to_owned()], &mut env);
+        assert_eq!(version.stdout, format!("ears-manager {VERSION}\n"));
+    }
 
     #[test]
     fn internal_failures_exit_70_with_the_retain_token() {
