@@ -136,8 +136,9 @@ impl State {
         let meta = meta_mut(&mut obj);
         meta.insert("deletionTimestamp".to_owned(), json!(now()));
         meta.insert("deletionGracePeriodSeconds".to_owned(), json!(grace));
-        let generation = meta.get("generation").and_then(Value::as_i64).unwrap_or(1);
-        meta.insert("generation".to_owned(), json!(generation + 1));
+        if let Some(generation) = meta.get("generation").and_then(Value::as_i64) {
+            meta.insert("generation".to_owned(), json!(generation + 1));
+        }
         if is_namespace {
             obj["status"] = json!({"phase": "Terminating"});
         }

@@ -83,6 +83,18 @@ impl ResourceType {
         !self.schemas.is_empty()
     }
 
+    /// Whether objects carry `metadata.generation` (custom resources, pods,
+    /// network policies, CRDs; not ConfigMaps, Secrets, Events, Leases, Namespaces).
+    pub fn tracks_generation(&self) -> bool {
+        self.is_custom()
+            || matches!(
+                (self.group.as_str(), self.plural.as_str()),
+                ("", "pods")
+                    | ("networking.k8s.io", "networkpolicies")
+                    | ("apiextensions.k8s.io", "customresourcedefinitions")
+            )
+    }
+
     /// Server-side apply list semantics at a version.
     pub fn list_types(&self, version: &str) -> crate::lists::ListTypes {
         crate::lists::ListTypes::new(

@@ -134,7 +134,11 @@ impl State {
         }
         meta.insert("uid".to_owned(), json!(new_uid()));
         meta.insert("creationTimestamp".to_owned(), json!(now()));
-        meta.insert("generation".to_owned(), json!(1));
+        if rt.tracks_generation() {
+            meta.insert("generation".to_owned(), json!(1));
+        } else {
+            meta.remove("generation");
+        }
         self.validate(rt, version, &mut obj)?;
         let api_version = rt.api_version(version);
         if !matches!(writer.manager, "") {
@@ -385,7 +389,9 @@ impl State {
         }
         Self::check_pod_update(rt, &old, &new)?;
         self.validate(rt, version, &mut new)?;
-        if Self::generation_content(rt, &old) != Self::generation_content(rt, &new) {
+        if rt.tracks_generation()
+            && Self::generation_content(rt, &old) != Self::generation_content(rt, &new)
+        {
             let generation = old
                 .pointer("/metadata/generation")
                 .and_then(Value::as_i64)
