@@ -283,7 +283,11 @@ pub fn check_bundle(
                 push(code, c, p, problem.to_string());
             } else {
                 let first = change.path.split('/').next().unwrap_or_default();
-                if first.eq_ignore_ascii_case(".protobot") {
+                // Same folding as `.git`: case-insensitive, NTFS drops trailing dots and spaces.
+                if first
+                    .trim_end_matches(['.', ' '])
+                    .eq_ignore_ascii_case(".protobot")
+                {
                     push(
                         ViolationCode::ProtobotPath,
                         c,

@@ -86,6 +86,11 @@ fn hostile_corpus_is_rejected_with_a_specific_code_each() {
             ViolationCode::ProtobotPath,
         ),
         (
+            ".protobot write, NTFS spelling",
+            hostile(&clean, set(".PROTOBOT. /attestations/x.jsonl")),
+            ViolationCode::ProtobotPath,
+        ),
+        (
             "worker A touches implementation",
             hostile(&clean, set("src/lib.rs")),
             ViolationCode::NotWritableByRole,
