@@ -277,8 +277,14 @@ fn scalar(node: &Node) -> String {
 }
 
 fn quoted(s: &str) -> String {
-    // A JSON string literal is a valid YAML double-quoted scalar.
-    serde_json::to_string(s).unwrap_or_else(|_| "\"\"".to_owned())
+    // A JSON string literal is a valid YAML double-quoted scalar, except that
+    // YAML also treats NEL, LS and PS as line breaks (and would fold them)
+    // and a BOM is not printable: escape those explicitly.
+    let json = serde_json::to_string(s).unwrap_or_else(|_| "\"\"".to_owned());
+    json.replace('\u{85}', "\\u0085")
+        .replace('\u{2028}', "\\u2028")
+        .replace('\u{2029}', "\\u2029")
+        .replace('\u{feff}', "\\ufeff")
 }
 
 /// Plain style only for strings that cannot be read back as anything else.
@@ -313,7 +319,10 @@ mod tests {
     fn emits_nested_structures_and_reads_them_back() {
         let node = Node::map()
             .with("id", Node::s("REQ-CLI-00001"))
-            .with("text", Node::s("When x: y, the CLI shall \"z\".\nNext"))
+            .with(
+                "text",
+                Node::s("When x: y, the CLI shall \"z\".\nNext\u{2028}LS\u{85}NEL\u{feff}\tTab é"),
+            )
             .with("created", Node::s("2026-09-15T12:03:00Z"))
             .with("list", Node::strs(["a", "true", "1"]))
             .with("empty", Node::List(vec![]))
@@ -332,7 +341,7 @@ mod tests {
         let back = parse(text.as_bytes()).unwrap();
         assert_eq!(
             back["text"].as_str(),
-            Some("When x: y, the CLI shall \"z\".\nNext")
+            Some("When x: y, the CLI shall \"z\".\nNext\u{2028}LS\u{85}NEL\u{feff}\tTab é")
         );
         assert_eq!(back["list"][1].as_str(), Some("true"));
         assert_eq!(back["list"][2].as_str(), Some("1"));
