@@ -217,6 +217,37 @@ impl BubblewrapExecutor {
         }
     }
 
+    /// Removes ephemeral run directories (`run-*`) left in the scratch root
+    /// by a control plane that was killed mid-run; returns how many. Call it
+    /// at startup, only when no other process shares this scratch root;
+    /// refuses while this executor has runs in flight.
+    pub fn remove_stale_run_dirs(&self) -> std::io::Result<usize> {
+        let busy = self
+            .in_flight
+            .lock()
+            .map(|s| !s.run_ids.is_empty())
+            .unwrap_or(true);
+        if busy {
+            return Err(std::io::Error::other(
+                "runs are in flight; remove stale run directories only at startup",
+            ));
+        }
+        let entries = match fs::read_dir(&self.config.scratch_root) {
+            Ok(e) => e,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+            Err(e) => return Err(e),
+        };
+        let mut removed = 0;
+        for entry in entries {
+            let entry = entry?;
+            if entry.file_name().to_string_lossy().starts_with("run-") {
+                rundir::remove_tree(&entry.path())?;
+                removed += 1;
+            }
+        }
+        Ok(removed)
+    }
+
     /// Whether runs get a dedicated uid.
     fn per_run_uid(&self) -> Option<(u32, u32)> {
         match self.config.identity {

@@ -175,6 +175,16 @@ impl RunDir {
     }
 }
 
+impl Drop for RunDir {
+    /// The fallback when a run future is dropped mid-run (its explicit,
+    /// checked removal never ran): remove the ephemeral directory anyway.
+    fn drop(&mut self) {
+        if let Err(e) = remove_tree(&self.root) {
+            tracing::error!(path = %self.root.display(), "removing an ephemeral run directory failed: {e}");
+        }
+    }
+}
+
 /// Copies `src` to `dst` (which must not exist) without following symlinks:
 /// directories, regular files (with their permission bits) and symlinks are
 /// copied; sockets, fifos and devices are skipped. `top` marks the root call.

@@ -648,3 +648,56 @@ async fn without_bwrap_only_the_explicit_insecure_mode_runs_and_it_warns_every_r
     assert!(no_survivors(&marker).await);
     assert!(common::entries(&tmp.path().join("scratch")).is_empty());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropping_a_run_midway_kills_it_and_removes_its_workspace() {
+    if !common::bwrap_available("dropping_a_run_midway_kills_it_and_removes_its_workspace") {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let ex = common::executor(tmp.path());
+    let ws = common::projection(tmp.path());
+    let mut spec = common::spec(&ws, "sleep 300 & sleep 300");
+    let marker = marked(&mut spec);
+    let started = {
+        let run = ex.run(spec, no_cancel());
+        tokio::select! {
+            r = run => panic!("the run ended on its own: {r:?}"),
+            started = procfs::wait_until(Duration::from_secs(20), || procfs::pids_with_env("TEST_MARKER", &marker).len() >= 3) => started,
+        }
+        // The run future is dropped here, as when the engine's task is aborted.
+    };
+    assert!(started);
+    assert!(
+        no_survivors(&marker).await,
+        "survivors: {:?}",
+        procfs::pids_with_env("TEST_MARKER", &marker)
+    );
+    assert!(
+        common::entries(&tmp.path().join("scratch")).is_empty(),
+        "{:?}",
+        common::entries(&tmp.path().join("scratch"))
+    );
+}
+
+#[tokio::test]
+async fn stale_run_directories_of_a_killed_control_plane_are_removed_at_startup() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ex = common::executor(tmp.path());
+    assert_eq!(
+        ex.remove_stale_run_dirs().unwrap(),
+        0,
+        "no scratch root yet"
+    );
+    let stale = tmp
+        .path()
+        .join("scratch/run-wi-1-cycle-1-abc/workspace/src");
+    std::fs::create_dir_all(&stale).unwrap();
+    std::fs::write(stale.join("lib.txt"), "left by a killed run").unwrap();
+    std::fs::create_dir_all(tmp.path().join("scratch/not-a-run")).unwrap();
+    assert_eq!(ex.remove_stale_run_dirs().unwrap(), 1);
+    assert_eq!(
+        common::entries(&tmp.path().join("scratch")),
+        vec!["not-a-run".to_owned()]
+    );
+}
