@@ -59,6 +59,10 @@ pub mod reasons {
     pub const MERGE_COMMIT_NOT_FOUND: &str = "MergeCommitNotFound";
     /// `Verified=False`: the change-set manifest at the merge commit is missing or invalid.
     pub const MANIFEST_INVALID: &str = "ManifestInvalid";
+    /// The ChangeSet names a Project that does not exist.
+    pub const PROJECT_NOT_FOUND: &str = "ProjectNotFound";
+    /// The Project's repository cannot be read (unsupported location or I/O failure).
+    pub const REPOSITORY_UNAVAILABLE: &str = "RepositoryUnavailable";
 
     /// `Materialized=True`: a `BuildWorkItem` was created (or returned) for the change set.
     pub const WORK_ITEM_CREATED: &str = "WorkItemCreated";

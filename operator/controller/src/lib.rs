@@ -2,4 +2,5 @@
 //! liveness, readiness), the kube-runtime controllers as they land.
 
 pub mod admin;
+pub mod changeset;
 pub mod metrics;

@@ -20,4 +20,6 @@ pub mod lease;
 pub mod ledger;
 pub mod materializer;
 pub mod sanitizer;
+#[cfg(feature = "test-support")]
+pub mod testing;
 pub mod triage;

@@ -1,0 +1,248 @@
+//! The pure half of the ChangeSet pipeline: from what happened to the status
+//! the ChangeSet should show. Conditions keep `lastTransitionTime` when their
+//! status does not change; `now` is passed in.
+
+use jiff::Timestamp;
+use protobot_api::{
+    ChangeSetStatus, ConditionStatus, ConditionUpdate, LocalRef,
+    change_set::{ImpactSummary, MaterializationOutcome, MaterializationReservation},
+    common::ChangeType,
+    conditions::{reasons, set_condition, types},
+};
+use protobot_jobsite::contract::BuildContract;
+use protobot_lifecycle::{Code, ResultEnvelope};
+
+/// What the pipeline found.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Outcome {
+    /// The Project is missing.
+    ProjectNotFound(String),
+    /// The repository cannot be read.
+    RepositoryUnavailable(String),
+    /// The change set is not merged on the default branch (or the commit differs).
+    NotVerified(String),
+    /// The manifest is missing or the contract could not be built.
+    ManifestInvalid(String),
+    /// The WMS answered the materialize command.
+    Materialized {
+        /// The contract.
+        contract: Box<BuildContract>,
+        /// The result envelope.
+        result: Box<ResultEnvelope>,
+    },
+}
+
+fn update(
+    type_: &'static str,
+    status: ConditionStatus,
+    reason: &'static str,
+    message: String,
+) -> ConditionUpdate {
+    ConditionUpdate {
+        type_,
+        status,
+        reason,
+        message,
+    }
+}
+
+fn change_type(s: &str) -> ChangeType {
+    match s {
+        "changes" => ChangeType::Changes,
+        "contradicts" => ChangeType::Contradicts,
+        _ => ChangeType::Undefined,
+    }
+}
+
+fn reservation_outcome(s: &str) -> Option<MaterializationOutcome> {
+    match s {
+        "waiting" => Some(MaterializationOutcome::Waiting),
+        "ready-for-building" => Some(MaterializationOutcome::ReadyForBuilding),
+        "blocked" => Some(MaterializationOutcome::Blocked),
+        "omitted" => Some(MaterializationOutcome::Omitted),
+        _ => None,
+    }
+}
+
+/// The status a ChangeSet should have after `outcome`, starting from `current`.
+pub fn status(
+    current: Option<&ChangeSetStatus>,
+    outcome: &Outcome,
+    generation: Option<i64>,
+    now: Timestamp,
+) -> ChangeSetStatus {
+    let mut s = current.cloned().unwrap_or_default();
+    s.observed_generation = generation;
+    let mut set = |u: ConditionUpdate| {
+        set_condition(&mut s.conditions, u, generation, now);
+    };
+    let pending = |why: &str| {
+        update(
+            types::MATERIALIZED,
+            ConditionStatus::False,
+            reasons::PENDING,
+            why.to_string(),
+        )
+    };
+    match outcome {
+        Outcome::ProjectNotFound(m) => {
+            set(update(
+                types::VERIFIED,
+                ConditionStatus::False,
+                reasons::PROJECT_NOT_FOUND,
+                m.clone(),
+            ));
+            set(pending("waiting for verification"));
+        }
+        Outcome::RepositoryUnavailable(m) => {
+            set(update(
+                types::VERIFIED,
+                ConditionStatus::Unknown,
+                reasons::REPOSITORY_UNAVAILABLE,
+                m.clone(),
+            ));
+            set(pending("waiting for verification"));
+        }
+        Outcome::NotVerified(m) => {
+            set(update(
+                types::VERIFIED,
+                ConditionStatus::False,
+                reasons::MERGE_COMMIT_NOT_FOUND,
+                m.clone(),
+            ));
+            set(pending("waiting for verification"));
+        }
+        Outcome::ManifestInvalid(m) => {
+            set(update(
+                types::VERIFIED,
+                ConditionStatus::False,
+                reasons::MANIFEST_INVALID,
+                m.clone(),
+            ));
+            set(pending("waiting for a valid manifest"));
+        }
+        Outcome::Materialized { contract, result } => {
+            set(update(
+                types::VERIFIED,
+                ConditionStatus::True,
+                reasons::MERGE_COMMIT_VERIFIED,
+                format!("merged on the default branch as {}", contract.spec_commit),
+            ));
+            s.impact = Some(ImpactSummary {
+                change_type: change_type(&contract.change_type),
+                implementation_required: contract.implementation_required,
+                changed_requirements: contract.changed_requirement_ids.clone(),
+                applicable_requirements: contract.applicable_requirement_ids.clone(),
+                dependencies: contract.dependencies.clone(),
+            });
+            let decision = result.decision.as_ref();
+            if let Some(r) = decision.and_then(|d| d.materialization_reservation.as_ref())
+                && let Some(o) = reservation_outcome(&r.outcome)
+            {
+                s.reservation = Some(MaterializationReservation {
+                    materialization_key: r.materialization_key.clone(),
+                    source_fingerprint: r.source_fingerprint.clone(),
+                    outcome: o,
+                });
+            }
+            let omitted =
+                decision.is_some_and(|d| d.outcome == protobot_lifecycle::DecisionOutcome::Omitted);
+            match (result.ok, result.code()) {
+                (true, _) if omitted => {
+                    s.work_item_ref = None;
+                    set(update(
+                        types::MATERIALIZED,
+                        ConditionStatus::True,
+                        reasons::OMITTED,
+                        "no implementation required; reservation kept".into(),
+                    ));
+                }
+                (true, _) => {
+                    let name = protobot_stores::kubernetes::item_name(&contract.work_item_id);
+                    s.work_item_ref = Some(LocalRef::new(name.clone()));
+                    set(update(
+                        types::MATERIALIZED,
+                        ConditionStatus::True,
+                        reasons::WORK_ITEM_CREATED,
+                        format!("BuildWorkItem {name}"),
+                    ));
+                }
+                (false, Some(Code::IdempotencyConflict)) => set(update(
+                    types::MATERIALIZED,
+                    ConditionStatus::False,
+                    reasons::SOURCE_CONFLICT,
+                    "the materialization key is bound to a different source; register a new merge"
+                        .into(),
+                )),
+                (false, code) => set(pending(&format!(
+                    "materialize was rejected: {}",
+                    code.map(|c| c.as_str()).unwrap_or("unknown")
+                ))),
+            }
+        }
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t(s: &str) -> Timestamp {
+        s.parse().unwrap()
+    }
+
+    fn find<'a>(s: &'a ChangeSetStatus, type_: &str) -> &'a protobot_api::Condition {
+        s.conditions.iter().find(|c| c.type_ == type_).unwrap()
+    }
+
+    #[test]
+    fn an_unverified_change_set_waits_with_the_reason() {
+        let s = status(
+            None,
+            &Outcome::NotVerified("not merged".into()),
+            Some(3),
+            t("2026-09-18T12:00:00Z"),
+        );
+        let v = find(&s, types::VERIFIED);
+        assert_eq!(
+            (v.status, v.reason.as_str()),
+            (ConditionStatus::False, reasons::MERGE_COMMIT_NOT_FOUND)
+        );
+        assert_eq!(v.observed_generation, Some(3));
+        assert_eq!(find(&s, types::MATERIALIZED).reason, reasons::PENDING);
+        assert_eq!(s.work_item_ref, None);
+    }
+
+    #[test]
+    fn an_unchanged_outcome_keeps_the_transition_time() {
+        let first = status(
+            None,
+            &Outcome::ProjectNotFound("p".into()),
+            Some(1),
+            t("2026-09-18T12:00:00Z"),
+        );
+        let again = status(
+            Some(&first),
+            &Outcome::ProjectNotFound("p".into()),
+            Some(1),
+            t("2026-09-18T13:00:00Z"),
+        );
+        assert_eq!(first, again, "a repeated reconcile writes nothing new");
+        let moved = status(
+            Some(&first),
+            &Outcome::NotVerified("n".into()),
+            Some(2),
+            t("2026-09-18T14:00:00Z"),
+        );
+        assert_eq!(
+            find(&moved, types::VERIFIED).last_transition_time.0,
+            t("2026-09-18T12:00:00Z"),
+            "False → False keeps its time"
+        );
+        assert_eq!(
+            find(&moved, types::VERIFIED).reason,
+            reasons::MERGE_COMMIT_NOT_FOUND
+        );
+    }
+}

@@ -1,0 +1,265 @@
+//! The ChangeSet controller: GitOps registration. A `ChangeSet` manifest
+//! (applied by Argo CD, Flux, `kubectl` or `protobot register`) is all it takes
+//! to materialize an approved change set.
+//!
+//! Pipeline, one step per stage; only the edges touch the cluster:
+//! read (the ChangeSet, its Project) → verify (the change set's merge on the
+//! default branch, the manifest at that commit: `jobsite::materializer`) →
+//! decide (the build contract: `jobsite::contract`) → apply (the `materialize`
+//! command through the Kubernetes WorkStore) → status ([`decide::status`],
+//! server-side applied under this controller's field manager).
+//!
+//! A ChangeSet whose project, commit or manifest is wrong records why on its
+//! status and waits for a change (no retry storm); a repository or API failure
+//! requeues with backoff.
+
+pub mod decide;
+
+use std::{path::PathBuf, sync::Arc, time::Duration};
+
+use futures::StreamExt;
+use jiff::{SignedDuration, Timestamp};
+use kube::{
+    Api, Client, ResourceExt,
+    api::{Patch, PatchParams},
+    runtime::{Controller, controller::Action, watcher},
+};
+use protobot_api::{ChangeSet, Project};
+use protobot_jobsite::{
+    contract::{Intake, build},
+    materializer::{MaterializeError, Registration, read_facts},
+};
+use protobot_lifecycle::AuthorizationContext;
+use protobot_stores::{AdapterConfig, KubeStore, WorkStore};
+
+use decide::Outcome;
+
+/// Field manager of this controller's server-side applies.
+pub const FIELD_MANAGER: &str = "protobot/changeset";
+/// Trusted subject the operator materializes as.
+pub const MATERIALIZER_SUBJECT: &str = "protobot-materializer";
+/// Policy version of the operator's in-process Gate.
+pub const POLICY_VERSION: &str = "protobot-policy/v1";
+
+/// Errors of one reconcile.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The object has no namespace (the CRD is namespaced; this is a bug).
+    #[error("ChangeSet {0} has no namespace")]
+    MissingNamespace(String),
+    /// Reading the Project failed for another reason than absence.
+    #[error("failed to read Project {name}: {source}")]
+    ReadProject {
+        /// Project.
+        name: String,
+        /// Cause.
+        #[source]
+        source: kube::Error,
+    },
+    /// The work store failed.
+    #[error("failed to materialize change set {change_set}: {source}")]
+    Store {
+        /// Change set.
+        change_set: String,
+        /// Cause.
+        #[source]
+        source: protobot_stores::StoreError,
+    },
+    /// Writing the status failed.
+    #[error("failed to write the status of ChangeSet {name}: {source}")]
+    WriteStatus {
+        /// ChangeSet.
+        name: String,
+        /// Cause.
+        #[source]
+        source: kube::Error,
+    },
+}
+
+impl Error {
+    /// Stable category for metrics and Events.
+    pub fn category(&self) -> &'static str {
+        match self {
+            Error::MissingNamespace(_) => "missing-namespace",
+            Error::ReadProject { .. } => "read-project",
+            Error::Store { .. } => "work-store",
+            Error::WriteStatus { .. } => "write-status",
+        }
+    }
+}
+
+/// Shared state of the controller.
+pub struct Context {
+    /// The client.
+    pub client: Client,
+}
+
+/// Where a Project's repository lives on this machine: a path or `file://` URL.
+pub fn local_repository(url: &str) -> Option<PathBuf> {
+    let path = url.strip_prefix("file://").unwrap_or(url);
+    path.starts_with('/').then(|| PathBuf::from(path))
+}
+
+fn materializer_context(project: &str, now: Timestamp) -> AuthorizationContext {
+    AuthorizationContext {
+        subject: MATERIALIZER_SUBJECT.into(),
+        role: "materializer".into(),
+        project_id: project.into(),
+        allowed_actions: vec!["materialize".into()],
+        allowed_refs: vec![format!("project:{project}")],
+        expires_at: Some(now + SignedDuration::from_mins(5)),
+        policy_version: POLICY_VERSION.into(),
+        ..AuthorizationContext::default()
+    }
+}
+
+/// One reconcile of one ChangeSet.
+pub async fn reconcile(cs: Arc<ChangeSet>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let name = cs.name_any();
+    let ns = cs
+        .namespace()
+        .ok_or_else(|| Error::MissingNamespace(name.clone()))?;
+    let now = Timestamp::now();
+    let outcome = verify_and_materialize(&cs, &ns, &ctx.client, now).await?;
+    let status = decide::status(cs.status.as_ref(), &outcome, cs.metadata.generation, now);
+    if cs.status.as_ref() != Some(&status) {
+        let api: Api<ChangeSet> = Api::namespaced(ctx.client.clone(), &ns);
+        let body = serde_json::json!({
+            "apiVersion": "protobot.dev/v1alpha1",
+            "kind": "ChangeSet",
+            "status": status,
+        });
+        api.patch_status(
+            &name,
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&body),
+        )
+        .await
+        .map_err(|source| Error::WriteStatus {
+            name: name.clone(),
+            source,
+        })?;
+    }
+    tracing::info!(change_set = %cs.spec.change_set_id, outcome = ?std::mem::discriminant(&outcome), "reconciled");
+    Ok(match outcome {
+        // Nothing changes until someone edits the ChangeSet or the Project.
+        Outcome::ProjectNotFound(_) | Outcome::NotVerified(_) | Outcome::ManifestInvalid(_) => {
+            Action::await_change()
+        }
+        Outcome::RepositoryUnavailable(_) => Action::requeue(Duration::from_secs(30)),
+        Outcome::Materialized { .. } => Action::await_change(),
+    })
+}
+
+async fn verify_and_materialize(
+    cs: &ChangeSet,
+    ns: &str,
+    client: &Client,
+    now: Timestamp,
+) -> Result<Outcome, Error> {
+    let projects: Api<Project> = Api::namespaced(client.clone(), ns);
+    let project_name = cs.spec.project_ref.name.clone();
+    let project = match projects.get_opt(&project_name).await {
+        Ok(Some(p)) => p,
+        Ok(None) => {
+            return Ok(Outcome::ProjectNotFound(format!(
+                "Project {project_name} does not exist in {ns}"
+            )));
+        }
+        Err(source) => {
+            return Err(Error::ReadProject {
+                name: project_name,
+                source,
+            });
+        }
+    };
+    let Some(repo) = local_repository(&project.spec.repo_url) else {
+        return Ok(Outcome::RepositoryUnavailable(format!(
+            "repository {} is not a local path; remote repositories need the repository cache (not yet available)",
+            project.spec.repo_url
+        )));
+    };
+    let registration = Registration {
+        project_id: project_name.clone(),
+        change_set_id: cs.spec.change_set_id.clone(),
+        merge_commit: Some(cs.spec.merge_commit.clone()),
+        default_branch: project.spec.default_branch.clone(),
+        depends_on: Vec::new(),
+        priority: cs
+            .spec
+            .business_priority
+            .map(|p| format!("{p:?}").to_lowercase())
+            .unwrap_or_default(),
+    };
+    // Git reads are blocking; keep them off the async workers.
+    let facts = tokio::task::spawn_blocking(move || read_facts(&repo, &registration))
+        .await
+        .map_err(|e| MaterializeError::Repository {
+            path: String::new(),
+            reason: e.to_string(),
+        });
+    let facts = match facts.and_then(|r| r) {
+        Ok(f) => f,
+        Err(MaterializeError::Repository { reason, .. }) => {
+            return Ok(Outcome::RepositoryUnavailable(reason));
+        }
+        Err(
+            e @ (MaterializeError::NotApproved { .. } | MaterializeError::MergeMismatch { .. }),
+        ) => {
+            return Ok(Outcome::NotVerified(e.to_string()));
+        }
+        Err(e @ MaterializeError::MissingManifest(_)) => {
+            return Ok(Outcome::ManifestInvalid(e.to_string()));
+        }
+    };
+    let contract = match build(&Intake::ChangeSet(facts)) {
+        Ok(c) => c,
+        Err(e) => return Ok(Outcome::ManifestInvalid(e.to_string())),
+    };
+    let lease_seconds = i64::from(project.spec.lease_duration_seconds);
+    let store = KubeStore::new(
+        client.clone(),
+        ns,
+        &project_name,
+        AdapterConfig {
+            materializer_subject: MATERIALIZER_SUBJECT.into(),
+            lease_seconds,
+        },
+    );
+    let ctx = materializer_context(&project_name, now);
+    let env = contract.materialize_envelope(&project_name, "protobot-operator");
+    let result = store
+        .execute(Some(&ctx), &env, now)
+        .await
+        .map_err(|source| Error::Store {
+            change_set: cs.spec.change_set_id.clone(),
+            source,
+        })?;
+    Ok(Outcome::Materialized {
+        contract: Box::new(contract),
+        result: Box::new(result),
+    })
+}
+
+/// Requeues failed reconciles with a delay (the runtime adds its own backoff per object).
+pub fn error_policy(cs: Arc<ChangeSet>, error: &Error, _ctx: Arc<Context>) -> Action {
+    tracing::warn!(change_set = %cs.name_any(), category = error.category(), %error, "reconcile failed");
+    Action::requeue(Duration::from_secs(5))
+}
+
+/// Runs the controller until the stream ends (shutdown).
+pub async fn run(client: Client, namespace: Option<String>) {
+    let api: Api<ChangeSet> = match &namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    };
+    let ctx = Arc::new(Context { client });
+    Controller::new(api, watcher::Config::default())
+        .run(reconcile, error_policy, ctx)
+        .for_each(|r| async move {
+            if let Err(e) = r {
+                tracing::debug!(error = %e, "controller event");
+            }
+        })
+        .await;
+}
