@@ -27,6 +27,15 @@ pub enum Verb {
     DeleteCollection,
 }
 
+/// How an injected fault ends a watch stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WatchCut {
+    /// The connection breaks (the body ends with an error).
+    Drop,
+    /// An `ERROR` event with a 410 `Expired` status, then a clean end.
+    Expire,
+}
+
 /// What an injected fault does.
 #[derive(Debug, Clone, PartialEq)]
 pub enum FaultAction {
@@ -36,6 +45,9 @@ pub enum FaultAction {
     Latency(Duration),
     /// End matching watch streams abruptly after this many events.
     DropWatchAfter(usize),
+    /// After this many events, send an `ERROR` 410 `Expired` event and end the
+    /// stream, as when the server's watch cache compacts past the client.
+    ExpireWatchAfter(usize),
 }
 
 /// One fault rule: verb, optional resource (plural) and name filters, action, count.
@@ -90,6 +102,13 @@ impl FaultRule {
         self
     }
 
+    /// Expire matching watch streams (an `ERROR` 410 event) after `events` events
+    /// (use with [`Verb::Watch`]): the client must relist.
+    pub fn expire_watch_after(mut self, events: usize) -> Self {
+        self.action = FaultAction::ExpireWatchAfter(events);
+        self
+    }
+
     /// Fire at most `n` times (default: every time).
     pub fn times(mut self, n: usize) -> Self {
         self.remaining = Some(n);
@@ -111,8 +130,8 @@ pub struct Triggered {
     pub latency: Duration,
     /// An error status to answer with.
     pub status: Option<u16>,
-    /// Drop the watch after this many events.
-    pub drop_watch_after: Option<usize>,
+    /// End the watch after this many events, and how.
+    pub cut_watch: Option<(usize, WatchCut)>,
 }
 
 /// The fault registry of one server.
@@ -170,8 +189,11 @@ impl Faults {
             match rule.action {
                 FaultAction::Latency(d) => out.latency += d,
                 FaultAction::Status(code) if out.status.is_none() => out.status = Some(code),
-                FaultAction::DropWatchAfter(n) if out.drop_watch_after.is_none() => {
-                    out.drop_watch_after = Some(n)
+                FaultAction::DropWatchAfter(n) if out.cut_watch.is_none() => {
+                    out.cut_watch = Some((n, WatchCut::Drop))
+                }
+                FaultAction::ExpireWatchAfter(n) if out.cut_watch.is_none() => {
+                    out.cut_watch = Some((n, WatchCut::Expire))
                 }
                 _ => continue,
             }

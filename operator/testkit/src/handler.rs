@@ -341,7 +341,7 @@ impl Ctx {
                 ));
             }
             Verb::List => return self.list(&rt, &t),
-            Verb::Watch => return self.watch(rt, &t, faults.drop_watch_after),
+            Verb::Watch => return self.watch(rt, &t, faults.cut_watch),
             Verb::Create => {
                 let body = self.json_body()?;
                 let obj = self
@@ -592,7 +592,7 @@ impl Ctx {
         &self,
         rt: ResourceType,
         t: &Target,
-        drop_after: Option<usize>,
+        cut_after: Option<(usize, crate::faults::WatchCut)>,
     ) -> Result<Resp, ApiError> {
         let labels = LabelSelector::parse(self.query.get("labelSelector").unwrap_or(""))?;
         let fields = FieldSelector::parse(self.query.get("fieldSelector").unwrap_or(""))?;
@@ -631,7 +631,7 @@ impl Ctx {
             fields,
             version: t.version.clone(),
             metadata_only: self.metadata_only(),
-            drop_after,
+            cut_after,
         };
         let body = watch::spawn(self.shared.clone(), rt, params);
         let mut resp = Response::new(body);

@@ -49,7 +49,7 @@ mod write;
 
 pub use body::{BodyError, ResponseBody};
 pub use error::{ApiError, Cause, TestkitError};
-pub use faults::{FaultRule, Faults, Verb};
+pub use faults::{FaultRule, Faults, Verb, WatchCut};
 pub use http::HttpServer;
 pub use kubelet::{
     ContainerExecutor, ContainerExit, ContainerLaunch, ExecFuture, ExecutorError, KillSignal,

@@ -12,6 +12,8 @@ use tokio::{sync::mpsc, time::Instant};
 
 use crate::{
     body::{BodyError, ResponseBody},
+    error::ApiError,
+    faults::WatchCut,
     handler::present,
     resources::ResourceType,
     selector::{FieldSelector, LabelSelector},
@@ -50,13 +52,13 @@ pub struct WatchParams {
     /// Serve `PartialObjectMetadata` instead of full objects.
     pub metadata_only: bool,
     /// Injected fault: end the stream after this many events (bookmarks not counted).
-    pub drop_after: Option<usize>,
+    pub cut_after: Option<(usize, WatchCut)>,
 }
 
 struct Sink {
     tx: mpsc::Sender<Result<Bytes, BodyError>>,
     sent: usize,
-    drop_after: Option<usize>,
+    cut_after: Option<(usize, WatchCut)>,
 }
 
 impl Sink {
@@ -73,11 +75,25 @@ impl Sink {
             return true;
         }
         self.sent += 1;
-        if self.drop_after.is_some_and(|n| self.sent >= n) {
-            let _ = self.tx.send(Err(BodyError::Dropped)).await;
-            return false;
+        match self.cut_after {
+            Some((n, cut)) if self.sent >= n => {
+                let end = match cut {
+                    WatchCut::Drop => Err(BodyError::Dropped),
+                    WatchCut::Expire => {
+                        let status =
+                            ApiError::expired("testkit: injected watch expiry").to_status();
+                        let mut line = json!({"type": "ERROR", "object": status})
+                            .to_string()
+                            .into_bytes();
+                        line.push(b'\n');
+                        Ok(Bytes::from(line))
+                    }
+                };
+                let _ = self.tx.send(end).await;
+                false
+            }
+            _ => true,
         }
-        true
     }
 }
 
@@ -133,7 +149,7 @@ async fn run(
     let mut sink = Sink {
         tx,
         sent: 0,
-        drop_after: p.drop_after,
+        cut_after: p.cut_after,
     };
     let (initial, mut cursor) = {
         let state = shared.lock();

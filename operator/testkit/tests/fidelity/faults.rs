@@ -74,3 +74,43 @@ async fn watches_can_be_dropped_after_n_events() {
     assert_eq!(items.iter().filter(|e| e.is_ok()).count(), 2);
     assert!(items.last().unwrap().is_err());
 }
+
+#[tokio::test]
+async fn an_expired_watch_makes_the_runtime_watcher_relist() {
+    use futures::StreamExt;
+    use kube::runtime::watcher::{self, Event};
+    let server = server();
+    let api = cms(&server);
+    api.create(&PostParams::default(), &config_map("x1", &[]))
+        .await
+        .unwrap();
+    // The first watch after the initial list expires after one event.
+    server
+        .faults()
+        .inject(FaultRule::on(Verb::Watch).expire_watch_after(1).times(1));
+    let mut events = watcher::watcher(api.clone(), watcher::Config::default()).boxed();
+    let mut synced = 0;
+    crate::support::within("a relist after the expiry", async {
+        while synced < 2 {
+            match events.next().await {
+                Some(Ok(Event::InitDone)) => {
+                    synced += 1;
+                    if synced == 1 {
+                        api.create(&PostParams::default(), &config_map("x2", &[]))
+                            .await
+                            .unwrap();
+                    }
+                }
+                Some(_) => {}
+                None => panic!("watcher ended"),
+            }
+        }
+    })
+    .await;
+    let relisted = server
+        .requests()
+        .iter()
+        .filter(|r| r.verb == Verb::List)
+        .count();
+    assert_eq!(relisted, 2);
+}
