@@ -101,45 +101,88 @@ fn walk(value: &Value) -> Result<(), WalkError> {
 }
 
 /// Lexical refusal of anchors (`&x`), aliases (`*x`) and tags (`!x`) at node
-/// positions outside quoted scalars and comments. Plain scalars cannot start
-/// with these indicators, so a hit at a node position is the real thing;
-/// the scan does not follow block scalars or multi-line plain scalars, which
-/// our writer never emits.
+/// positions outside quoted scalars, block scalars and comments. Plain
+/// scalars cannot start with these indicators, so a hit at a node position
+/// is the real thing. Block scalars (`|`, `>`, as Go's yaml.v3 writes
+/// multi-line text) and multi-line quoted scalars are skipped; multi-line
+/// plain scalars are not followed (neither writer emits them).
 fn check_anchors(text: &str) -> Result<(), String> {
+    // Indentation of the line that opened a block scalar.
+    let mut block: Option<usize> = None;
+    // Quote character of a quoted scalar still open at the end of a line.
+    let mut open_quote: Option<u8> = None;
     for line in text.lines() {
+        let indent = line.len() - line.trim_start_matches(' ').len();
+        if let Some(key_indent) = block {
+            if line.trim().is_empty() || indent > key_indent {
+                continue;
+            }
+            block = None;
+        }
+        if let Some(q) = open_quote {
+            if closes_quote(line.as_bytes(), q) {
+                open_quote = None;
+            }
+            continue;
+        }
         let mut rest = line.trim_start();
-        // Skip sequence indicators.
         while let Some(r) = rest.strip_prefix("- ") {
             rest = r.trim_start();
         }
-        let mut positions = vec![rest];
-        if let Some(idx) = find_value_start(rest) {
-            positions.push(&rest[idx..]);
-        }
-        for pos in positions {
+        let value = find_value_start(rest).map_or(rest, |i| rest[i..].trim_start());
+        for pos in [rest, value] {
             let pos = pos.trim_start();
-            let flow_items: Vec<&str> = if pos.starts_with('[') || pos.starts_with('{') {
-                pos.trim_start_matches(['[', '{'])
-                    .split(',')
-                    .map(|s| s.trim_start_matches(['[', '{']).trim_start())
-                    .collect()
-            } else {
-                vec![pos]
-            };
-            for item in flow_items {
-                let value_part = find_value_start(item).map_or(item, |i| item[i..].trim_start());
-                for candidate in [item, value_part] {
-                    match candidate.chars().next() {
-                        Some('&') => return Err("the file uses a YAML anchor".to_owned()),
-                        Some('*') => return Err("the file uses a YAML alias".to_owned()),
-                        Some('!') => return Err("the file uses an explicit YAML tag".to_owned()),
-                        _ => {}
-                    }
+            if pos.starts_with('[') || pos.starts_with('{') {
+                for item in pos.split([',', '[', '{']) {
+                    let item = item.trim_start();
+                    let v = find_value_start(item).map_or(item, |i| item[i..].trim_start());
+                    indicator(item)?;
+                    indicator(v)?;
                 }
+            } else {
+                indicator(pos)?;
             }
+        }
+        let value = value.trim_end();
+        if value.starts_with('|') || value.starts_with('>') {
+            block = Some(indent);
+        } else if let Some(q @ (b'"' | b'\'')) = value.bytes().next()
+            && !closes_quote(&value.as_bytes()[1..], q)
+        {
+            open_quote = Some(q);
         }
     }
     Ok(())
+}
+
+fn indicator(pos: &str) -> Result<(), String> {
+    match pos.chars().next() {
+        Some('&') => Err("the file uses a YAML anchor".to_owned()),
+        Some('*') => Err("the file uses a YAML alias".to_owned()),
+        Some('!') => Err("the file uses an explicit YAML tag".to_owned()),
+        _ => Ok(()),
+    }
+}
+
+/// Whether `b` contains the closing quote `q` (honouring `\\` escapes in
+/// double quotes and `''` in single quotes).
+fn closes_quote(b: &[u8], q: u8) -> bool {
+    let mut i = 0;
+    while i < b.len() {
+        if q == b'"' && b[i] == b'\\' {
+            i += 2;
+            continue;
+        }
+        if b[i] == q {
+            if q == b'\'' && b.get(i + 1) == Some(&b'\'') {
+                i += 2;
+                continue;
+            }
+            return true;
+        }
+        i += 1;
+    }
+    false
 }
 
 /// Byte offset just after the first `: ` (or a trailing `:`) outside quotes.
@@ -371,6 +414,10 @@ mod tests {
             assert!(parse(bad.as_bytes()).is_err(), "accepted {bad:?}");
         }
         assert!(parse(b"\xff\xfe").is_err());
+        assert!(parse(b"a: |-\n    * bullet\n    &amp; !bang\nb: >\n  *x\nc: ok\n").is_ok());
+        assert!(parse(b"a: \"line one\n  *still text\"\nb: 'x\n  &y'\n").is_ok());
+        assert!(parse(b"a: |\n  text\nb: *alias\n").is_err());
+        assert!(parse(b"- &anchor x\n").is_err());
         assert!(parse("a: 'it''s *fine* & ok'\nb: \"&no\"\n".as_bytes()).is_ok());
     }
 }
