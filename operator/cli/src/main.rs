@@ -7,6 +7,7 @@ use std::{error::Error as StdError, process::ExitCode};
 use clap::{Parser, Subcommand};
 
 mod crd;
+mod repo;
 mod rules;
 
 /// protobot: the Job Site of ProtoBot as a Kubernetes operator.
@@ -23,6 +24,16 @@ enum Command {
     Crd {
         #[command(subcommand)]
         command: crd::CrdCommand,
+    },
+    /// Role projections of a repository (deny-by-default views for Workers and Inspectors).
+    Projection {
+        #[command(subcommand)]
+        command: repo::ProjectionCommand,
+    },
+    /// Validate Worker patch bundles before anything touches the integration repository.
+    Patch {
+        #[command(subcommand)]
+        command: repo::PatchCommand,
     },
     /// Inspect the validation-rules/v1 lifecycle evaluator.
     Rules {
@@ -51,6 +62,12 @@ fn main() -> ExitCode {
         Command::Rules {
             command: RulesCommand::Evaluate,
         } => rules::run_evaluate(),
+        Command::Projection {
+            command: repo::ProjectionCommand::Export(args),
+        } => repo::export(args),
+        Command::Patch {
+            command: repo::PatchCommand::Check(args),
+        } => repo::check(args),
     }
 }
 

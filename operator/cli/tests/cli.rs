@@ -128,3 +128,114 @@ fn rules_evaluate_exits_2_naming_the_malformed_field() {
     let output = rules_evaluate("not json");
     assert_eq!(output.status.code(), Some(2));
 }
+
+fn git(dir: &std::path::Path, args: &[&str]) {
+    let out = Command::new("git")
+        .args(args)
+        .current_dir(dir)
+        .env("GIT_AUTHOR_NAME", "T")
+        .env("GIT_AUTHOR_EMAIL", "t@example.invalid")
+        .env("GIT_COMMITTER_NAME", "T")
+        .env("GIT_COMMITTER_EMAIL", "t@example.invalid")
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("HOME", dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A canonical repository with shared, implementation and test paths.
+fn canonical() -> tempfile::TempDir {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let write = |p: &str, c: &str| {
+        let path = dir.join(p);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, c).unwrap();
+    };
+    write(
+        ".protobot/projection.yaml",
+        "version: 1\npaths:\n  - path: docs/\n    class: shared\n  - path: src/\n    class: implementation\n  - path: tests/\n    class: test\n  - path: .protobot/projection.yaml\n    class: shared\n",
+    );
+    write("docs/spec.md", "# spec\n");
+    write("src/lib.rs", "pub fn answer() -> u32 { 42 }\n");
+    write("tests/answer.rs", "#[test] fn t() {}\n");
+    git(dir, &["init", "-q", "-b", "main"]);
+    git(dir, &["add", "-A"]);
+    git(dir, &["commit", "-q", "-m", "initial"]);
+    tmp
+}
+
+#[test]
+fn projection_export_and_patch_check_guard_the_worker_boundary() {
+    let canonical = canonical();
+    let work = tempfile::tempdir().unwrap();
+    let dest = work.path().join("worker-b");
+    let repo = canonical.path().to_str().unwrap();
+    let output = protobot(&[
+        "projection",
+        "export",
+        "--role",
+        "B",
+        "--at",
+        "main",
+        repo,
+        dest.to_str().unwrap(),
+    ]);
+    assert!(output.status.success(), "{output:?}");
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(report["role"], "worker-b");
+    assert!(dest.join("src/lib.rs").exists());
+    assert!(
+        !dest.join("tests").exists(),
+        "Worker B never sees test source"
+    );
+
+    // Worker B writes a test file: the bundle must be rejected, naming the rule.
+    std::fs::create_dir_all(dest.join("tests")).unwrap();
+    std::fs::write(dest.join("tests/peek.rs"), "// peek\n").unwrap();
+    git(&dest, &["add", "-A"]);
+    git(&dest, &["commit", "-q", "-m", "peek"]);
+    let record = protobot_repo::export::ProjectionRecord::read(
+        &protobot_repo::export::record_path_for(&dest),
+    )
+    .unwrap();
+    let bundle = protobot_repo::bundle::collect_bundle(
+        &dest,
+        &record,
+        &protobot_repo::validate::Limits::default(),
+    )
+    .unwrap();
+    let bundle_path = work.path().join("patch.bundle");
+    std::fs::write(&bundle_path, bundle.to_json().unwrap()).unwrap();
+    let output = protobot(&[
+        "patch",
+        "check",
+        "--role",
+        "B",
+        "--projection",
+        dest.to_str().unwrap(),
+        bundle_path.to_str().unwrap(),
+    ]);
+    assert_eq!(output.status.code(), Some(1), "{output:?}");
+    let checked: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(checked["accepted"], false);
+    assert_eq!(checked["violations"][0]["code"], "not-writable-by-role");
+
+    let output = protobot(&[
+        "patch",
+        "check",
+        "--role",
+        "B",
+        "--projection",
+        dest.to_str().unwrap(),
+        "/nonexistent.bundle",
+    ]);
+    assert_eq!(output.status.code(), Some(1));
+    assert!(output.stdout.is_empty());
+    assert_eq!(String::from_utf8(output.stderr).unwrap().lines().count(), 1);
+}
