@@ -36,6 +36,7 @@ pub mod kubelet;
 mod lists;
 mod managed;
 mod objectmeta;
+mod podcheck;
 mod record;
 mod resources;
 mod route;

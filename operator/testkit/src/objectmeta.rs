@@ -152,6 +152,9 @@ pub fn check(rt: &ResourceType, obj: &mut Value) -> Vec<Cause> {
     if core && rt.plural == "configmaps" {
         check_data_keys(obj, &["data", "binaryData"], &mut causes);
     }
+    if core && rt.plural == "pods" {
+        causes.extend(crate::podcheck::check(obj));
+    }
     check_labels(obj, &mut causes);
     causes
 }

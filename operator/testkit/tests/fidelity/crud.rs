@@ -284,3 +284,20 @@ async fn label_syntax_is_validated_and_secret_string_data_becomes_data() {
         ByteString(b"s3cr3t".to_vec())
     );
 }
+
+#[tokio::test]
+async fn malformed_pods_are_rejected_with_422() {
+    use k8s_openapi::api::core::v1::Pod;
+    let server = server();
+    let pods: Api<Pod> = Api::default_namespaced(server.client());
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": "no-image"}, "spec": {"containers": [{"name": "main"}]}
+    }))
+    .unwrap();
+    let s = status_of(pods.create(&PostParams::default(), &pod).await);
+    assert_eq!((s.code, s.reason.as_str()), (422, "Invalid"));
+    assert_eq!(
+        s.message,
+        "Pod \"no-image\" is invalid: spec.containers[0].image: Required value"
+    );
+}
