@@ -58,6 +58,10 @@
 //!   the §25 table says the code does.
 //! - **`artifact list` and `interface update`** are implemented although the
 //!   contract calls them target-only: issue 3 asks for every §17 command.
+//!   Likewise `--at <sha>` works on `requirement list|show`,
+//!   `interface list|show` and `artifact get` (besides `change-set show`),
+//!   reading the commit's tree through libgit2; `change-set list`, `check`
+//!   and `impact` still have no `--at`, and `--against` is refused.
 //! - **The YAML writer** is our own: 2-space indentation, block sequences,
 //!   plain scalars only where unambiguous, JSON-style double quotes otherwise,
 //!   the managed header first. Only self-consistency is pinned (§4); files

@@ -1974,3 +1974,61 @@ fn unreadable_commit_tree_is_revision_read_failed() {
     );
     assert_fails(&out, 6, "revision.read_failed", None);
 }
+
+#[test]
+fn reads_at_a_commit_ignore_the_working_tree() {
+    let repo = with_change_set();
+    let root = repo.root();
+    let before = repo
+        .git()
+        .head()
+        .unwrap()
+        .peel_to_commit()
+        .unwrap()
+        .id()
+        .to_string();
+    assert_eq!(
+        req_add(&repo, "REQ-CLI-00001", "The CLI shall work.", &[]).status,
+        0
+    );
+    let out = put(
+        &repo,
+        "vision",
+        "vision",
+        "docs/vision.md",
+        "user",
+        &[],
+        "# New\n",
+    );
+    assert_eq!(out.status, 0, "{}", out.stdout);
+    let at = |args: &[&str]| {
+        let mut a = args.to_vec();
+        a.extend_from_slice(&["--at", &before]);
+        json(&root, &a)
+    };
+    assert_eq!(
+        at(&["requirement", "list"]).json_value()["data"]["requirements"],
+        serde_json::json!([])
+    );
+    assert_fails(
+        &at(&["requirement", "show", "--id", "REQ-CLI-00001"]),
+        4,
+        "requirement.not_found",
+        None,
+    );
+    assert_eq!(
+        at(&["artifact", "get", "--id", "vision"]).json_value()["data"]["content"],
+        "# Vision\n"
+    );
+    assert_eq!(
+        json(&root, &["artifact", "get", "--id", "vision"]).json_value()["data"]["content"],
+        "# New\n"
+    );
+    assert_eq!(at(&["interface", "list"]).status, 0);
+    assert_fails(
+        &json(&root, &["requirement", "list", "--at", "HEAD"]),
+        4,
+        "revision.invalid",
+        None,
+    );
+}

@@ -187,10 +187,8 @@ pub fn get(opts: &Opts, env: &mut Env<'_>) -> Result<Success, Failure> {
             "The artifact kind is not supported.",
         ));
     }
-    let session = Session::open(env.cwd, env.faults)?;
-    session.validate_for_read()?;
-    let matches: Vec<&Artifact> = session
-        .snap
+    let snap = super::session::read_snapshot(opts.get("at"), env)?;
+    let matches: Vec<&Artifact> = snap
         .project
         .artifacts
         .iter()
@@ -216,7 +214,14 @@ pub fn get(opts: &Opts, env: &mut Env<'_>) -> Result<Success, Failure> {
             ));
         }
     };
-    let content = match fsio::read_file(&session.git.root, &a.path) {
+    // The bytes validation saw (working tree or commit), not a second read.
+    let content = match snap
+        .vfs
+        .artifacts
+        .get(&a.path)
+        .cloned()
+        .unwrap_or(FileState::Absent)
+    {
         FileState::Bytes(b) => String::from_utf8(b).map_err(|_| {
             Failure::new(
                 Exit::Validation,

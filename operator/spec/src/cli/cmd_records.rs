@@ -424,10 +424,8 @@ pub fn requirement_list(opts: &Opts, env: &mut Env<'_>) -> Result<Success, Failu
             "The relationship filter is not a supported relationship type.",
         ));
     }
-    let session = Session::open(env.cwd, env.faults)?;
-    session.validate_for_read()?;
-    let mut reqs: Vec<Requirement> = session
-        .snap
+    let snap = super::session::read_snapshot(opts.get("at"), env)?;
+    let mut reqs: Vec<Requirement> = snap
         .requirements
         .iter()
         .map(|r| canonical(&r.record))
@@ -454,12 +452,8 @@ pub fn requirement_list(opts: &Opts, env: &mut Env<'_>) -> Result<Success, Failu
 /// `requirement show`.
 pub fn requirement_show(opts: &Opts, env: &mut Env<'_>) -> Result<Success, Failure> {
     let id = opts.required("id")?;
-    let session = Session::open(env.cwd, env.faults)?;
-    session.validate_for_read()?;
-    let rec = session
-        .snap
-        .requirement(&id)
-        .ok_or_else(|| req_not_found(&id))?;
+    let snap = super::session::read_snapshot(opts.get("at"), env)?;
+    let rec = snap.requirement(&id).ok_or_else(|| req_not_found(&id))?;
     Ok(Success::read(
         Node::map().with("requirement", canonical(&rec.record).to_node()),
     ))
@@ -569,10 +563,8 @@ pub fn interface_list(opts: &Opts, env: &mut Env<'_>) -> Result<Success, Failure
             "The status filter must be active or retired.",
         ));
     }
-    let session = Session::open(env.cwd, env.faults)?;
-    session.validate_for_read()?;
-    let mut items: Vec<Interface> = session
-        .snap
+    let snap = super::session::read_snapshot(opts.get("at"), env)?;
+    let mut items: Vec<Interface> = snap
         .interfaces
         .iter()
         .map(|r| {
@@ -595,9 +587,8 @@ pub fn interface_list(opts: &Opts, env: &mut Env<'_>) -> Result<Success, Failure
 /// `interface show`.
 pub fn interface_show(opts: &Opts, env: &mut Env<'_>) -> Result<Success, Failure> {
     let id = opts.required("id")?;
-    let session = Session::open(env.cwd, env.faults)?;
-    session.validate_for_read()?;
-    let rec = session.snap.interface(&id).ok_or_else(|| {
+    let snap = super::session::read_snapshot(opts.get("at"), env)?;
+    let rec = snap.interface(&id).ok_or_else(|| {
         Failure::new(
             Exit::Validation,
             "interface.not_found",

@@ -106,7 +106,7 @@ const COMMANDS: &[Command] = &[
     },
     Command {
         name: "artifact get",
-        spec: &[("id", Value), ("kind", Value)],
+        spec: &[("at", Value), ("id", Value), ("kind", Value)],
         run: cmd_artifact::get,
     },
     Command {
@@ -124,7 +124,7 @@ const COMMANDS: &[Command] = &[
     },
     Command {
         name: "interface list",
-        spec: &[("type", Value), ("status", Value)],
+        spec: &[("at", Value), ("type", Value), ("status", Value)],
         run: cmd_records::interface_list,
     },
     Command {
@@ -144,7 +144,7 @@ const COMMANDS: &[Command] = &[
     },
     Command {
         name: "interface show",
-        spec: &[("id", Value)],
+        spec: &[("at", Value), ("id", Value)],
         run: cmd_records::interface_show,
     },
     Command {
@@ -167,6 +167,7 @@ const COMMANDS: &[Command] = &[
     Command {
         name: "requirement list",
         spec: &[
+            ("at", Value),
             ("interface", Value),
             ("scope", Value),
             ("type", Value),
@@ -177,7 +178,7 @@ const COMMANDS: &[Command] = &[
     },
     Command {
         name: "requirement show",
-        spec: &[("id", Value)],
+        spec: &[("at", Value), ("id", Value)],
         run: cmd_records::requirement_show,
     },
     Command {

@@ -284,3 +284,17 @@ pub fn digests_of(snap: &Snapshot) -> StoreTriple {
     }
     t
 }
+
+/// The snapshot a read command works on: the working tree (validated, drafts
+/// allowed), or with `--at <sha>` the project as of that commit, read through
+/// libgit2 without a checkout.
+pub fn read_snapshot(at: Option<&str>, env: &super::Env<'_>) -> Result<Snapshot, Failure> {
+    match at {
+        None => {
+            let session = Session::open(env.cwd, env.faults)?;
+            session.validate_for_read()?;
+            Ok(session.snap)
+        }
+        Some(at) => crate::store::open_commit(env.cwd, at.trim()),
+    }
+}
