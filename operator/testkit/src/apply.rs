@@ -181,8 +181,12 @@ pub fn apply(base: &Value, req: ApplyRequest<'_>) -> Result<Value, Vec<Conflict>
 
     match entries.iter_mut().find(|e| is_mine(e)) {
         Some(e) => {
+            // Re-applying the same configuration changes nothing, not even the
+            // timestamp: a no-op apply must not produce a new resourceVersion.
+            if e.fields != new_set || e.api_version != req.api_version {
+                e.time = req.now.to_owned();
+            }
             e.fields = new_set;
-            e.time = req.now.to_owned();
             e.api_version = req.api_version.to_owned();
         }
         None => entries.push(ManagedEntry {
@@ -285,6 +289,18 @@ mod tests {
         let a = json!({"data": {"k": "v"}});
         let out = apply(&base, req(&a, "ctrl", false)).unwrap();
         assert_eq!(out["data"]["k"], "v");
+    }
+
+    #[test]
+    fn reapplying_the_same_configuration_keeps_managed_fields_identical() {
+        let base = json!({"apiVersion": "v1", "kind": "X", "metadata": {"name": "a"}});
+        let a = json!({"spec": {"replicas": 1}});
+        let first = apply(&base, req(&a, "alice", false)).unwrap();
+        let later = ApplyRequest {
+            now: "2030-01-01T00:00:00Z",
+            ..req(&a, "alice", false)
+        };
+        assert_eq!(apply(&first, later).unwrap(), first);
     }
 
     #[test]

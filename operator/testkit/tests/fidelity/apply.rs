@@ -304,3 +304,40 @@ async fn map_and_set_lists_merge_per_element_across_managers() {
         ["a.example/x", "b.example/y"]
     );
 }
+
+#[tokio::test]
+async fn a_repeated_identical_apply_is_a_no_op() {
+    let server = server();
+    let api: Api<Widget> = Api::default_namespaced(server.client());
+    let pp = PatchParams::apply("alice");
+    let first = api
+        .patch(
+            "ssa",
+            &pp,
+            &Patch::Apply(widget_apply(Some("img:1"), Some(2))),
+        )
+        .await
+        .unwrap();
+    let again = api
+        .patch(
+            "ssa",
+            &pp,
+            &Patch::Apply(widget_apply(Some("img:1"), Some(2))),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        again.metadata.resource_version,
+        first.metadata.resource_version
+    );
+    let status = json!({"apiVersion": "testkit.example.com/v1", "kind": "Widget", "metadata": {"name": "ssa"}, "status": {"phase": "Ready"}});
+    let s1 = api
+        .patch_status("ssa", &pp, &Patch::Apply(&status))
+        .await
+        .unwrap();
+    let s2 = api
+        .patch_status("ssa", &pp, &Patch::Apply(&status))
+        .await
+        .unwrap();
+    assert_eq!(s1.metadata.resource_version, s2.metadata.resource_version);
+}
