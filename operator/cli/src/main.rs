@@ -9,6 +9,7 @@ use clap::{Parser, Subcommand};
 mod crd;
 mod repo;
 mod rules;
+mod sandbox;
 
 /// protobot: the Job Site of ProtoBot as a Kubernetes operator.
 #[derive(Debug, Parser)]
@@ -34,6 +35,11 @@ enum Command {
     Patch {
         #[command(subcommand)]
         command: repo::PatchCommand,
+    },
+    /// Sandbox profiles: check one against the jobsite-sandbox/v1 contract.
+    Sandbox {
+        #[command(subcommand)]
+        command: sandbox::SandboxCommand,
     },
     /// Inspect the validation-rules/v1 lifecycle evaluator.
     Rules {
@@ -68,6 +74,9 @@ fn main() -> ExitCode {
         Command::Patch {
             command: repo::PatchCommand::Check(args),
         } => repo::check(args),
+        Command::Sandbox {
+            command: sandbox::SandboxCommand::Conformance(args),
+        } => sandbox::conformance(args),
     }
 }
 

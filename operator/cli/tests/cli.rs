@@ -239,3 +239,33 @@ fn projection_export_and_patch_check_guard_the_worker_boundary() {
     assert!(output.stdout.is_empty());
     assert_eq!(String::from_utf8(output.stderr).unwrap().lines().count(), 1);
 }
+
+fn bwrap_available() -> bool {
+    std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).any(|d| d.join("bwrap").is_file()))
+        .unwrap_or(false)
+}
+
+#[test]
+fn sandbox_conformance_passes_for_the_local_profile() {
+    if !bwrap_available() {
+        assert!(
+            std::env::var_os("PROTOBOT_REQUIRE_BWRAP").is_none(),
+            "PROTOBOT_REQUIRE_BWRAP is set but bwrap is not installed"
+        );
+        eprintln!("skipping: bubblewrap is not installed (apt-get install bubblewrap)");
+        return;
+    }
+    let output = protobot(&["sandbox", "conformance", "--profile", "local"]);
+    let report: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert!(output.status.success(), "{report}");
+    assert_eq!(report["contract_version"], "jobsite-sandbox/v1");
+    assert_eq!(report["passed"], true);
+}
+
+#[test]
+fn sandbox_conformance_refuses_profiles_it_cannot_check_here() {
+    let output = protobot(&["sandbox", "conformance", "--profile", "kata"]);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(output.stdout.is_empty());
+}
