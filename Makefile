@@ -39,6 +39,11 @@ test: ## run every test of the workspace (unit, conformance, golden replays)
 test-crate: ## run the tests of one crate: make test-crate CRATE=protobot-lifecycle
 	$(CARGO) nextest run -p $(CRATE)
 
+## Bench
+.PHONY: bench
+bench: ## run the benchmarks (projection export vs git archive and a plain copy; prints ratios)
+	$(CARGO) bench -p protobot-repo --bench export
+
 ## Lint
 .PHONY: lint
 lint: ## rustfmt check and clippy with warnings denied
