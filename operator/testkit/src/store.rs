@@ -324,8 +324,10 @@ impl State {
     /// Internal write used by controllers inside the double (kubelet, GC):
     /// replaces the stored object as is, bumping the resourceVersion.
     pub fn internal_update(&mut self, key: &ObjectKey, obj: Value) -> Option<Value> {
-        if !self.objects.contains_key(key) {
-            return None;
+        let current = self.objects.get(key)?;
+        if *current == obj {
+            // Nothing changed: no new resourceVersion, no watch event.
+            return Some(obj);
         }
         let stored = self.commit(key.clone(), obj);
         crate::gc::collect(self);
@@ -334,8 +336,9 @@ impl State {
 
     /// Replace a stored object without running the garbage collector.
     pub fn internal_update_no_gc(&mut self, key: &ObjectKey, obj: Value) -> Option<Value> {
-        if !self.objects.contains_key(key) {
-            return None;
+        let current = self.objects.get(key)?;
+        if *current == obj {
+            return Some(obj);
         }
         Some(self.commit(key.clone(), obj))
     }

@@ -172,7 +172,9 @@ fn schedule(ctx: &pod::NodeCtx, key: &ObjectKey, uid: &str) -> bool {
     let Some(mut pod) = state.object(key).cloned() else {
         return false;
     };
-    if str_at(&pod, "/metadata/uid") != Some(uid) {
+    let bound = str_at(&pod, "/spec/nodeName").is_some_and(|n| !n.is_empty());
+    if str_at(&pod, "/metadata/uid") != Some(uid) || bound {
+        // Gone, replaced, or bound by another kubelet meanwhile (bindings are first-come).
         return false;
     }
     pod["spec"]["nodeName"] = json!(ctx.node_name);

@@ -300,3 +300,26 @@ mod custom_executor {
         assert!(good.mounts[0].host_path.is_dir());
     }
 }
+
+#[tokio::test]
+async fn two_kubelets_bind_each_pod_once_and_only_its_node_runs_it() {
+    use std::sync::Arc;
+
+    use protobot_testkit::ProcessExecutor;
+    let server = server();
+    let _a = Kubelet::start_with(&server, Arc::new(ProcessExecutor), "node-a").unwrap();
+    let _b = Kubelet::start_with(&server, Arc::new(ProcessExecutor), "node-b").unwrap();
+    let api: Api<Pod> = Api::default_namespaced(server.client());
+    for i in 0..4 {
+        let spec = json!({"restartPolicy": "Never", "containers": [{"name": "c", "image": "busybox", "command": ["true"]}]});
+        api.create(&PostParams::default(), &pod(&format!("p{i}"), spec))
+            .await
+            .unwrap();
+    }
+    for i in 0..4 {
+        let done = await_phase(&api, &format!("p{i}"), &["Succeeded", "Failed"]).await;
+        assert_eq!(phase(&done), "Succeeded");
+        let node = done.spec.unwrap().node_name.unwrap();
+        assert!(node == "node-a" || node == "node-b", "{node}");
+    }
+}
