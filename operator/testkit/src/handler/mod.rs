@@ -1,10 +1,15 @@
 //! Verb dispatch: one HTTP request in, one response out. Parses the route and
-//! query, applies injected faults, and maps each verb onto the [`State`] with
-//! the real server's status codes and `Status` bodies.
+//! query, applies injected faults, records the request, and maps each verb onto
+//! the store with the real server's status codes and `Status` bodies. Lists
+//! live in `list`, watches and pod logs in `watch`, response shapes in `response`.
 
-use std::{sync::Arc, time::Duration};
+mod list;
+mod response;
+mod watch;
 
-use http::{Method, Request, Response, StatusCode, header};
+use std::sync::Arc;
+
+use http::{Method, Request, Response, header};
 use http_body_util::BodyExt;
 use serde_json::{Value, json};
 
@@ -20,44 +25,12 @@ use crate::{
     selector::{FieldSelector, LabelSelector},
     server::Shared,
     store::{DeleteOptions, PatchKind, Propagation, Writer},
-    watch::{self, Start, WatchParams},
 };
 
+pub use response::present;
+use response::{aggregated_response, error_response, json_response};
+
 type Resp = Response<ResponseBody>;
-
-fn json_response(code: u16, value: &Value) -> Resp {
-    let mut resp = Response::new(ResponseBody::full(value.to_string()));
-    *resp.status_mut() = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    resp.headers_mut().insert(
-        header::CONTENT_TYPE,
-        header::HeaderValue::from_static("application/json"),
-    );
-    resp
-}
-
-fn aggregated_response(value: &Value) -> Resp {
-    let mut resp = json_response(200, value);
-    resp.headers_mut().insert(
-        header::CONTENT_TYPE,
-        header::HeaderValue::from_static(
-            "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList",
-        ),
-    );
-    resp
-}
-
-fn error_response(err: &ApiError) -> Resp {
-    json_response(err.code, &err.to_status())
-}
-
-fn text_response(text: String) -> Resp {
-    let mut resp = Response::new(ResponseBody::full(text));
-    resp.headers_mut().insert(
-        header::CONTENT_TYPE,
-        header::HeaderValue::from_static("text/plain"),
-    );
-    resp
-}
 
 /// Serve one request.
 pub async fn handle<B>(shared: Arc<Shared>, req: Request<B>) -> Resp
@@ -115,60 +88,19 @@ where
     }
 }
 
-struct Ctx {
-    accept: String,
-    shared: Arc<Shared>,
-    method: Method,
-    query: Query,
-    body: Vec<u8>,
-    content_type: String,
-    user_agent: String,
-}
-
-/// An object as served at `version`, or as `PartialObjectMetadata` when the
-/// client asked for metadata only.
-pub fn present(rt: &ResourceType, version: &str, obj: &Value, metadata_only: bool) -> Value {
-    if metadata_only {
-        return json!({
-            "apiVersion": "meta.k8s.io/v1",
-            "kind": "PartialObjectMetadata",
-            "metadata": obj.get("metadata").cloned().unwrap_or_else(|| json!({})),
-        });
-    }
-    let mut out = obj.clone();
-    out["apiVersion"] = json!(rt.api_version(version));
-    out
-}
-
-fn parse_rv(rv: &str) -> Result<u64, ApiError> {
-    rv.parse::<u64>()
-        .map_err(|_| ApiError::bad_request(format!("invalid resource version: {rv:?}")))
-}
-
-fn encode_continue(rv: u64, last: &str) -> String {
-    format!("{rv}:{last}")
-        .bytes()
-        .map(|b| format!("{b:02x}"))
-        .collect()
-}
-
-fn decode_continue(token: &str) -> Result<(u64, String), ApiError> {
-    let bad = || ApiError::bad_request("continue key is not valid: invalid continue token");
-    if !token.len().is_multiple_of(2) {
-        return Err(bad());
-    }
-    let bytes: Result<Vec<u8>, _> = (0..token.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(token.get(i..i + 2).unwrap_or("zz"), 16))
-        .collect();
-    let text = String::from_utf8(bytes.map_err(|_| bad())?).map_err(|_| bad())?;
-    let (rv, last) = text.split_once(':').ok_or_else(bad)?;
-    Ok((rv.parse().map_err(|_| bad())?, last.to_owned()))
+pub(super) struct Ctx {
+    pub(super) accept: String,
+    pub(super) shared: Arc<Shared>,
+    pub(super) method: Method,
+    pub(super) query: Query,
+    pub(super) body: Vec<u8>,
+    pub(super) content_type: String,
+    pub(super) user_agent: String,
 }
 
 impl Ctx {
     /// `Accept: application/json;as=PartialObjectMetadata[List];g=meta.k8s.io;v=v1`.
-    fn metadata_only(&self) -> bool {
+    pub(super) fn metadata_only(&self) -> bool {
         self.accept
             .split(',')
             .next()
@@ -424,7 +356,7 @@ impl Ctx {
         ))
     }
 
-    fn json_body(&self) -> Result<Value, ApiError> {
+    pub(super) fn json_body(&self) -> Result<Value, ApiError> {
         if self
             .content_type
             .starts_with("application/vnd.kubernetes.protobuf")
@@ -485,180 +417,5 @@ impl Ctx {
                 .and_then(Value::as_str)
                 .map(str::to_owned),
         })
-    }
-
-    fn list_json(
-        &self,
-        rt: &ResourceType,
-        t: &Target,
-        items: Vec<Value>,
-        rv: u64,
-        cont: Option<(String, usize)>,
-    ) -> Value {
-        let mut meta = json!({"resourceVersion": rv.to_string()});
-        if let Some((token, remaining)) = cont {
-            meta["continue"] = json!(token);
-            meta["remainingItemCount"] = json!(remaining);
-        }
-        let (api_version, kind) = if self.metadata_only() {
-            (
-                "meta.k8s.io/v1".to_owned(),
-                "PartialObjectMetadataList".to_owned(),
-            )
-        } else {
-            (rt.api_version(&t.version), format!("{}List", rt.kind))
-        };
-        json!({
-            "apiVersion": api_version,
-            "kind": kind,
-            "metadata": meta,
-            "items": items,
-        })
-    }
-
-    fn list(&self, rt: &ResourceType, t: &Target) -> Result<Resp, ApiError> {
-        let labels = LabelSelector::parse(self.query.get("labelSelector").unwrap_or(""))?;
-        let fields = FieldSelector::parse(self.query.get("fieldSelector").unwrap_or(""))?;
-        let state = self.shared.lock();
-        let current = state.resource_version();
-        if let Some(rv) = self.query.get("resourceVersion").filter(|rv| *rv != "0") {
-            let rv = parse_rv(rv)?;
-            match self.query.get("resourceVersionMatch") {
-                Some("Exact") if rv != current => {
-                    return Err(ApiError::expired(format!(
-                        "too old resource version: {rv} ({current}); testkit only serves exact lists at the latest resourceVersion"
-                    )));
-                }
-                _ if rv > current => {
-                    return Err(ApiError::new(
-                        504,
-                        "Timeout",
-                        format!("Too large resource version: {rv}, current: {current}"),
-                    )
-                    .with_causes(vec![crate::error::Cause {
-                        reason: "ResourceVersionTooLarge".to_owned(),
-                        message: "Too large resource version".to_owned(),
-                        field: String::new(),
-                    }]));
-                }
-                _ => {}
-            }
-        }
-        let (items, rv) = state.list(rt, t.namespace.as_deref(), &labels, &fields);
-        drop(state);
-        let (list_rv, after) = match self.query.get("continue") {
-            Some(token) => {
-                let (rv, last) = decode_continue(token)?;
-                if rv < self.shared.lock().compacted_rv() {
-                    return Err(ApiError::expired(
-                        "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter.",
-                    ));
-                }
-                (rv, Some(last))
-            }
-            None => (rv, None),
-        };
-        let mut items: Vec<(String, Value)> = items
-            .into_iter()
-            .map(|(k, v)| (format!("{}/{}", k.namespace, k.name), v))
-            .filter(|(k, _)| after.as_ref().is_none_or(|a| k > a))
-            .collect();
-        let limit = self
-            .query
-            .get("limit")
-            .and_then(|l| l.parse::<usize>().ok())
-            .filter(|l| *l > 0);
-        let mut cont = None;
-        if let Some(limit) = limit
-            && items.len() > limit
-        {
-            let remaining = items.len() - limit;
-            items.truncate(limit);
-            if let Some((last, _)) = items.last() {
-                cont = Some((encode_continue(list_rv, last), remaining));
-            }
-        }
-        let items = items
-            .into_iter()
-            .map(|(_, v)| present(rt, &t.version, &v, self.metadata_only()))
-            .collect();
-        Ok(json_response(
-            200,
-            &self.list_json(rt, t, items, list_rv, cont),
-        ))
-    }
-
-    fn watch(
-        &self,
-        rt: ResourceType,
-        t: &Target,
-        cut_after: Option<(usize, crate::faults::WatchCut)>,
-    ) -> Result<Resp, ApiError> {
-        let labels = LabelSelector::parse(self.query.get("labelSelector").unwrap_or(""))?;
-        let fields = FieldSelector::parse(self.query.get("fieldSelector").unwrap_or(""))?;
-        let send_initial_events = self.query.flag("sendInitialEvents");
-        let start = match self.query.get("resourceVersion") {
-            None | Some("0") => Start::Initial,
-            Some(_) if send_initial_events => Start::Initial,
-            Some(rv) => Start::After(parse_rv(rv)?),
-        };
-        if send_initial_events && !self.query.flag("allowWatchBookmarks") {
-            return Err(ApiError::invalid(
-                &rt,
-                "",
-                vec![crate::error::Cause {
-                    reason: "FieldValueForbidden".to_owned(),
-                    message:
-                        "Forbidden: sendInitialEvents requires setting allowWatchBookmarks to true"
-                            .to_owned(),
-                    field: "allowWatchBookmarks".to_owned(),
-                }],
-            ));
-        }
-        let timeout = self
-            .query
-            .get("timeoutSeconds")
-            .and_then(|s| s.parse::<u64>().ok())
-            .map(Duration::from_secs)
-            .unwrap_or(self.shared.config.default_watch_timeout);
-        let params = WatchParams {
-            start,
-            bookmarks: self.query.flag("allowWatchBookmarks"),
-            send_initial_events,
-            timeout,
-            namespace: t.namespace.clone(),
-            labels,
-            fields,
-            version: t.version.clone(),
-            metadata_only: self.metadata_only(),
-            cut_after,
-        };
-        let body = watch::spawn(self.shared.clone(), rt, params);
-        let mut resp = Response::new(body);
-        resp.headers_mut().insert(
-            header::CONTENT_TYPE,
-            header::HeaderValue::from_static("application/json"),
-        );
-        Ok(resp)
-    }
-
-    fn pod_log(&self, t: &Target) -> Result<Resp, ApiError> {
-        let ns = t.namespace.clone().unwrap_or_default();
-        let name = t.name.clone().unwrap_or_default();
-        let container = self.query.get("container").map(str::to_owned);
-        let text = self.shared.pod_log(&ns, &name, container.as_deref())?;
-        Ok(text_response(text))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn continue_tokens_round_trip() {
-        let t = encode_continue(42, "ns/name-1");
-        assert_eq!(decode_continue(&t).unwrap(), (42, "ns/name-1".to_owned()));
-        assert_eq!(decode_continue("zz").unwrap_err().code, 400);
     }
 }
