@@ -41,8 +41,14 @@ test-crate: ## run the tests of one crate: make test-crate CRATE=protobot-lifecy
 
 ## Bench
 .PHONY: bench
-bench: ## run the benchmarks (projection export vs git archive and a plain copy; prints ratios)
+bench: ## run the benchmarks (projection export vs git archive and a plain copy; spec check at scale; prints ratios)
 	$(CARGO) bench -p protobot-repo --bench export
+	$(CARGO) run --release -p protobot-spec --example bench_check
+
+## End to end
+.PHONY: e2e
+e2e: ## run the e2e scenarios (against KUBECONFIG's cluster when set, else the in-process API double)
+	$(CARGO) nextest run -p protobot-e2e
 
 ## Lint
 .PHONY: lint

@@ -1,31 +1,18 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
-//! GitOps registration end to end against the API double: applying a
-//! `ChangeSet` manifest that names an approved merge is all it takes for a
-//! `BuildWorkItem` to appear; a wrong merge commit is reported on the
-//! ChangeSet and materializes nothing.
-
-use std::time::Duration;
+//! GitOps registration: applying a `ChangeSet` manifest is all it takes.
 
 use kube::{Api, api::PostParams};
 use protobot_api::{BuildWorkItem, ChangeSet, LifecycleState, Project};
+use protobot_e2e::{Cluster, timeout};
 use protobot_jobsite::testing::spec_repo;
-use protobot_testkit::server::ApiServer;
 use serde_json::json;
 
-fn server() -> ApiServer {
-    let server = ApiServer::new();
-    server
-        .register_crd_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/../../crds"))
-        .unwrap();
-    server
-}
-
-async fn apply(server: &ApiServer, repo: &std::path::Path, merge: &str) {
-    let client = server.client();
-    let projects: Api<Project> = Api::namespaced(client.clone(), "default");
+async fn apply(cluster: &Cluster, repo: &std::path::Path, merge: &str) {
+    let ns = cluster.namespace.as_str();
+    let projects: Api<Project> = Api::namespaced(cluster.client.clone(), ns);
     let project: Project = serde_json::from_value(json!({
         "apiVersion": "protobot.dev/v1alpha1", "kind": "Project",
-        "metadata": {"name": "cli-sync", "namespace": "default"},
+        "metadata": {"name": "cli-sync", "namespace": ns},
         "spec": {"repoUrl": format!("file://{}", repo.display()), "sandboxProfile": "local"},
     }))
     .unwrap();
@@ -33,10 +20,10 @@ async fn apply(server: &ApiServer, repo: &std::path::Path, merge: &str) {
         .create(&PostParams::default(), &project)
         .await
         .unwrap();
-    let change_sets: Api<ChangeSet> = Api::namespaced(client, "default");
+    let change_sets: Api<ChangeSet> = Api::namespaced(cluster.client.clone(), ns);
     let cs: ChangeSet = serde_json::from_value(json!({
         "apiVersion": "protobot.dev/v1alpha1", "kind": "ChangeSet",
-        "metadata": {"name": "cs-00001", "namespace": "default"},
+        "metadata": {"name": "cs-00001", "namespace": ns},
         "spec": {"projectRef": {"name": "cli-sync"}, "changeSetId": "CS-00001", "mergeCommit": merge},
     }))
     .unwrap();
@@ -46,15 +33,14 @@ async fn apply(server: &ApiServer, repo: &std::path::Path, merge: &str) {
         .unwrap();
 }
 
-/// Waits (through a watch, bounded) until the ChangeSet has a settled `type_`
-/// condition, and returns its status and reason.
+/// Waits (through a watch, bounded) for a settled condition; returns (status, reason).
 async fn condition(api: &Api<ChangeSet>, type_: &str) -> (String, String) {
     let settled = |cs: Option<&ChangeSet>| {
         cs.and_then(|cs| cs.status.as_ref())
             .and_then(|s| s.conditions.iter().find(|c| c.type_ == type_))
             .is_some_and(|c| c.reason != "Pending")
     };
-    let cs = protobot_testkit::wait::until(api, "cs-00001", Duration::from_secs(20), settled)
+    let cs = protobot_testkit::wait::until(api, "cs-00001", timeout(), settled)
         .await
         .unwrap()
         .unwrap();
@@ -76,30 +62,31 @@ async fn condition(api: &Api<ChangeSet>, type_: &str) -> (String, String) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_applied_change_set_materializes_a_ready_build_work_item() {
+async fn an_applied_change_set_materializes_one_ready_build_work_item() {
+    let cluster = Cluster::connect("gitops").await;
     let (repo, merge) = spec_repo("cli-sync");
-    let server = server();
-    apply(&server, repo.path(), &merge).await;
+    apply(&cluster, repo.path(), &merge).await;
     let controller = tokio::spawn(protobot_controller::changeset::run(
-        server.client(),
-        Some("default".into()),
+        cluster.client.clone(),
+        Some(cluster.namespace.clone()),
     ));
-    let change_sets: Api<ChangeSet> = Api::namespaced(server.client(), "default");
+    let change_sets: Api<ChangeSet> = Api::namespaced(cluster.client.clone(), &cluster.namespace);
     assert_eq!(
         condition(&change_sets, "Materialized").await,
         ("True".into(), "WorkItemCreated".into())
     );
-    let cs = change_sets.get("cs-00001").await.unwrap();
-    let status = cs.status.unwrap();
+    let status = change_sets.get("cs-00001").await.unwrap().status.unwrap();
     assert!(
         status
             .conditions
             .iter()
             .any(|c| c.type_ == "Verified" && c.reason == "MergeCommitVerified")
     );
-    let item_name = status.work_item_ref.unwrap().name;
-    let items: Api<BuildWorkItem> = Api::namespaced(server.client(), "default");
-    let item = items.get(&item_name).await.unwrap();
+    let items: Api<BuildWorkItem> = Api::namespaced(cluster.client.clone(), &cluster.namespace);
+    let item = items
+        .get(&status.work_item_ref.unwrap().name)
+        .await
+        .unwrap();
     assert_eq!(item.status.unwrap().state, LifecycleState::ReadyForBuilding);
     assert_eq!(
         status.impact.unwrap().applicable_requirements,
@@ -111,23 +98,24 @@ async fn an_applied_change_set_materializes_a_ready_build_work_item() {
         "exactly one work item"
     );
     controller.abort();
+    cluster.cleanup().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wrong_merge_commit_is_reported_and_materializes_nothing() {
+    let cluster = Cluster::connect("wrong-merge").await;
     let (repo, _merge) = spec_repo("cli-sync");
-    let server = server();
-    apply(&server, repo.path(), &"a".repeat(40)).await;
+    apply(&cluster, repo.path(), &"a".repeat(40)).await;
     let controller = tokio::spawn(protobot_controller::changeset::run(
-        server.client(),
-        Some("default".into()),
+        cluster.client.clone(),
+        Some(cluster.namespace.clone()),
     ));
-    let change_sets: Api<ChangeSet> = Api::namespaced(server.client(), "default");
+    let change_sets: Api<ChangeSet> = Api::namespaced(cluster.client.clone(), &cluster.namespace);
     assert_eq!(
         condition(&change_sets, "Verified").await,
         ("False".into(), "MergeCommitNotFound".into())
     );
-    let items: Api<BuildWorkItem> = Api::namespaced(server.client(), "default");
+    let items: Api<BuildWorkItem> = Api::namespaced(cluster.client.clone(), &cluster.namespace);
     assert!(
         items
             .list(&Default::default())
@@ -137,4 +125,5 @@ async fn a_wrong_merge_commit_is_reported_and_materializes_nothing() {
             .is_empty()
     );
     controller.abort();
+    cluster.cleanup().await;
 }

@@ -1,0 +1,93 @@
+//! End-to-end scenarios, written once and run in two places:
+//! - against the in-process Kubernetes API double (`protobot-testkit`) in CI,
+//!   where no cluster exists;
+//! - against a real cluster when `KUBECONFIG` is set (the CRDs from `crds/`
+//!   must be installed: `kubectl apply -f crds/`). Each scenario then runs in
+//!   its own namespace with a random suffix, which is deleted afterwards unless
+//!   `PROTOBOT_E2E_KEEP=1`.
+//!
+//! `PROTOBOT_E2E_REQUIRE_CLUSTER=1` turns a missing cluster into a failure, so
+//! a pipeline that promised a cluster cannot silently fall back to the double.
+#![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)]
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use k8s_openapi::api::core::v1::Namespace;
+use kube::{
+    Api, Client,
+    api::{DeleteParams, PostParams},
+};
+
+/// Where a scenario runs.
+pub struct Cluster {
+    /// The client.
+    pub client: Client,
+    /// The scenario's namespace.
+    pub namespace: String,
+    /// True against a real cluster.
+    pub real: bool,
+    // Keeps the in-process double alive for the scenario.
+    _double: Option<protobot_testkit::server::ApiServer>,
+}
+
+/// How long a scenario waits for any one condition.
+pub fn timeout() -> Duration {
+    if std::env::var_os("KUBECONFIG").is_some() {
+        Duration::from_secs(120)
+    } else {
+        Duration::from_secs(20)
+    }
+}
+
+impl Cluster {
+    /// A real cluster when `KUBECONFIG` is set, else the API double.
+    pub async fn connect(scenario: &str) -> Cluster {
+        if std::env::var_os("KUBECONFIG").is_some() {
+            let client = Client::try_default()
+                .await
+                .expect("KUBECONFIG is set but the cluster is unreachable");
+            let nanos = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map(|d| d.subsec_nanos())
+                .unwrap_or(0);
+            let namespace = format!("protobot-e2e-{scenario}-{nanos:x}");
+            let ns: Namespace = serde_json::from_value(serde_json::json!({
+                "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace},
+            }))
+            .unwrap();
+            Api::<Namespace>::all(client.clone())
+                .create(&PostParams::default(), &ns)
+                .await
+                .expect("create the scenario namespace");
+            return Cluster {
+                client,
+                namespace,
+                real: true,
+                _double: None,
+            };
+        }
+        assert!(
+            std::env::var_os("PROTOBOT_E2E_REQUIRE_CLUSTER").is_none(),
+            "PROTOBOT_E2E_REQUIRE_CLUSTER is set but KUBECONFIG is not: point KUBECONFIG at the cluster"
+        );
+        let double = protobot_testkit::server::ApiServer::new();
+        double
+            .register_crd_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/../crds"))
+            .expect("the generated CRDs register with the double");
+        Cluster {
+            client: double.client(),
+            namespace: "default".into(),
+            real: false,
+            _double: Some(double),
+        }
+    }
+
+    /// Deletes a real cluster's scenario namespace (unless `PROTOBOT_E2E_KEEP=1`).
+    pub async fn cleanup(self) {
+        if self.real && std::env::var_os("PROTOBOT_E2E_KEEP").is_none() {
+            let _ = Api::<Namespace>::all(self.client.clone())
+                .delete(&self.namespace, &DeleteParams::default())
+                .await;
+        }
+    }
+}
