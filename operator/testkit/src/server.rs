@@ -101,32 +101,38 @@ impl Shared {
             );
     }
 
-    /// A container's log (the only container when `container` is `None`).
+    /// Where a container's log is, and the container's name (the only
+    /// container when `container` is `None`).
+    pub fn pod_log_path(
+        &self,
+        namespace: &str,
+        pod: &str,
+        container: Option<&str>,
+    ) -> Result<(PathBuf, String), ApiError> {
+        let logs = self.logs.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut matching = logs.iter().filter(|((ns, p, c), _)| {
+            ns == namespace && p == pod && container.is_none_or(|want| want == c)
+        });
+        match (matching.next(), matching.next()) {
+            (Some(((_, _, c), path)), None) => Ok((path.clone(), c.clone())),
+            (Some(_), Some(_)) => Err(ApiError::bad_request(format!(
+                "a container name must be specified for pod {pod}"
+            ))),
+            (None, _) => Err(ApiError::bad_request(format!(
+                "container {:?} in pod {pod:?} is waiting to start",
+                container.unwrap_or("")
+            ))),
+        }
+    }
+
+    /// A container's log so far.
     pub fn pod_log(
         &self,
         namespace: &str,
         pod: &str,
         container: Option<&str>,
     ) -> Result<String, ApiError> {
-        let logs = self.logs.lock().unwrap_or_else(PoisonError::into_inner);
-        let mut matching = logs.iter().filter(|((ns, p, c), _)| {
-            ns == namespace && p == pod && container.is_none_or(|want| want == c)
-        });
-        let path = match (matching.next(), matching.next()) {
-            (Some((_, path)), None) => path.clone(),
-            (Some(_), Some(_)) => {
-                return Err(ApiError::bad_request(format!(
-                    "a container name must be specified for pod {pod}"
-                )));
-            }
-            (None, _) => {
-                return Err(ApiError::bad_request(format!(
-                    "container {:?} in pod {pod:?} is waiting to start",
-                    container.unwrap_or("")
-                )));
-            }
-        };
-        drop(logs);
+        let (path, _) = self.pod_log_path(namespace, pod, container)?;
         std::fs::read_to_string(&path)
             .map_err(|e| ApiError::internal(format!("failed to read log: {e}")))
     }

@@ -1,5 +1,5 @@
 //! Watch requests (start point, bookmarks, initial events, timeout, injected
-//! cuts) and the pod `log` subresource.
+//! cuts) and the pod `log` subresource (`container`, `tailLines`, `follow`).
 
 use std::time::Duration;
 
@@ -8,6 +8,7 @@ use http::{Response, header};
 use super::{Ctx, Resp, list::parse_rv, response::text_response};
 use crate::{
     error::ApiError,
+    kubelet::logs,
     resources::ResourceType,
     route::Target,
     selector::{FieldSelector, LabelSelector},
@@ -73,7 +74,21 @@ impl Ctx {
         let ns = t.namespace.clone().unwrap_or_default();
         let name = t.name.clone().unwrap_or_default();
         let container = self.query.get("container").map(str::to_owned);
+        let tail = self
+            .query
+            .get("tailLines")
+            .and_then(|n| n.parse::<usize>().ok());
+        if self.query.flag("follow") {
+            let (path, container) = self.shared.pod_log_path(&ns, &name, container.as_deref())?;
+            let body = logs::follow(self.shared.clone(), ns, name, container, path);
+            let mut resp = Response::new(body);
+            resp.headers_mut().insert(
+                header::CONTENT_TYPE,
+                header::HeaderValue::from_static("text/plain"),
+            );
+            return Ok(resp);
+        }
         let text = self.shared.pod_log(&ns, &name, container.as_deref())?;
-        Ok(text_response(text))
+        Ok(text_response(logs::tail(&text, tail)))
     }
 }

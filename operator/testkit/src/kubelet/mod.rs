@@ -8,6 +8,7 @@
 
 mod env;
 mod executor;
+pub(crate) mod logs;
 mod pod;
 mod volumes;
 

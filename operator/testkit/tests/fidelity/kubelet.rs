@@ -323,3 +323,39 @@ async fn two_kubelets_bind_each_pod_once_and_only_its_node_runs_it() {
         assert!(node == "node-a" || node == "node-b", "{node}");
     }
 }
+
+#[tokio::test]
+async fn following_a_log_streams_until_the_container_exits() {
+    use futures::{AsyncBufReadExt, StreamExt};
+    let server = server();
+    let _kubelet = Kubelet::start(&server).unwrap();
+    let api: Api<Pod> = Api::default_namespaced(server.client());
+    let spec = json!({"restartPolicy": "Never", "containers": [{"name": "talker", "image": "busybox",
+        "command": ["sh", "-c", "for i in 1 2 3; do echo line-$i; sleep 0.1; done"]}]});
+    api.create(&PostParams::default(), &pod("talker", spec))
+        .await
+        .unwrap();
+    await_phase(&api, "talker", &["Running", "Succeeded"]).await;
+    let lp = LogParams {
+        follow: true,
+        ..LogParams::default()
+    };
+    let stream = api.log_stream("talker", &lp).await.unwrap();
+    let lines: Vec<String> = crate::support::within(
+        "followed log to end",
+        stream.lines().map(|l| l.unwrap()).collect(),
+    )
+    .await;
+    assert_eq!(lines, ["line-1", "line-2", "line-3"]);
+    let tail = api
+        .logs(
+            "talker",
+            &LogParams {
+                tail_lines: Some(1),
+                ..LogParams::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(tail, "line-3\n");
+}
