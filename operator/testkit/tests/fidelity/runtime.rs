@@ -286,3 +286,102 @@ async fn watcher_with_streaming_lists_syncs_and_follows_changes() {
     assert!(init_done);
     assert_eq!(seen.into_iter().collect::<Vec<_>>(), ["after", "before"]);
 }
+
+mod owns {
+    //! `Controller::owns`: a change to an owned object re-reconciles its owner.
+
+    use std::{
+        sync::{Arc, Mutex},
+        time::Duration,
+    };
+
+    use futures::StreamExt;
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::{
+        Api, Resource, ResourceExt,
+        api::{Patch, PatchParams, PostParams},
+        runtime::{Controller, controller::Action, watcher},
+    };
+    use serde_json::json;
+
+    use crate::support::{Widget, await_condition, server, widget};
+
+    struct Ctx {
+        cms: Api<ConfigMap>,
+        reconciles: Mutex<usize>,
+    }
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("failed to apply the child configmap")]
+    struct Error(#[source] kube::Error);
+
+    async fn reconcile(w: Arc<Widget>, ctx: Arc<Ctx>) -> Result<Action, Error> {
+        *ctx.reconciles.lock().unwrap() += 1;
+        let oref = w.controller_owner_ref(&()).unwrap();
+        let child = json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": format!("{}-child", w.name_any()), "ownerReferences": [oref]},
+            "data": {"image": w.spec.image}
+        });
+        ctx.cms
+            .patch(
+                &format!("{}-child", w.name_any()),
+                &PatchParams::apply("widget-ctl").force(),
+                &Patch::Apply(child),
+            )
+            .await
+            .map_err(Error)?;
+        Ok(Action::await_change())
+    }
+
+    fn error_policy(_: Arc<Widget>, _: &Error, _: Arc<Ctx>) -> Action {
+        Action::requeue(Duration::from_millis(50))
+    }
+
+    #[tokio::test]
+    async fn editing_an_owned_child_reconciles_the_owner_which_restores_it() {
+        let server = server();
+        let widgets: Api<Widget> = Api::default_namespaced(server.client());
+        let cms: Api<ConfigMap> = Api::default_namespaced(server.client());
+        let ctx = Arc::new(Ctx {
+            cms: cms.clone(),
+            reconciles: Mutex::new(0),
+        });
+        let run = Controller::new(widgets.clone(), watcher::Config::default())
+            .owns(cms.clone(), watcher::Config::default())
+            .run(reconcile, error_policy, ctx.clone())
+            .for_each(|_| async {});
+        let handle = tokio::spawn(run);
+        widgets
+            .create(&PostParams::default(), &widget("parent", "img:1"))
+            .await
+            .unwrap();
+        await_condition(
+            "child created",
+            || cms.get_opt("parent-child"),
+            |r| matches!(r, Ok(Some(_))),
+        )
+        .await
+        .unwrap();
+        // Someone edits the child by hand; the owner's controller puts it back.
+        cms.patch(
+            "parent-child",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"data": {"image": "tampered"}})),
+        )
+        .await
+        .unwrap();
+        await_condition(
+            "child restored",
+            || cms.get("parent-child"),
+            |r| {
+                r.as_ref()
+                    .is_ok_and(|c| c.data.as_ref().is_some_and(|d| d["image"] == "img:1"))
+            },
+        )
+        .await
+        .unwrap();
+        assert!(*ctx.reconciles.lock().unwrap() >= 2);
+        handle.abort();
+    }
+}
