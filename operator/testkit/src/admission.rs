@@ -65,6 +65,7 @@ impl State {
         rt: &ResourceType,
         version: &str,
         obj: &mut Value,
+        strict: bool,
     ) -> Result<(), ApiError> {
         let name = meta_str(obj, "name").unwrap_or("").to_owned();
         let mut causes = Vec::new();
@@ -83,7 +84,18 @@ impl State {
             .get(version)
             .or_else(|| rt.schemas.values().next())
         {
-            causes.extend(schema::validate(obj, schema));
+            let (errs, unknown) = schema::validate_reporting_unknown(obj, schema);
+            if strict && !unknown.is_empty() {
+                let fields: Vec<String> = unknown
+                    .iter()
+                    .map(|f| format!("unknown field {f:?}"))
+                    .collect();
+                return Err(ApiError::bad_request(format!(
+                    "strict decoding error: {}",
+                    fields.join(", ")
+                )));
+            }
+            causes.extend(errs);
         }
         if rt.group == "apiextensions.k8s.io"
             && rt.plural == "customresourcedefinitions"

@@ -50,10 +50,22 @@ fn invalid(path: &str, value: &Value, detail: &str) -> Cause {
 
 /// Prune, default and validate `value` in place; returns every field error found.
 /// At the root, `apiVersion`, `kind` and `metadata` are kept as they are.
+#[cfg(test)]
 pub fn validate(value: &mut Value, schema: &Value) -> Vec<Cause> {
-    let mut errs = Vec::new();
-    walk(value, schema, "", &mut errs, true);
-    errs
+    validate_reporting_unknown(value, schema).0
+}
+
+/// Marks a pruned field among the walk's findings (never returned as an error).
+const UNKNOWN: &str = "testkit/UnknownField";
+
+/// Like [`validate`], also returning the paths of the unknown fields that were
+/// pruned (for `fieldValidation=Strict`).
+pub fn validate_reporting_unknown(value: &mut Value, schema: &Value) -> (Vec<Cause>, Vec<String>) {
+    let mut found = Vec::new();
+    walk(value, schema, "", &mut found, true);
+    let (unknown, errs): (Vec<Cause>, Vec<Cause>) =
+        found.into_iter().partition(|c| c.reason == UNKNOWN);
+    (errs, unknown.into_iter().map(|c| c.field).collect())
 }
 
 fn walk(value: &mut Value, schema: &Value, path: &str, errs: &mut Vec<Cause>, root: bool) {
@@ -205,6 +217,11 @@ fn walk_object(
             None if preserve || additional == Some(&Value::Bool(true)) => {}
             None => {
                 map.remove(&key);
+                errs.push(Cause {
+                    reason: UNKNOWN.to_owned(),
+                    message: "unknown field".to_owned(),
+                    field: join(path, &key),
+                });
             }
         }
     }

@@ -170,6 +170,7 @@ impl ApiServer {
                         status_subresource: true,
                     },
                     dry_run: false,
+                    strict: false,
                 };
                 // Names come from the test's own config; a bad one is reported on first use.
                 let _ = state.create(&rt, "v1", "", obj, &writer);
@@ -345,6 +346,7 @@ impl ApiServer {
                 status_subresource: rt.status_subresource,
             },
             dry_run: false,
+            strict: false,
         };
         let created = state
             .create(&rt, &version, &ns, obj, &writer)

@@ -59,6 +59,8 @@ pub struct Writer<'a> {
     pub scope: Scope,
     /// `dryRun=All`: validate and compute, but do not persist.
     pub dry_run: bool,
+    /// `fieldValidation=Strict`: unknown fields are a 400 instead of being pruned.
+    pub strict: bool,
 }
 
 impl State {
@@ -139,7 +141,7 @@ impl State {
         } else {
             meta.remove("generation");
         }
-        self.validate(rt, version, &mut obj)?;
+        self.validate(rt, version, &mut obj, writer.strict)?;
         let api_version = rt.api_version(version);
         if !matches!(writer.manager, "") {
             managed::record_update(
@@ -388,7 +390,7 @@ impl State {
             }
         }
         Self::check_pod_update(rt, &old, &new)?;
-        self.validate(rt, version, &mut new)?;
+        self.validate(rt, version, &mut new, writer.strict)?;
         if rt.tracks_generation()
             && Self::generation_content(rt, &old) != Self::generation_content(rt, &new)
         {

@@ -263,6 +263,7 @@ impl Ctx {
             manager: &manager,
             scope,
             dry_run: self.query.get("dryRun") == Some("All"),
+            strict: self.query.get("fieldValidation") == Some("Strict"),
         };
         let result = match verb {
             Verb::Get => {

@@ -116,3 +116,33 @@ async fn updates_are_validated_too() {
         422
     );
 }
+
+#[tokio::test]
+async fn strict_field_validation_rejects_unknown_fields_instead_of_pruning() {
+    use kube::api::{Patch, PatchParams};
+    let server = server();
+    let api = widgets(&server);
+    api.create(&PostParams::default(), &dynamic(json!({"image": "i"})))
+        .await
+        .unwrap();
+    let strict_merge = PatchParams::default().validation_strict();
+    let s = status_of(
+        api.patch(
+            "w",
+            &strict_merge,
+            &Patch::Merge(json!({"spec": {"bogus": 1}})),
+        )
+        .await,
+    );
+    assert_eq!(s.code, 400);
+    assert_eq!(
+        s.message,
+        "strict decoding error: unknown field \"spec.bogus\""
+    );
+    let apply = PatchParams::apply("m").validation_strict();
+    let body = json!({"apiVersion": "testkit.example.com/v1", "kind": "Widget", "metadata": {"name": "w"}, "spec": {"image": "i", "nope": true}});
+    assert_eq!(
+        status_of(api.patch("w", &apply, &Patch::Apply(body)).await).code,
+        400
+    );
+}
