@@ -14,6 +14,7 @@
 
 pub mod contract;
 pub mod dispatch;
+pub mod engine;
 pub mod escalation;
 pub mod executor;
 pub mod lease;
