@@ -58,7 +58,7 @@ type LogKey = (String, String, String);
 
 /// State shared by the service, watch tasks and the kubelet.
 #[derive(Debug)]
-pub struct Shared {
+pub(crate) struct Shared {
     state: Mutex<State>,
     /// Bumped after every write so watches wake up.
     pub changed: watch::Sender<u64>,

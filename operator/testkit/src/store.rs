@@ -49,17 +49,6 @@ pub enum EventType {
     Deleted,
 }
 
-impl EventType {
-    /// The wire name.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            EventType::Added => "ADDED",
-            EventType::Modified => "MODIFIED",
-            EventType::Deleted => "DELETED",
-        }
-    }
-}
-
 /// One change in the history.
 #[derive(Debug, Clone)]
 pub struct Event {
