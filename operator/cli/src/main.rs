@@ -7,6 +7,7 @@ use std::{error::Error as StdError, process::ExitCode};
 use clap::{Parser, Subcommand};
 
 mod crd;
+mod demo;
 mod repo;
 mod rules;
 mod sandbox;
@@ -21,6 +22,8 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Run the whole Job Site on one machine on a bundled example project, then print the report.
+    Demo(demo::DemoArgs),
     /// Generate the CustomResourceDefinitions of protobot.dev from the Rust types.
     Crd {
         #[command(subcommand)]
@@ -57,6 +60,7 @@ enum RulesCommand {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
+        Command::Demo(args) => demo::demo(args),
         Command::Crd { command } => {
             let stdout = std::io::stdout();
             let mut out = stdout.lock();

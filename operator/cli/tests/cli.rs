@@ -269,3 +269,70 @@ fn sandbox_conformance_refuses_profiles_it_cannot_check_here() {
     assert_eq!(output.status.code(), Some(2));
     assert!(output.stdout.is_empty());
 }
+
+#[test]
+fn the_demo_builds_the_example_through_a_triage_cycle_and_merges_it() {
+    if !bwrap_available() {
+        assert!(
+            std::env::var_os("PROTOBOT_REQUIRE_BWRAP").is_none(),
+            "PROTOBOT_REQUIRE_BWRAP is set but bwrap is not installed"
+        );
+        eprintln!("skipping: bubblewrap is not installed");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("demo");
+    let output = protobot(&["demo", "--output", "json", "--dir", dir.to_str().unwrap()]);
+    let stdout = String::from_utf8(output.stdout).unwrap();
+    assert!(
+        output.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(report["state"], "completed");
+    assert_eq!(report["main_contains_merge"], true);
+    assert_eq!(report["sandbox"], "bubblewrap");
+    let decisions: Vec<&str> = report["cycles"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["decision"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        decisions,
+        ["implementation", "pass"],
+        "Worker B's first attempt fails, triage routes it back"
+    );
+    let feedback = report["cycles"][0]["feedback"].to_string();
+    assert!(feedback.contains("REQ-CLI-00001"), "{feedback}");
+    assert!(
+        !feedback.contains("tests/") && !feedback.contains("cp -R"),
+        "no test paths or code cross to Worker B: {feedback}"
+    );
+    // The merge is really on origin's main, with its Work-Item trailer.
+    let origin = dir.join("origin.git");
+    let merge = report["merge_commit"].as_str().unwrap();
+    let log = Command::new("git")
+        .args(["log", "-1", "--format=%H %P%n%B", "main"])
+        .current_dir(&origin)
+        .output()
+        .unwrap();
+    let log = String::from_utf8(log.stdout).unwrap();
+    assert!(log.starts_with(merge), "{log}");
+    assert_eq!(
+        log.lines().next().unwrap().split_whitespace().count(),
+        3,
+        "a merge commit has two parents"
+    );
+    assert!(
+        log.contains(&format!(
+            "Work-Item: {}",
+            report["work_item"].as_str().unwrap()
+        )),
+        "{log}"
+    );
+    // A second run refuses to reuse a non-empty directory.
+    let again = protobot(&["demo", "--dir", dir.to_str().unwrap()]);
+    assert_eq!(again.status.code(), Some(2));
+}

@@ -54,6 +54,9 @@ use crate::{
     triage::{Decision, Side, Triage, TriageInput},
 };
 
+/// A progress callback: called with a one-line description of each stage.
+pub type StageHook = Arc<dyn Fn(&str) + Send + Sync>;
+
 /// A harness: the command a role runs in its sandbox.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WorkerClass {
@@ -178,9 +181,18 @@ pub struct Engine<S, E> {
     pub context: AuthorizationContext,
     /// Settings.
     pub config: EngineConfig,
+    /// Called at every stage (live progress display; tracing logs the same).
+    pub on_stage: Option<StageHook>,
 }
 
 impl<S: WorkStore, E: Executor> Engine<S, E> {
+    fn stage(&self, what: &str) {
+        tracing::info!(stage = what, "job site");
+        if let Some(f) = &self.on_stage {
+            f(what);
+        }
+    }
+
     async fn command(
         &self,
         claim: &Claim,
@@ -298,6 +310,9 @@ impl<S: WorkStore, E: Executor> Engine<S, E> {
         let mut decision_text = "initial".to_string();
         let mut passed = false;
         for cycle in 1..=self.config.max_cycles {
+            self.stage(&format!(
+                "building: cycle {cycle}: exporting projections, running Worker A and Worker B in sandboxes"
+            ));
             let head = repo
                 .refname_to_id(&wi.branch_ref())
                 .map_err(|e| git_err("read the work-item head")(e.to_string()))?
@@ -387,6 +402,9 @@ impl<S: WorkStore, E: Executor> Engine<S, E> {
                 }
             }
             // Integration: build and test the candidate in a sandbox.
+            self.stage(&format!(
+                "building: cycle {cycle}: integration run on the candidate"
+            ));
             let candidate = repo
                 .refname_to_id(&wi.branch_ref())
                 .map_err(|e| git_err("read the candidate")(e.to_string()))?
@@ -476,6 +494,7 @@ impl<S: WorkStore, E: Executor> Engine<S, E> {
                     feedback.push(record.sanitized);
                 }
             }
+            self.stage(&format!("building: cycle {cycle}: triage → {label} ({redactions} redactions in Worker feedback)"));
             cycles.push(CycleReport {
                 cycle,
                 decision: label.clone(),
@@ -523,6 +542,7 @@ impl<S: WorkStore, E: Executor> Engine<S, E> {
         )
         .await?;
 
+        self.stage("inspecting: sealing the inspection run");
         // Inspection: the run seals only when its producers finished and every finding is terminal.
         let candidate = repo
             .refname_to_id(&wi.branch_ref())
@@ -562,6 +582,7 @@ impl<S: WorkStore, E: Executor> Engine<S, E> {
             contract_version: version + 1,
             merge_commit: String::new(),
         };
+        self.stage("merging: attestation committed; merging wi/ into the default branch");
         self.command(
             claim,
             Command::BeginMerge,

@@ -12,6 +12,7 @@
 //! - [`sanitizer`]: the only Worker-facing boundary for feedback;
 //! - [`ledger`]: the Finding Ledger state machine and the Inspection Run seal.
 
+pub mod authoring;
 pub mod contract;
 pub mod dispatch;
 pub mod engine;

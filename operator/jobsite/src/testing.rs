@@ -4,48 +4,16 @@
 //! the controller tests; never part of a production build.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::{path::Path, process::Command};
+use crate::authoring;
 
-use protobot_spec::cli::{Env, run};
-
-/// Runs `git` in `dir` with a fixed identity and no user or system config.
-pub fn git(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .args(args)
-        .current_dir(dir)
-        .env("GIT_AUTHOR_NAME", "Test")
-        .env("GIT_AUTHOR_EMAIL", "test@example.invalid")
-        .env("GIT_COMMITTER_NAME", "Test")
-        .env("GIT_COMMITTER_EMAIL", "test@example.invalid")
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("HOME", dir)
-        .output()
-        .unwrap_or_else(|e| panic!("git is not runnable: {e}"));
-    assert!(
-        out.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).trim().to_string()
+/// `authoring::git`, panicking on failure (tests).
+pub fn git(dir: &std::path::Path, args: &[&str]) -> String {
+    authoring::git(dir, args).unwrap_or_else(|e| panic!("{e}"))
 }
 
-/// Runs ears-manager in-process with `--output json` and returns its JSON answer.
-pub fn ears(dir: &Path, args: &[&str]) -> serde_json::Value {
-    let mut argv = vec!["--output".to_string(), "json".to_string()];
-    argv.extend(args.iter().map(|s| s.to_string()));
-    let mut stdin = std::io::empty();
-    let mut env = Env {
-        cwd: dir,
-        stdin: &mut stdin,
-        faults: Default::default(),
-    };
-    let ran = run(&argv, &mut env);
-    assert_eq!(
-        ran.status, 0,
-        "ears-manager {args:?}: {} {}",
-        ran.stdout, ran.stderr
-    );
-    serde_json::from_str(&ran.stdout).unwrap()
+/// `authoring::ears`, panicking on failure (tests).
+pub fn ears(dir: &std::path::Path, args: &[&str]) -> serde_json::Value {
+    authoring::ears(dir, args).unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// A spec repository in a temp dir: change set `CS-00001` (one event-driven

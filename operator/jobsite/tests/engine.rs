@@ -195,6 +195,7 @@ async fn a_work_item_is_built_through_a_triage_cycle_and_merged() {
             remote: "origin".into(),
             target_branch: "main".into(),
         },
+        on_stage: None,
     };
     let report = match engine.build(&claim, &contract, &work).await {
         Ok(r) => r,

@@ -1,0 +1,630 @@
+//! `protobot demo`: the whole Job Site on one machine, on a bundled example.
+//!
+//! 1. Author the `cli-sync` example project (three EARS requirements for a
+//!    small file-sync tool, `examples/cli-sync/`) in a local canonical
+//!    repository with a bare `origin`, using ears-manager.
+//! 2. Approve its change set the way a person does: merge the change-set
+//!    branch into `main` with a merge commit and push.
+//! 3. Register it: read the manifest at the merge commit, build the contract,
+//!    `materialize` into the SQLite work store.
+//! 4. Claim it and run the engine with the scripted Workers in the bubblewrap
+//!    sandbox (or, only with `--insecure-no-sandbox` and no bubblewrap, as
+//!    plain processes). Worker B's first attempt fails a test, so the demo
+//!    shows a real triage cycle.
+//! 5. Verify that `origin/main` contains the merge and print the report.
+//!
+//! Exit status 0 only if the item is `completed` and `main` contains the merge.
+
+use std::{
+    path::{Path, PathBuf},
+    process::ExitCode,
+    sync::Arc,
+    time::Instant,
+};
+
+use clap::{Args, ValueEnum};
+use jiff::{SignedDuration, Timestamp};
+use protobot_executors::{BubblewrapConfig, LocalExecutor};
+use protobot_jobsite::{
+    authoring::{AuthoringError, ears, git},
+    contract::{Intake, build},
+    engine::{BuildReport, Engine, EngineConfig, WorkerClass},
+    executor::Limits,
+    lease::{Claim, Held, SystemClock},
+    materializer::{Registration, read_facts},
+    triage::HeuristicTriage,
+};
+use protobot_lifecycle::{AuthorizationContext, OperationEnvelope, State};
+use protobot_stores::{AdapterConfig, SqliteStore, WorkStore};
+use serde::Serialize;
+
+const PROJECT: &str = "cli-sync";
+const WORKER_A: &str = include_str!("../../../examples/cli-sync/workers/worker-a.sh");
+const WORKER_B: &str = include_str!("../../../examples/cli-sync/workers/worker-b.sh");
+const INTEGRATION: &str = include_str!("../../../examples/cli-sync/workers/integration.sh");
+
+/// Report format.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Output {
+    /// Progress and a summary for people.
+    Human,
+    /// The report as one JSON document on stdout.
+    Json,
+}
+
+/// Arguments of `protobot demo`.
+#[derive(Debug, Args)]
+pub struct DemoArgs {
+    /// Report format.
+    #[arg(long, value_enum, default_value = "human")]
+    pub output: Output,
+    /// Where to create the demo's repositories and database (default: a new temporary directory, kept).
+    #[arg(long)]
+    pub dir: Option<PathBuf>,
+    /// Run Workers as plain processes when bubblewrap is missing (unsafe; logged on every run).
+    #[arg(long)]
+    pub insecure_no_sandbox: bool,
+}
+
+#[derive(Debug, Serialize)]
+struct Report {
+    project: String,
+    change_set: String,
+    work_item: String,
+    state: State,
+    contract_version: u64,
+    merge_commit: Option<String>,
+    main_contains_merge: bool,
+    product_tree_digest: Option<String>,
+    cycles: Vec<protobot_jobsite::engine::CycleReport>,
+    redactions: usize,
+    findings: usize,
+    stages: Vec<String>,
+    evidence: Evidence,
+    sandbox: String,
+    seconds: f64,
+}
+
+#[derive(Debug, Serialize)]
+struct Evidence {
+    workspace: PathBuf,
+    origin: PathBuf,
+    work_store: PathBuf,
+    attestations: String,
+}
+
+/// Why the demo could not finish.
+#[derive(Debug, thiserror::Error)]
+enum DemoError {
+    #[error(transparent)]
+    Authoring(#[from] AuthoringError),
+    #[error("failed to prepare {path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("failed to read the approved change set: {0}")]
+    Materialize(#[from] protobot_jobsite::materializer::MaterializeError),
+    #[error("failed to build the contract: {0}")]
+    Contract(#[from] protobot_jobsite::contract::ContractError),
+    #[error("work store: {0}")]
+    Store(#[from] protobot_stores::StoreError),
+    #[error("{command} was rejected: {code}")]
+    Rejected { command: &'static str, code: String },
+    #[error("the build stopped: {0}")]
+    Engine(#[from] protobot_jobsite::engine::EngineError),
+}
+
+fn write(root: &Path, rel: &str, content: &str) -> Result<(), DemoError> {
+    let path = root.join(rel);
+    let io = |source| DemoError::Io {
+        path: path.clone(),
+        source,
+    };
+    if let Some(parent) = path.parent() {
+        std::fs::create_dir_all(parent).map_err(io)?;
+    }
+    std::fs::write(&path, content).map_err(io)
+}
+
+fn context(role: &str, subject: &str, actions: &[&str]) -> AuthorizationContext {
+    AuthorizationContext {
+        subject: subject.into(),
+        role: role.into(),
+        project_id: PROJECT.into(),
+        allowed_actions: actions.iter().map(|s| s.to_string()).collect(),
+        allowed_refs: vec![format!("project:{PROJECT}"), "main".into()],
+        expires_at: Some(Timestamp::now() + SignedDuration::from_hours(2)),
+        policy_version: "protobot-demo/v1".into(),
+        ..AuthorizationContext::default()
+    }
+}
+
+/// Authors the example project and approves CS-00001; returns the merge commit.
+fn author(work: &Path, origin: &Path) -> Result<String, DemoError> {
+    std::fs::create_dir_all(work).map_err(|source| DemoError::Io {
+        path: work.to_path_buf(),
+        source,
+    })?;
+    git(
+        work.parent().unwrap_or(work),
+        &[
+            "init",
+            "-q",
+            "--bare",
+            "-b",
+            "main",
+            &origin.display().to_string(),
+        ],
+    )?;
+    git(work, &["init", "-q", "-b", "main"])?;
+    write(
+        work,
+        "README.md",
+        "# cli-sync\n\nA local project-sync command-line tool.\n",
+    )?;
+    write(
+        work,
+        "docs/vision.md",
+        "# Vision\n\nGive an operator a local tool that copies project files into a destination, with a preview that does not write.\n",
+    )?;
+    write(
+        work,
+        "docs/architecture.md",
+        "# Architecture\n\nOne POSIX sh script, `src/sync.sh`, invoked as `sync [--dry-run] SRC DST`.\n",
+    )?;
+    git(work, &["add", "-A"])?;
+    git(
+        work,
+        &["commit", "-q", "-m", "cli-sync: vision and architecture"],
+    )?;
+    ears(
+        work,
+        &[
+            "project",
+            "init",
+            "--id",
+            PROJECT,
+            "--name",
+            "Project-sync CLI",
+            "--canonical-remote",
+            "https://example.invalid/cli-sync.git",
+            "--review-mode",
+            "single-player",
+        ],
+    )?;
+    // Reviewed projection policy: what each role may see and write.
+    let projection = work.join(".protobot/projection.yaml");
+    let mut manifest = std::fs::read_to_string(&projection).map_err(|source| DemoError::Io {
+        path: projection.clone(),
+        source,
+    })?;
+    manifest.push_str("  - path: src/\n    class: implementation\n  - path: tests/\n    class: test\n  - path: .protobot/test-catalog.jsonl\n    class: shared\n");
+    std::fs::write(&projection, manifest).map_err(|source| DemoError::Io {
+        path: projection.clone(),
+        source,
+    })?;
+    write(
+        work,
+        ".protobot/test-catalog.jsonl",
+        concat!(
+            "{\"test_id\":\"test_dry_run\",\"paths\":[\"tests/test_dry_run.sh\"],\"verifies\":[\"REQ-CLI-00001\"]}\n",
+            "{\"test_id\":\"test_apply\",\"paths\":[\"tests/test_apply.sh\"],\"verifies\":[\"REQ-CLI-00002\"]}\n",
+            "{\"test_id\":\"test_refuse\",\"paths\":[\"tests/test_refuse.sh\"],\"verifies\":[\"REQ-CLI-00003\"]}\n",
+        ),
+    )?;
+    git(work, &["add", "-A"])?;
+    git(
+        work,
+        &[
+            "commit",
+            "-q",
+            "-m",
+            "cli-sync: project init and projection policy",
+        ],
+    )?;
+    git(
+        work,
+        &["remote", "add", "origin", &origin.display().to_string()],
+    )?;
+    git(work, &["push", "-q", "origin", "main"])?;
+    ears(
+        work,
+        &[
+            "change-set",
+            "create",
+            "--intent",
+            "Sync files with a dry-run preview",
+            "--affected-scope",
+            "cli",
+            "--implementation-required",
+            "true",
+            "--created",
+            "2026-09-29T00:00:00Z",
+        ],
+    )?;
+    ears(
+        work,
+        &[
+            "interface",
+            "add",
+            "--change-set",
+            "CS-00001",
+            "--id",
+            "cli-sync",
+            "--name",
+            "Project-sync CLI",
+            "--type",
+            "cli",
+            "--spec-approach",
+            "prose",
+            "--created",
+            "2026-09-29T00:00:00Z",
+        ],
+    )?;
+    ears(
+        work,
+        &[
+            "change-set",
+            "update",
+            "--change-set",
+            "CS-00001",
+            "--affected-interface",
+            "cli-sync",
+        ],
+    )?;
+    let requirements = [
+        (
+            "REQ-CLI-00001",
+            "event-driven",
+            "When an operator invokes sync --dry-run with a valid source directory and a destination inside the project, the command-line tool shall report the files that would change and shall not modify the project.",
+        ),
+        (
+            "REQ-CLI-00002",
+            "event-driven",
+            "When an operator invokes sync without --dry-run with a valid source directory and a destination inside the project, the command-line tool shall copy the planned files into the destination.",
+        ),
+        (
+            "REQ-CLI-00003",
+            "unwanted-behavior",
+            "If the destination is missing or is not a directory, then the command-line tool shall refuse the run and shall not modify the project.",
+        ),
+    ];
+    for (id, kind, text) in requirements {
+        ears(
+            work,
+            &[
+                "requirement",
+                "add",
+                "--change-set",
+                "CS-00001",
+                "--id",
+                id,
+                "--type",
+                kind,
+                "--text",
+                text,
+                "--interface",
+                "cli-sync",
+                "--scope",
+                "cli",
+                "--verification-mode",
+                "isolated-interface",
+                "--provenance",
+                "user-authored",
+                "--created",
+                "2026-09-29T00:00:00Z",
+            ],
+        )?;
+    }
+    ears(work, &["check", "--change-set", "CS-00001"])?;
+    let branch = git(work, &["branch", "--show-current"])?;
+    git(work, &["add", "-A"])?;
+    git(
+        work,
+        &[
+            "commit",
+            "-q",
+            "-m",
+            "CS-00001: sync with a dry-run preview",
+        ],
+    )?;
+    // Approval: a person merges the change-set pull request with a merge commit.
+    git(work, &["checkout", "-q", "main"])?;
+    git(
+        work,
+        &[
+            "merge",
+            "-q",
+            "--no-ff",
+            "-m",
+            "Merge CS-00001: sync with a dry-run preview",
+            &branch,
+        ],
+    )?;
+    git(work, &["push", "-q", "origin", "main"])?;
+    Ok(git(work, &["rev-parse", "HEAD"])?)
+}
+
+async fn run(
+    args: &DemoArgs,
+    root: &Path,
+    progress: protobot_jobsite::engine::StageHook,
+) -> Result<Report, DemoError> {
+    let started = Instant::now();
+    let (work, origin, db) = (
+        root.join("work"),
+        root.join("origin.git"),
+        root.join("wms.sqlite"),
+    );
+    progress("authoring: cli-sync project and change set CS-00001 with ears-manager");
+    let merge = author(&work, &origin)?;
+    progress(&format!(
+        "approved: CS-00001 merged into main as {}",
+        &merge[..12]
+    ));
+    let registration = Registration {
+        project_id: PROJECT.into(),
+        change_set_id: "CS-00001".into(),
+        merge_commit: Some(merge.clone()),
+        default_branch: "main".into(),
+        depends_on: vec![],
+        priority: "normal".into(),
+    };
+    let facts = read_facts(&work, &registration)?;
+    let contract = build(&Intake::ChangeSet(facts))?;
+    let store = Arc::new(SqliteStore::open(
+        &db,
+        PROJECT,
+        AdapterConfig {
+            materializer_subject: "materializer".into(),
+            lease_seconds: 900,
+        },
+    )?);
+    let materializer = context("materializer", "materializer", &["materialize"]);
+    let result = store
+        .execute(
+            Some(&materializer),
+            &contract.materialize_envelope(PROJECT, "materializer"),
+            Timestamp::now(),
+        )
+        .await?;
+    let state = result
+        .decision
+        .as_ref()
+        .and_then(|d| d.after)
+        .map(|a| a.state);
+    if !result.ok || state != Some(State::ReadyForBuilding) {
+        return Err(DemoError::Rejected {
+            command: "materialize",
+            code: result
+                .code()
+                .map(|c| c.as_str().to_string())
+                .unwrap_or_else(|| format!("{state:?}")),
+        });
+    }
+    progress(&format!(
+        "materialized: {} ready-for-building ({} requirements)",
+        contract.work_item_id,
+        contract.applicable_requirement_ids.len()
+    ));
+    let job_site = context(
+        "job-site",
+        "job-site-local",
+        &[
+            "claim",
+            "renew-lease",
+            "tests-pass",
+            "raise-spec-question",
+            "begin-merge",
+            "record-merge",
+        ],
+    );
+    let claim_env = OperationEnvelope {
+        operation: "claim".into(),
+        actor_context_ref: "job-site".into(),
+        work_item_id: contract.work_item_id.clone(),
+        expected_state: Some("ready-for-building".into()),
+        expected_contract_version: Some(1),
+        idempotency_key: format!("claim:{}", contract.work_item_id),
+        ..OperationEnvelope::default()
+    };
+    let claimed = store
+        .execute(Some(&job_site), &claim_env, Timestamp::now())
+        .await?;
+    let decision = claimed.decision.clone().filter(|_| claimed.ok);
+    let (Some(token), Some(after)) = (
+        decision
+            .as_ref()
+            .and_then(|d| d.fencing_token_issued.clone()),
+        decision.as_ref().and_then(|d| d.after),
+    ) else {
+        return Err(DemoError::Rejected {
+            command: "claim",
+            code: claimed
+                .code()
+                .map(|c| c.as_str().to_string())
+                .unwrap_or_default(),
+        });
+    };
+    progress(&format!("claimed: lease with fencing token {token}"));
+    let claim = Claim::new(Held {
+        work_item_id: contract.work_item_id.clone(),
+        fencing_token: token,
+        state: after.state,
+        contract_version: after.contract_version,
+    });
+    let executor = LocalExecutor::new(
+        BubblewrapConfig::under(&root.join("sandbox")),
+        args.insecure_no_sandbox,
+    );
+    let sandbox = match &executor {
+        LocalExecutor::Sandboxed(_) => "bubblewrap",
+        LocalExecutor::Insecure(_) => "none (--insecure-no-sandbox)",
+    };
+    let stages = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let recorder = {
+        let stages = Arc::clone(&stages);
+        let progress = Arc::clone(&progress);
+        Arc::new(move |s: &str| {
+            if let Ok(mut v) = stages.lock() {
+                v.push(s.to_string());
+            }
+            progress(s);
+        }) as protobot_jobsite::engine::StageHook
+    };
+    let sh = |script: &str| WorkerClass {
+        command: vec!["sh".into(), "-c".into(), script.into()],
+        image: None,
+    };
+    let engine = Engine {
+        store: store.clone(),
+        executor: Arc::new(executor),
+        clock: Arc::new(SystemClock),
+        triage: Arc::new(HeuristicTriage),
+        context: job_site,
+        config: EngineConfig {
+            max_cycles: 3,
+            worker_a: sh(WORKER_A),
+            worker_b: sh(WORKER_B),
+            integration: sh(INTEGRATION),
+            limits: Limits::default(),
+            scratch: root.join("scratch"),
+            remote: "origin".into(),
+            target_branch: "main".into(),
+        },
+        on_stage: Some(recorder),
+    };
+    let report: BuildReport = engine.build(&claim, &contract, &work).await?;
+    let record = store.get(&contract.work_item_id).await?;
+    let contains = match &report.merge_commit {
+        Some(m) => git(&origin, &["merge-base", "--is-ancestor", m, "main"]).is_ok(),
+        None => false,
+    };
+    progress(&format!(
+        "{}: {}",
+        report.state,
+        report.merge_commit.as_deref().unwrap_or("no merge")
+    ));
+    let redactions = report.cycles.iter().map(|c| c.redactions).sum();
+    let stages = stages.lock().map(|s| s.clone()).unwrap_or_default();
+    Ok(Report {
+        project: PROJECT.into(),
+        change_set: "CS-00001".into(),
+        work_item: contract.work_item_id.clone(),
+        state: record.as_ref().map(|r| r.state).unwrap_or(report.state),
+        contract_version: record.map(|r| r.contract_version).unwrap_or_default(),
+        merge_commit: report.merge_commit.clone(),
+        main_contains_merge: contains,
+        product_tree_digest: report.product_tree_digest.clone(),
+        redactions,
+        findings: 0,
+        cycles: report.cycles,
+        stages,
+        evidence: Evidence {
+            workspace: root.to_path_buf(),
+            origin,
+            work_store: db,
+            attestations: format!(
+                ".protobot/attestations/{}/ (on main)",
+                contract.work_item_id
+            ),
+        },
+        sandbox: sandbox.into(),
+        seconds: started.elapsed().as_secs_f64(),
+    })
+}
+
+/// Runs `protobot demo`.
+pub fn demo(args: DemoArgs) -> ExitCode {
+    let root = match &args.dir {
+        Some(d) => d.clone(),
+        None => std::env::temp_dir().join(format!(
+            "protobot-demo-{}-{}",
+            std::process::id(),
+            Timestamp::now().as_second()
+        )),
+    };
+    if root.exists()
+        && std::fs::read_dir(&root)
+            .map(|mut d| d.next().is_some())
+            .unwrap_or(true)
+    {
+        eprintln!(
+            "protobot: unable to run the demo in {}: the directory is not empty; pass an empty or new --dir",
+            root.display()
+        );
+        return ExitCode::from(2);
+    }
+    let human = args.output == Output::Human;
+    let progress: protobot_jobsite::engine::StageHook = Arc::new(move |s: &str| {
+        if human {
+            eprintln!("  ▸ {s}");
+        }
+    });
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("protobot: failed to start the async runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    if human {
+        eprintln!(
+            "protobot demo: the Job Site on one machine ({})",
+            root.display()
+        );
+    }
+    match runtime.block_on(run(&args, &root, progress)) {
+        Ok(report) => {
+            let ok = report.state == State::Completed && report.main_contains_merge;
+            if human {
+                println!(
+                    "work item      {} ({}, contract version {})",
+                    report.work_item, report.state, report.contract_version
+                );
+                for c in &report.cycles {
+                    println!(
+                        "cycle {}        {} ({} redactions)",
+                        c.cycle, c.decision, c.redactions
+                    );
+                }
+                println!("findings       {}", report.findings);
+                println!(
+                    "merge commit   {}",
+                    report.merge_commit.as_deref().unwrap_or("-")
+                );
+                println!("main contains  {}", report.main_contains_merge);
+                println!("sandbox        {}", report.sandbox);
+                println!(
+                    "evidence       {} (origin: {}, store: {})",
+                    report.evidence.attestations,
+                    report.evidence.origin.display(),
+                    report.evidence.work_store.display()
+                );
+                println!("time           {:.1}s", report.seconds);
+            } else {
+                match serde_json::to_string_pretty(&report) {
+                    Ok(s) => println!("{s}"),
+                    Err(e) => {
+                        eprintln!("protobot: failed to encode the report: {e}");
+                        return ExitCode::from(1);
+                    }
+                }
+            }
+            if ok {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            }
+        }
+        Err(e) => {
+            eprintln!("protobot: demo failed: {e}");
+            ExitCode::from(1)
+        }
+    }
+}
