@@ -5,15 +5,15 @@
 //! consumes its approval in the same write.
 
 use protobot_lifecycle::{
-    ApprovalUse, AuditEvent, Code, Operation, RULE_VERSION, Rejection, ResultEnvelope, State,
-    Submission, WorkItemRecord, context::unauthorized,
+    ApprovalUse, Code, Operation, Rejection, ResultEnvelope, State, Submission, WorkItemRecord,
+    context::unauthorized,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use crate::{
     adapter::Call,
-    namespace::{check_key, decode, fingerprint, freeze, invalid, not_found},
+    namespace::{audit, check_key, decode, fingerprint, freeze, invalid, not_found},
 };
 
 const SUBMISSION_KINDS: [&str; 3] = ["add-requirement", "out-of-scope", "impact-amendment"];
@@ -87,22 +87,6 @@ fn blocked_target(call: &Call<'_>) -> Result<WorkItemRecord, Rejection> {
         );
     }
     Ok(item)
-}
-
-fn audit(call: &mut Call<'_>, item: &str, human: &str) {
-    call.txn.append_audit(AuditEvent {
-        operation: call.operation.as_str().to_string(),
-        subject: call.ctx.subject.clone(),
-        authorized_human_subject: human.to_string(),
-        request_id: String::new(),
-        work_item_id: item.to_string(),
-        idempotency_key: call.env.idempotency_key.clone(),
-        outcome: "applied".to_string(),
-        rule_version: RULE_VERSION.to_string(),
-        policy_version: call.ctx.policy_version.clone(),
-        before: None,
-        after: None,
-    });
 }
 
 fn approval_id(call: &Call<'_>, payload_id: &str) -> String {
@@ -236,7 +220,7 @@ fn submit(call: &mut Call<'_>) -> Result<ResultEnvelope, Rejection> {
     item.active_resolution_submission_id = id;
     let item_id = item.id.clone();
     call.txn.put_record(item);
-    audit(call, &item_id, &approval.approved_subject);
+    audit(call, "", &item_id, &approval.approved_subject);
     Ok(result)
 }
 
@@ -290,7 +274,7 @@ fn acknowledge(call: &mut Call<'_>) -> Result<ResultEnvelope, Rejection> {
         revision: 1,
         inspector_confirmed: false,
     });
-    audit(call, &item.id, &human);
+    audit(call, "", &item.id, &human);
     Ok(
         ResultEnvelope::applied(call.operation.as_str(), "submission")
             .with("approval_status", "consumed")

@@ -1,7 +1,9 @@
 //! Shared plumbing of the non-lifecycle mutations: the request fingerprint,
 //! idempotency replay/conflict, freezing results and small rejection helpers.
 
-use protobot_lifecycle::{Code, IdempotencyEntry, Rejection, ResultEnvelope, fingerprint};
+use protobot_lifecycle::{
+    AuditEvent, Code, IdempotencyEntry, RULE_VERSION, Rejection, ResultEnvelope, fingerprint,
+};
 use serde_json::{Value, json};
 
 use crate::adapter::Call;
@@ -107,4 +109,22 @@ pub fn decode<T: serde::de::DeserializeOwned + Default>(
             serde_json::from_value(v.clone()).map_err(|e| invalid("payload", &e.to_string()))
         }
     }
+}
+
+/// Appends the audit event of an accepted non-lifecycle mutation.
+pub fn audit(call: &mut Call<'_>, request_id: &str, work_item_id: &str, human: &str) {
+    let event = AuditEvent {
+        operation: call.operation.as_str().to_string(),
+        subject: call.ctx.subject.clone(),
+        authorized_human_subject: human.to_string(),
+        request_id: request_id.to_string(),
+        work_item_id: work_item_id.to_string(),
+        idempotency_key: call.env.idempotency_key.clone(),
+        outcome: "applied".to_string(),
+        rule_version: RULE_VERSION.to_string(),
+        policy_version: call.ctx.policy_version.clone(),
+        before: None,
+        after: None,
+    };
+    call.txn.append_audit(event);
 }

@@ -4,15 +4,14 @@
 //! partial request, link or priority event.
 
 use protobot_lifecycle::{
-    ApprovalUse, AuditEvent, Code, Operation, RULE_VERSION, Rejection, ResultEnvelope,
-    context::unauthorized,
+    ApprovalUse, Code, Operation, Rejection, ResultEnvelope, context::unauthorized,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use crate::{
     adapter::Call,
-    namespace::{check_key, decode, fingerprint, freeze, invalid, not_found},
+    namespace::{audit, check_key, decode, fingerprint, freeze, invalid, not_found},
     txn::{Relationship, RequestRecord},
 };
 
@@ -110,23 +109,6 @@ fn run(call: &mut Call<'_>) -> Result<ResultEnvelope, ResultEnvelope> {
     };
     let result = outcome.unwrap_or_else(reject);
     Ok(freeze(call, &fp, result))
-}
-
-fn audit(call: &mut Call<'_>, request_id: &str, work_item_id: &str, human: &str) {
-    let event = AuditEvent {
-        operation: call.operation.as_str().to_string(),
-        subject: call.ctx.subject.clone(),
-        authorized_human_subject: human.to_string(),
-        request_id: request_id.to_string(),
-        work_item_id: work_item_id.to_string(),
-        idempotency_key: call.env.idempotency_key.clone(),
-        outcome: "applied".to_string(),
-        rule_version: RULE_VERSION.to_string(),
-        policy_version: call.ctx.policy_version.clone(),
-        before: None,
-        after: None,
-    };
-    call.txn.append_audit(event);
 }
 
 fn create(call: &mut Call<'_>) -> Result<ResultEnvelope, Rejection> {
