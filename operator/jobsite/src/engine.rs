@@ -98,6 +98,8 @@ pub struct CycleReport {
     pub feedback: Vec<SanitizedFeedback>,
     /// Redactions made.
     pub redactions: usize,
+    /// Files scanned in this cycle's Worker projections (none may leak).
+    pub projection_files_scanned: usize,
 }
 
 /// The end of a build.
@@ -145,6 +147,14 @@ pub enum EngineError {
     /// The sandbox failed (not the command in it).
     #[error(transparent)]
     Executor(#[from] crate::executor::ExecutorError),
+    /// An exported projection holds a path its role must never see.
+    #[error("the {role} projection holds {path}, which that role must never see; the build stops")]
+    ProjectionLeak {
+        /// Role.
+        role: &'static str,
+        /// The offending path.
+        path: String,
+    },
     /// A role's output is malformed.
     #[error("the {role} output is unusable: {reason}")]
     Output {
@@ -165,6 +175,54 @@ struct Results {
     build_errors: Vec<crate::triage::BuildError>,
     #[serde(default)]
     results: Vec<crate::triage::TestResult>,
+}
+
+/// Scans an exported projection and fails closed if it holds a path its role
+/// must never see (Worker A: implementation; Worker B: test source; both:
+/// anything unclassified, integration-only or attestation-only). The export
+/// already filters by role; this is the independent check the demo and every
+/// build run on what actually landed on disk. Returns the number of files scanned.
+pub fn scan_projection(dir: &Path, role: Role) -> Result<usize, EngineError> {
+    use protobot_repo::manifest::PathClass;
+    let record = ProjectionRecord::read(&record_path_for(dir))
+        .map_err(|e| git_err("read the projection record")(e.to_string()))?;
+    let mut stack = vec![dir.to_path_buf()];
+    let mut scanned = 0;
+    while let Some(d) = stack.pop() {
+        let entries =
+            std::fs::read_dir(&d).map_err(|e| git_err("scan a projection")(e.to_string()))?;
+        for entry in entries {
+            let entry = entry.map_err(|e| git_err("scan a projection")(e.to_string()))?;
+            let path = entry.path();
+            if entry.file_name() == ".git" {
+                continue;
+            }
+            if path.is_dir() {
+                stack.push(path);
+                continue;
+            }
+            let rel = path
+                .strip_prefix(dir)
+                .map(|p| p.to_string_lossy().replace('\\', "/"))
+                .unwrap_or_default();
+            scanned += 1;
+            let class = record.manifest.classify(&rel);
+            let allowed = match (role, class) {
+                (_, Some(PathClass::Shared)) => true,
+                (Role::WorkerA, Some(PathClass::Test)) => true,
+                (Role::WorkerB, Some(PathClass::Implementation)) => true,
+                (Role::Inspector, Some(PathClass::Test | PathClass::Implementation)) => true,
+                _ => false,
+            };
+            if !allowed {
+                return Err(EngineError::ProjectionLeak {
+                    role: role.as_str(),
+                    path: rel,
+                });
+            }
+        }
+    }
+    Ok(scanned)
 }
 
 /// The engine.
@@ -323,6 +381,8 @@ impl<S: WorkStore, E: Executor> Engine<S, E> {
                 .map_err(|e| git_err("export the Worker A projection")(e.to_string()))?;
             projection_export(repo_dir, &head, Role::WorkerB, &pb, scope.clone())
                 .map_err(|e| git_err("export the Worker B projection")(e.to_string()))?;
+            let scanned =
+                scan_projection(&pa, Role::WorkerA)? + scan_projection(&pb, Role::WorkerB)?;
             let task = |side: Side| {
                 json!({
                     "role": side,
@@ -500,6 +560,7 @@ impl<S: WorkStore, E: Executor> Engine<S, E> {
                 decision: label.clone(),
                 feedback: feedback.clone(),
                 redactions,
+                projection_files_scanned: scanned,
             });
             decision_text = label;
             if decision == Decision::Pass {

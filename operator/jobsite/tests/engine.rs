@@ -242,3 +242,29 @@ async fn a_work_item_is_built_through_a_triage_cycle_and_merged() {
         merge
     );
 }
+
+#[test]
+fn a_projection_holding_a_forbidden_path_stops_the_build() {
+    use protobot_jobsite::engine::{EngineError, scan_projection};
+    use protobot_repo::{catalog::ChangeScope, role::Role, seams::projection_export};
+    let tmp = tempfile::tempdir().unwrap();
+    let (work, head) = canonical(tmp.path());
+    std::fs::create_dir_all(work.join("src")).unwrap();
+    std::fs::write(work.join("src/secret.sh"), "echo implementation\n").unwrap();
+    git(&work, &["add", "-A"]);
+    git(&work, &["commit", "-q", "-m", "implementation"]);
+    let _ = head;
+    let dest = tmp.path().join("a");
+    projection_export(&work, "main", Role::WorkerA, &dest, ChangeScope::default()).unwrap();
+    assert!(
+        scan_projection(&dest, Role::WorkerA).unwrap() > 0,
+        "the clean export passes the scan"
+    );
+    // Simulate an exporter bug: an implementation file lands in Worker A's tree.
+    std::fs::create_dir_all(dest.join("src")).unwrap();
+    std::fs::write(dest.join("src/secret.sh"), "echo implementation\n").unwrap();
+    match scan_projection(&dest, Role::WorkerA) {
+        Err(EngineError::ProjectionLeak { path, .. }) => assert_eq!(path, "src/secret.sh"),
+        other => panic!("expected a leak, got {other:?}"),
+    }
+}
