@@ -207,13 +207,16 @@ pub fn scan_projection(dir: &Path, role: Role) -> Result<usize, EngineError> {
                 .unwrap_or_default();
             scanned += 1;
             let class = record.manifest.classify(&rel);
-            let allowed = match (role, class) {
-                (_, Some(PathClass::Shared)) => true,
-                (Role::WorkerA, Some(PathClass::Test)) => true,
-                (Role::WorkerB, Some(PathClass::Implementation)) => true,
-                (Role::Inspector, Some(PathClass::Test | PathClass::Implementation)) => true,
-                _ => false,
-            };
+            let allowed = matches!(
+                (role, class),
+                (_, Some(PathClass::Shared))
+                    | (Role::WorkerA, Some(PathClass::Test))
+                    | (Role::WorkerB, Some(PathClass::Implementation))
+                    | (
+                        Role::Inspector,
+                        Some(PathClass::Test | PathClass::Implementation)
+                    )
+            );
             if !allowed {
                 return Err(EngineError::ProjectionLeak {
                     role: role.as_str(),
