@@ -219,7 +219,8 @@ impl JobSiteMetrics {
         registry.register(Box::new(m.registration_to_completion.clone()))?;
         registry.register(Box::new(m.egress_decisions.clone()))?;
         registry.register(Box::new(WorkItemsByState::new(states)?))?;
-        // Known outcomes start at zero so rate() and alerts see them before the first event.
+        // Known label values start at zero so every family is exposed from the
+        // first scrape and rate() and alerts see them before the first event.
         for (family, values) in [
             (
                 &m.claims,
@@ -231,11 +232,37 @@ impl JobSiteMetrics {
                 &["merged", "conflict", "not-applied", "verify-failed"][..],
             ),
             (&m.egress_decisions, &["allowed", "denied"][..]),
+            (&m.escalations, &["t1", "t2", "t3", "t4"][..]),
+            (
+                &m.reconciler_repairs,
+                &[
+                    "recover-lease",
+                    "merge-conflict",
+                    "merge-not-applied",
+                    "record-merge",
+                ][..],
+            ),
         ] {
             for v in values {
                 family.with_label_values(&[*v]);
             }
         }
+        for role in [
+            "worker-a",
+            "worker-b",
+            "integration-runner",
+            "inspector",
+            "mutation-runner",
+        ] {
+            for phase in ["Pending", "Running", "Succeeded", "Failed"] {
+                m.worker_pods.with_label_values(&[role, phase]).set(0);
+            }
+        }
+        for controller in ["project", "changeset", "buildworkitem", "inspectionrun"] {
+            m.reconcile_duration.with_label_values(&[controller]);
+            m.reconcile_errors.with_label_values(&[controller, "none"]);
+        }
+        m.findings.with_label_values(&["none", "none"]);
         Ok(m)
     }
 
