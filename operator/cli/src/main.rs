@@ -8,6 +8,7 @@ use clap::{Parser, Subcommand};
 
 mod crd;
 mod demo;
+mod operator;
 mod repo;
 mod rules;
 mod sandbox;
@@ -22,6 +23,8 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// Run the controllers against the cluster (in-cluster config or KUBECONFIG).
+    Operator(operator::OperatorArgs),
     /// Run the whole Job Site on one machine on a bundled example project, then print the report.
     Demo(demo::DemoArgs),
     /// Generate the CustomResourceDefinitions of protobot.dev from the Rust types.
@@ -61,6 +64,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Demo(args) => demo::demo(args),
+        Command::Operator(args) => operator::operator(args),
         Command::Crd { command } => {
             let stdout = std::io::stdout();
             let mut out = stdout.lock();

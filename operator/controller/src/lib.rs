@@ -4,3 +4,4 @@
 pub mod admin;
 pub mod changeset;
 pub mod metrics;
+pub mod operator;

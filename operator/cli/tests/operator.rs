@@ -1,0 +1,77 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+//! `protobot operator` as a process against the API double over loopback HTTP
+//! (a kubeconfig, like a real cluster): `/readyz` turns ready once the caches
+//! synced, and `/metrics` and `/healthz` answer.
+
+use std::{
+    process::{Child, Command, Stdio},
+    time::Duration,
+};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+async fn get(addr: &str, path: &str) -> Option<(u16, String)> {
+    let mut stream = tokio::net::TcpStream::connect(addr).await.ok()?;
+    let req = format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+    stream.write_all(req.as_bytes()).await.ok()?;
+    let mut buf = String::new();
+    stream.read_to_string(&mut buf).await.ok()?;
+    let status = buf.split_whitespace().nth(1)?.parse().ok()?;
+    Some((
+        status,
+        buf.split("\r\n\r\n").nth(1).unwrap_or("").to_string(),
+    ))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_operator_becomes_ready_and_serves_metrics() {
+    let server = protobot_testkit::server::ApiServer::new();
+    server
+        .register_crd_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/../../crds"))
+        .unwrap();
+    let http = server.serve_http().await.unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let kubeconfig = tmp.path().join("kubeconfig");
+    std::fs::write(&kubeconfig, http.kubeconfig_yaml()).unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let addr = format!("127.0.0.1:{port}");
+    let _operator = Killed(
+        Command::new(env!("CARGO_BIN_EXE_protobot"))
+            .args(["operator", "--namespace", "default", "--admin-addr", &addr])
+            .env("KUBECONFIG", &kubeconfig)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let ready = tokio::time::timeout(Duration::from_secs(30), async {
+        loop {
+            if let Some((200, _)) = get(&addr, "/readyz").await {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+    assert!(ready.is_ok(), "the operator never became ready");
+    let (status, body) = get(&addr, "/metrics").await.unwrap();
+    assert_eq!(status, 200);
+    assert!(
+        body.contains("protobot_work_items{state=\"ready-for-building\"} 0"),
+        "{body}"
+    );
+    assert_eq!(get(&addr, "/healthz").await.unwrap().0, 200);
+}

@@ -1,0 +1,92 @@
+//! `protobot operator`: the controllers, the work-item state collector and
+//! the admin server in one process. Any number of replicas may run: claims are
+//! compare-and-swap on object status, so no leader election is needed.
+
+use std::{net::SocketAddr, sync::Arc};
+
+use futures::StreamExt;
+use kube::{
+    Api, Client,
+    runtime::{WatchStreamExt, reflector, watcher},
+};
+use protobot_api::{BuildWorkItem, LifecycleState};
+use protobot_lifecycle::State;
+
+use crate::{
+    admin::{self, Readiness},
+    metrics::{JobSiteMetrics, StateCounts},
+};
+
+/// Why the operator stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum OperatorError {
+    /// No cluster configuration could be found.
+    #[error("failed to configure the Kubernetes client (in-cluster or KUBECONFIG): {0}")]
+    Client(#[source] kube::Error),
+    /// Metrics could not be registered.
+    #[error("failed to register metrics: {0}")]
+    Metrics(#[from] prometheus::Error),
+    /// The admin server could not start.
+    #[error(transparent)]
+    Admin(#[from] admin::AdminError),
+}
+
+/// Work items by state, read from the reflector's cache at scrape time.
+struct CachedStates(reflector::Store<BuildWorkItem>);
+
+fn state_of(s: LifecycleState) -> State {
+    match s {
+        LifecycleState::Waiting => State::Waiting,
+        LifecycleState::ReadyForBuilding => State::ReadyForBuilding,
+        LifecycleState::Building => State::Building,
+        LifecycleState::Inspecting => State::Inspecting,
+        LifecycleState::Blocked => State::Blocked,
+        LifecycleState::Merging => State::Merging,
+        LifecycleState::Completed => State::Completed,
+        LifecycleState::Abandoned => State::Abandoned,
+    }
+}
+
+impl StateCounts for CachedStates {
+    fn counts(&self) -> Vec<(State, u64)> {
+        let mut counts: std::collections::BTreeMap<State, u64> = Default::default();
+        for item in self.0.state() {
+            if let Some(s) = item.status.as_ref() {
+                *counts.entry(state_of(s.state)).or_default() += 1;
+            }
+        }
+        counts.into_iter().collect()
+    }
+}
+
+/// Runs the operator until the controllers stop.
+pub async fn run(namespace: Option<String>, admin_addr: SocketAddr) -> Result<(), OperatorError> {
+    let client = Client::try_default().await.map_err(OperatorError::Client)?;
+    let items: Api<BuildWorkItem> = match &namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    };
+    let (reader, writer) = reflector::store();
+    let registry = prometheus::Registry::new();
+    let _metrics = JobSiteMetrics::register(&registry, Arc::new(CachedStates(reader.clone())))?;
+    let readiness = Readiness::default();
+    let (bound, _server) = admin::serve(admin_addr, registry, readiness.clone()).await?;
+    tracing::info!(version = env!("CARGO_PKG_VERSION"), %bound, namespace = ?namespace, "protobot operator starting");
+    let reflect = watcher(items, watcher::Config::default())
+        .default_backoff()
+        .reflect(writer)
+        .for_each(|_| async {});
+    let ready = {
+        let reader = reader.clone();
+        let readiness = readiness.clone();
+        async move {
+            // Ready only once the caches synced.
+            if reader.wait_until_ready().await.is_ok() {
+                readiness.set_ready();
+                tracing::info!("caches synced; ready");
+            }
+        }
+    };
+    tokio::join!(reflect, ready, crate::changeset::run(client, namespace));
+    Ok(())
+}
