@@ -64,6 +64,16 @@ lint: ## rustfmt check and clippy with warnings denied
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
+HELM ?= $(shell command -v helm 2>/dev/null || echo .tools/helm)
+
+.PHONY: lint-helm
+lint-helm: ## helm lint --strict the chart and render it with every optional part enabled
+	@test -x "$(HELM)" || scripts/install-helm.sh .tools
+	$(HELM) lint --strict charts/protobot
+	$(HELM) template protobot charts/protobot --set metrics.serviceMonitor.enabled=true \
+	  --set metrics.prometheusRule.enabled=true --set grafana.dashboard.enabled=true > /dev/null
+	$(HELM) template protobot charts/protobot --set watchNamespace=team-a > /dev/null
+
 .PHONY: fmt
 fmt: ## format the code
 	$(CARGO) fmt --all
