@@ -485,6 +485,7 @@ async fn run(
         context: job_site,
         config: EngineConfig {
             max_cycles: 3,
+            start_tier: protobot_jobsite::escalation::Tier::T1,
             worker_a: sh(WORKER_A),
             worker_b: sh(WORKER_B),
             integration: sh(INTEGRATION),

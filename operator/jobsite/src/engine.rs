@@ -71,6 +71,8 @@ pub struct WorkerClass {
 pub struct EngineConfig {
     /// Most build cycles before raising a spec question.
     pub max_cycles: u32,
+    /// The WorkerClass's cheapest tier (escalation starts here).
+    pub start_tier: crate::escalation::Tier,
     /// Worker A (tests).
     pub worker_a: WorkerClass,
     /// Worker B (implementation).
@@ -100,6 +102,8 @@ pub struct CycleReport {
     pub redactions: usize,
     /// Files scanned in this cycle's Worker projections (none may leak).
     pub projection_files_scanned: usize,
+    /// The model tier the Workers ran at.
+    pub tier: crate::escalation::Tier,
 }
 
 /// The end of a build.
@@ -369,6 +373,8 @@ impl<S: WorkStore, E: Executor> Engine<S, E> {
         let mut cycles = Vec::new();
         let mut feedback: Vec<SanitizedFeedback> = Vec::new();
         let mut decision_text = "initial".to_string();
+        // Progressive escalation: genuine failures (a failed gate) move the tier up.
+        let mut escalation = crate::escalation::Escalation::new(self.config.start_tier);
         let mut passed = false;
         for cycle in 1..=self.config.max_cycles {
             self.stage(&format!(
@@ -392,6 +398,7 @@ impl<S: WorkStore, E: Executor> Engine<S, E> {
                     "work_item_id": id,
                     "cycle": cycle,
                     "retry_budget": self.config.max_cycles - cycle,
+                    "model_tier": escalation.current_tier(),
                     "requirement_ids": contract.applicable_requirement_ids,
                     "feedback": feedback.iter().filter(|f| f.recipient == side).collect::<Vec<_>>(),
                 })
@@ -564,8 +571,18 @@ impl<S: WorkStore, E: Executor> Engine<S, E> {
                 feedback: feedback.clone(),
                 redactions,
                 projection_files_scanned: scanned,
+                tier: escalation.current_tier(),
             });
             decision_text = label;
+            let tier = escalation.current_tier();
+            escalation.record(if decision == Decision::Pass {
+                crate::escalation::Outcome::Succeeded
+            } else {
+                crate::escalation::Outcome::FailedGate
+            });
+            if let Some(c) = cycles.last_mut() {
+                c.tier = tier;
+            }
             if decision == Decision::Pass {
                 passed = true;
                 break;

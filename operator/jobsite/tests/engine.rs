@@ -187,6 +187,7 @@ async fn a_work_item_is_built_through_a_triage_cycle_and_merged() {
         context: ctx,
         config: EngineConfig {
             max_cycles: 3,
+            start_tier: protobot_jobsite::escalation::Tier::T1,
             worker_a: sh(WORKER_A),
             worker_b: sh(WORKER_B),
             integration: sh(INTEGRATION),
