@@ -53,8 +53,8 @@ pub use error::{ApiError, Cause, TestkitError};
 pub use faults::{FaultRule, Faults, Verb, WatchCut};
 pub use http::HttpServer;
 pub use kubelet::{
-    ContainerExecutor, ContainerExit, ContainerLaunch, ExecFuture, ExecutorError, KillSignal,
-    Kubelet, Mount, ProcessExecutor,
+    BubblewrapContainerExecutor, ContainerExecutor, ContainerExit, ContainerLaunch, ExecFuture,
+    ExecutorError, KillSignal, Kubelet, Mount, ProcessExecutor,
 };
 pub use record::RecordedRequest;
 pub use resources::ResourceType;

@@ -20,6 +20,8 @@ use tokio::{
     task::JoinHandle,
 };
 
+mod bubblewrap;
+pub use bubblewrap::BubblewrapContainerExecutor;
 pub use executor::{
     ContainerExecutor, ContainerExit, ContainerLaunch, ExecFuture, ExecutorError, KillSignal,
     Mount, ProcessExecutor,
