@@ -12,6 +12,7 @@ mod operator;
 mod repo;
 mod rules;
 mod sandbox;
+mod status;
 
 /// protobot: the Job Site of ProtoBot as a Kubernetes operator.
 #[derive(Debug, Parser)]
@@ -25,6 +26,8 @@ struct Cli {
 enum Command {
     /// Run the controllers against the cluster (in-cluster config or KUBECONFIG).
     Operator(operator::OperatorArgs),
+    /// List the work items of a single-machine work store.
+    Status(status::StatusArgs),
     /// Run the whole Job Site on one machine on a bundled example project, then print the report.
     Demo(demo::DemoArgs),
     /// Generate the CustomResourceDefinitions of protobot.dev from the Rust types.
@@ -64,6 +67,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Demo(args) => demo::demo(args),
+        Command::Status(args) => status::status(args),
         Command::Operator(args) => operator::operator(args),
         Command::Crd { command } => {
             let stdout = std::io::stdout();

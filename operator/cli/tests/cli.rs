@@ -332,6 +332,29 @@ fn the_demo_builds_the_example_through_a_triage_cycle_and_merges_it() {
         )),
         "{log}"
     );
+    // `protobot status` reads the same store.
+    let store = dir.join("wms.sqlite");
+    let status = protobot(&[
+        "status",
+        "--store",
+        store.to_str().unwrap(),
+        "--project",
+        "cli-sync",
+    ]);
+    assert!(status.status.success(), "{status:?}");
+    let table = String::from_utf8(status.stdout).unwrap();
+    assert!(
+        table.lines().nth(1).unwrap().contains("completed"),
+        "{table}"
+    );
+    let missing = protobot(&[
+        "status",
+        "--store",
+        "/nonexistent/wms.sqlite",
+        "--project",
+        "cli-sync",
+    ]);
+    assert_eq!(missing.status.code(), Some(2));
     // A second run refuses to reuse a non-empty directory.
     let again = protobot(&["demo", "--dir", dir.to_str().unwrap()]);
     assert_eq!(again.status.code(), Some(2));
