@@ -574,15 +574,12 @@ impl<S: WorkStore, E: Executor> Engine<S, E> {
                 tier: escalation.current_tier(),
             });
             decision_text = label;
-            let tier = escalation.current_tier();
+            // The cycle report already carries the tier it ran at.
             escalation.record(if decision == Decision::Pass {
                 crate::escalation::Outcome::Succeeded
             } else {
                 crate::escalation::Outcome::FailedGate
             });
-            if let Some(c) = cycles.last_mut() {
-                c.tier = tier;
-            }
             if decision == Decision::Pass {
                 passed = true;
                 break;

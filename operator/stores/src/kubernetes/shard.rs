@@ -18,7 +18,7 @@
 //! store diffs the shards before and after a call and writes only what moved,
 //! the home work item last (its status write is the commit point).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use protobot_lifecycle::{
     ApprovalRecord, AuditEvent, IdempotencyEntry, Readiness, Reservation, Submission,
@@ -301,7 +301,6 @@ pub fn join(project_id: &str, shards: &BTreeMap<ShardId, Value>) -> Result<WmsSt
     let mut overrides: BTreeMap<String, String> = BTreeMap::new();
     let mut item_audit: Vec<AuditEvent> = Vec::new();
     let mut key_audit: Vec<AuditEvent> = Vec::new();
-    let mut claimed_keys: BTreeSet<String> = BTreeSet::new();
     for ((kind, id), v) in shards {
         match kind {
             Kind::Item => {
@@ -321,7 +320,6 @@ pub fn join(project_id: &str, shards: &BTreeMap<ShardId, Value>) -> Result<WmsSt
             }
             Kind::Key => {
                 let claim: KeyClaim = decode(*kind, id, v)?;
-                claimed_keys.insert(claim.key.clone());
                 if let Some(e) = claim.entry {
                     s.idempotency.entry(e.key.clone()).or_insert(e);
                 }
@@ -364,8 +362,7 @@ pub fn join(project_id: &str, shards: &BTreeMap<ShardId, Value>) -> Result<WmsSt
         }
     }
     // A key claimed but whose home item holds no entry yet (crash between the
-    // claim and the commit point) is simply unused: the retry evaluates afresh.
-    let _ = claimed_keys;
+    // claim and the commit point) contributes nothing: the retry evaluates afresh.
     s.audit = item_audit;
     s.audit.extend(key_audit);
     Ok(s)
