@@ -28,7 +28,8 @@ pub use evaluator::{
     evaluate_prepared, prepare,
 };
 pub use record::{
-    Dependency, Lease, MergeEnvelope, Readiness, Reconciliation, SourceContract, WorkItemRecord,
+    ATTEMPTS_KEPT, AttemptRecord, Dependency, Lease, MergeEnvelope, Readiness, Reconciliation,
+    SourceContract, WorkItemRecord,
 };
 pub use ruleset::{RULE_VERSION, Ruleset};
 pub use vocab::{Code, Command, Operation, Retry, Role, State};

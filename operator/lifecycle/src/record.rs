@@ -227,6 +227,34 @@ pub struct WorkItemRecord {
     /// Reconciliation evidence (trusted observation only).
     #[serde(default)]
     pub reconciliation: Option<Reconciliation>,
+    /// The Job Site's build attempts, oldest first (at most [`ATTEMPTS_KEPT`]): a
+    /// restarted Job Site replays them to resume at the right cycle and model tier.
+    /// Written only by a fenced trusted observation; never part of a command.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub attempts: Vec<AttemptRecord>,
+}
+
+/// How many attempts a work item keeps (the oldest are dropped first).
+pub const ATTEMPTS_KEPT: usize = 32;
+
+/// One finished build or inspection attempt of a work item.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AttemptRecord {
+    /// Cycle number, from 1; a later attempt with the same number replaces it.
+    pub cycle: u32,
+    /// Model tier the Workers ran at (`t1`..`t4`).
+    pub tier: String,
+    /// `passed`, `test`, `implementation`, `both`, `rejected-inspection` or `transient`.
+    pub outcome: String,
+    /// The candidate commit the attempt produced or inspected.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub candidate_commit: String,
+    /// Sanitized Worker feedback the next cycle starts from (already allowlisted).
+    #[serde(default, skip_serializing_if = "serde_json::Value::is_null")]
+    pub feedback: serde_json::Value,
+    /// When the attempt ended (trusted clock).
+    pub finished_at: Timestamp,
 }
 
 fn yes() -> bool {
@@ -256,6 +284,7 @@ impl WorkItemRecord {
             final_tests_passed: false,
             expected_merge: None,
             reconciliation: None,
+            attempts: Vec::new(),
         }
     }
 

@@ -22,7 +22,9 @@ use protobot_lifecycle::{
 };
 use serde_json::{Value, json};
 
-use crate::{AdapterConfig, ChangeSetRecord, Import, Observation, WorkStore, adapter::partition};
+use crate::{
+    AdapterConfig, ChangeSetRecord, Import, Observation, StoreError, WorkStore, adapter::partition,
+};
 
 pub const PROJECT: &str = "fixture-project";
 pub const POLICY: &str = "wms-policy/v1";
@@ -2647,6 +2649,76 @@ pub async fn inspection_is_observed_only_while_inspecting<S: WorkStore + 'static
     );
 }
 
+fn attempt(cycle: u32, outcome: &str) -> protobot_lifecycle::AttemptRecord {
+    protobot_lifecycle::AttemptRecord {
+        cycle,
+        tier: "t1".into(),
+        outcome: outcome.into(),
+        candidate_commit: String::new(),
+        feedback: Value::Null,
+        finished_at: eval_time(),
+    }
+}
+
+pub async fn attempts_are_fenced_idempotent_and_bounded<S: WorkStore + 'static>(h: Harness<S>) {
+    h.seed(leased(
+        item("wi-1", State::Building, 2),
+        "js",
+        "fence-1",
+        60,
+    ))
+    .await;
+    let observe = |token: &str, a: protobot_lifecycle::AttemptRecord| {
+        h.store.observe(
+            "wi-1",
+            Observation::Attempt {
+                fencing_token: token.into(),
+                attempt: a,
+            },
+        )
+    };
+    let stale = observe("fence-0", attempt(1, "test")).await;
+    assert!(
+        matches!(stale, Err(StoreError::ObservationRejected(_))),
+        "a stale fence cannot record an attempt: {stale:?}"
+    );
+    assert!(h.record("wi-1").await.attempts.is_empty());
+    observe("fence-1", attempt(1, "test")).await.unwrap();
+    observe("fence-1", attempt(1, "implementation"))
+        .await
+        .unwrap();
+    let rec = h.record("wi-1").await;
+    assert_eq!(
+        rec.attempts.len(),
+        1,
+        "a retried cycle replaces its attempt"
+    );
+    assert_eq!(rec.attempts[0].outcome, "implementation");
+    assert_eq!(
+        rec.contract_version, 2,
+        "observations never bump the version"
+    );
+    for cycle in 2..=40 {
+        observe("fence-1", attempt(cycle, "test")).await.unwrap();
+    }
+    let rec = h.record("wi-1").await;
+    assert_eq!(rec.attempts.len(), protobot_lifecycle::ATTEMPTS_KEPT);
+    assert_eq!(rec.attempts.first().map(|a| a.cycle), Some(9));
+    assert_eq!(rec.attempts.last().map(|a| a.cycle), Some(40));
+    h.seed(item("wi-2", State::ReadyForBuilding, 1)).await;
+    let unleased = h
+        .store
+        .observe(
+            "wi-2",
+            Observation::Attempt {
+                fencing_token: String::new(),
+                attempt: attempt(1, "test"),
+            },
+        )
+        .await;
+    assert!(unleased.is_err(), "an unleased item takes no attempts");
+}
+
 fn finding(id: &str, key: &str, body: Value) -> OperationEnvelope {
     OperationEnvelope {
         operation: "finding.create".into(),
@@ -2787,6 +2859,7 @@ macro_rules! workstore_conformance {
             sixteen_racing_claims_have_exactly_one_winner,
             old_fence_is_rejected_after_lease_recovery,
             inspection_is_observed_only_while_inspecting,
+            attempts_are_fenced_idempotent_and_bounded,
             findings_are_created_once_per_producer_key,
             malformed_payloads_are_invalid_requests,
         );

@@ -82,6 +82,15 @@ pub enum Observation {
         /// The submission.
         submission_id: String,
     },
+    /// A finished build attempt, fenced: accepted only from the holder of the live
+    /// lease (`fencing_token`) while the item is `building` or `inspecting`. Same-cycle
+    /// attempts replace each other, so a retried observation is idempotent.
+    Attempt {
+        /// The fence of the claim that ran the attempt.
+        fencing_token: String,
+        /// The attempt.
+        attempt: protobot_lifecycle::AttemptRecord,
+    },
 }
 
 /// A trusted import (see `import.rs`).

@@ -54,6 +54,29 @@ pub fn apply(txn: &mut dyn WmsTxn, id: &str, observation: Observation) -> Result
                     record.final_tests_passed = final_tests_passed;
                 }
                 Observation::Reconciliation(r) => record.reconciliation = Some(r),
+                Observation::Attempt {
+                    fencing_token,
+                    attempt,
+                } => {
+                    let fenced = record
+                        .lease
+                        .as_ref()
+                        .is_some_and(|l| l.fencing_token == fencing_token);
+                    if !fenced || !matches!(record.state, State::Building | State::Inspecting) {
+                        return Err(StoreError::ObservationRejected(format!(
+                            "a build attempt is recorded only by the holder of the live lease while building or inspecting (item is {}); the claim is stale",
+                            record.state
+                        )));
+                    }
+                    record.attempts.retain(|a| a.cycle != attempt.cycle);
+                    record.attempts.push(attempt);
+                    record.attempts.sort_by_key(|a| a.cycle);
+                    let excess = record
+                        .attempts
+                        .len()
+                        .saturating_sub(protobot_lifecycle::ATTEMPTS_KEPT);
+                    record.attempts.drain(..excess);
+                }
                 Observation::InspectorConfirmation { .. } => {}
             }
             txn.put_record(record);
