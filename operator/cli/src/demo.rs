@@ -418,6 +418,8 @@ async fn run(
             "raise-spec-question",
             "begin-merge",
             "record-merge",
+            "return-to-building",
+            "merge-conflict",
         ],
     );
     let claim_env = OperationEnvelope {
@@ -485,16 +487,19 @@ async fn run(
         context: job_site,
         config: EngineConfig {
             max_cycles: 3,
+            transient_retries: 3,
             start_tier: protobot_jobsite::escalation::Tier::T1,
             worker_a: sh(WORKER_A),
             worker_b: sh(WORKER_B),
             integration: sh(INTEGRATION),
+            producers: Vec::new(),
             limits: Limits::default(),
             scratch: root.join("scratch"),
             remote: "origin".into(),
             target_branch: "main".into(),
         },
         on_stage: Some(recorder),
+        faults: None,
     };
     let report: BuildReport = engine.build(&claim, &contract, &work).await?;
     let record = store.get(&contract.work_item_id).await?;

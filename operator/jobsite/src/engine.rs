@@ -1,33 +1,55 @@
 //! The Job Site engine: one claimed work item from its spec commit to a merge
-//! on the default branch.
+//! on the default branch, resumable from whatever the WMS and Git say.
 //!
-//! Per cycle: export the Worker A and Worker B projections of the work-item
-//! branch, run both Workers concurrently in sandboxes, collect each Worker's
-//! commits as a patch bundle and validate it against the role's ownership
-//! rules before anything touches the integration repository, merge accepted
-//! bundles into `wi/<id>-build`, run the integration runner on the candidate in
-//! a sandbox, and triage its results; Worker-facing feedback passes the
-//! sanitizer. When the gate passes: `tests-pass`, inspection (the finding
-//! ledger run seals), the attestation snapshot, `begin-merge` with the tested
-//! candidate, landing (merge commit, guarded push, verification) and
-//! `record-merge`. Every lifecycle command presents the claim's fence; a lost
-//! lease stops the work at the next effect boundary.
+//! [`Engine::build`] is re-entrant. It reads the item's state and persisted
+//! attempt history from the work store and continues from there, so a Job Site
+//! that crashed (or an item recovered from another Job Site) resumes at the
+//! right stage, cycle and model tier:
+//! - `building`: one cycle exports the Worker A and Worker B projections of the
+//!   work-item branch, runs both Workers concurrently in sandboxes, validates each
+//!   Worker's patch bundle against its role's ownership rules before anything
+//!   touches the integration repository, merges accepted bundles into
+//!   `wi/<id>-build`, runs the integration runner on the candidate in a sandbox
+//!   and triages the results; Worker feedback passes the sanitizer. Each cycle
+//!   ends with a fenced `Attempt` observation (outcome, tier, candidate,
+//!   sanitized feedback). A passing cycle sends `tests-pass`; too many genuine
+//!   failures raise a spec question; transient failures retry at the same tier.
+//! - `inspecting`: pre-merge revalidation (the current default branch is merged
+//!   into the work-item branch and the integration gate reruns when it moved),
+//!   an Inspection Run (every configured producer runs through the Executor; the
+//!   finding ledger seals or sends the candidate back with sanitized feedback),
+//!   the inspection evidence, the attestation snapshot and `begin-merge` with
+//!   the tested-candidate envelope.
+//! - `merging`: land only a candidate that contains the remote head (guarded
+//!   push, verification, idempotent by `Work-Item:` trailer) and `record-merge`;
+//!   a remote that moved sends the item back through `merge-conflict`.
+//!
+//! Every lifecycle command presents the claim's fence; a lost lease stops the
+//! work at the next effect boundary; the push is idempotent by trailer. Every effect boundary is named, traced and
+//! can be interrupted by a [`FaultHook`], which is how the crash-consistency
+//! tests stop the engine at each one.
 //!
 //! Output contract of the roles (inside the sandbox):
 //! - Workers commit in `/workspace` and copy it to `/out/worker` (the control
 //!   plane reads their commits from that copy, never from a shared path);
 //! - the integration runner writes `/out/results.json`:
 //!   `{"build_errors": [{owner, artifact, message}], "results": [{test_id,
-//!   requirement_ids, status, baseline}]}` (the triage input).
+//!   requirement_ids, status, baseline}]}` (the triage input);
+//! - Inspectors write `/out/findings.jsonl`, mutation campaigns
+//!   `/out/campaign.json` (see [`crate::inspection`]).
 
 use std::{
     collections::BTreeSet,
     path::{Path, PathBuf},
     sync::Arc,
+    time::Instant,
 };
 
 use git2::{Oid, Repository};
-use protobot_lifecycle::{AuthorizationContext, Command, MergeEnvelope, ResultEnvelope, State};
+use protobot_lifecycle::{
+    AttemptRecord, AuthorizationContext, Command, MergeEnvelope, ResultEnvelope, State,
+    WorkItemRecord,
+};
 use protobot_repo::{
     bundle::collect_bundle,
     catalog::ChangeScope,
@@ -35,10 +57,15 @@ use protobot_repo::{
     export::{ProjectionRecord, record_path_for},
     integrate::{
         CycleInfo, WorkItemRef, apply_bundle, ensure_work_item_branch, merge_into_work_item,
+        refresh_work_item,
     },
-    land::{AttestationFile, commit_attestation, land_work_item},
+    land::{
+        AttestationFile, LandError, commit_attestation, fetch_remote_branch, land_tested_work_item,
+    },
+    manifest::PathClass,
     role::Role,
     seams::projection_export,
+    trailers,
     validate::{Limits as BundleLimits, accept_bundle},
 };
 use protobot_stores::{Observation, WorkStore};
@@ -47,15 +74,21 @@ use serde_json::json;
 
 use crate::{
     contract::BuildContract,
+    escalation::{Escalation, Outcome, Tier},
     executor::{Executor, Limits, RunSpec, SandboxRole},
+    inspection::{ProducerKind, RoutedFinding, Verdict, carried_over, parse_report, record_run},
     lease::{Claim, Clock},
-    ledger::Ledger,
+    ledger::{Disposition, Ledger},
     sanitizer::{FeedbackOutcome, Origin, RawDiagnostic, RawFeedback, SanitizedFeedback, sanitize},
-    triage::{Decision, Side, Triage, TriageInput},
+    triage::{Assignment, Decision, Fault, Side, Triage, TriageInput},
 };
 
 /// A progress callback: called with a one-line description of each stage.
 pub type StageHook = Arc<dyn Fn(&str) + Send + Sync>;
+
+/// Fault injection: called at every named effect boundary; returning true stops
+/// the engine right there, as if its process died ([`EngineError::Interrupted`]).
+pub type FaultHook = Arc<dyn Fn(&str) -> bool + Send + Sync>;
 
 /// A harness: the command a role runs in its sandbox.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -66,22 +99,39 @@ pub struct WorkerClass {
     pub image: Option<String>,
 }
 
+/// A finding producer of the Inspection Run: an Inspector or a mutation campaign
+/// (a project-configured command), run through the Executor on the Inspector
+/// projection of the candidate.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Producer {
+    /// Producer principal (unique within a run; independence is checked by it).
+    pub name: String,
+    /// What it writes.
+    pub kind: ProducerKind,
+    /// Its harness.
+    pub class: WorkerClass,
+}
+
 /// Engine settings.
 #[derive(Clone, Debug)]
 pub struct EngineConfig {
-    /// Most build cycles before raising a spec question.
+    /// Most genuine build cycles before raising a spec question.
     pub max_cycles: u32,
+    /// Transient failures (executor errors) retried at the same tier, per build.
+    pub transient_retries: u32,
     /// The WorkerClass's cheapest tier (escalation starts here).
-    pub start_tier: crate::escalation::Tier,
+    pub start_tier: Tier,
     /// Worker A (tests).
     pub worker_a: WorkerClass,
     /// Worker B (implementation).
     pub worker_b: WorkerClass,
     /// The integration runner.
     pub integration: WorkerClass,
+    /// Inspection Run producers (none: the run seals on the gate alone).
+    pub producers: Vec<Producer>,
     /// Sandbox limits per run.
     pub limits: Limits,
-    /// Scratch directory for projections and outputs.
+    /// Scratch directory for projections, outputs and trace files.
     pub scratch: PathBuf,
     /// Remote to land on.
     pub remote: String,
@@ -89,12 +139,36 @@ pub struct EngineConfig {
     pub target_branch: String,
 }
 
+impl EngineConfig {
+    /// Settings with the defaults for everything but the harnesses and paths.
+    pub fn new(
+        worker_a: WorkerClass,
+        worker_b: WorkerClass,
+        integration: WorkerClass,
+        scratch: PathBuf,
+    ) -> EngineConfig {
+        EngineConfig {
+            max_cycles: 3,
+            transient_retries: 3,
+            start_tier: Tier::T1,
+            worker_a,
+            worker_b,
+            integration,
+            producers: Vec::new(),
+            limits: Limits::default(),
+            scratch,
+            remote: "origin".into(),
+            target_branch: "main".into(),
+        }
+    }
+}
+
 /// What happened in one cycle.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CycleReport {
     /// Cycle number.
     pub cycle: u32,
-    /// `pass`, `test`, `implementation` or `both`.
+    /// `pass`, `test`, `implementation`, `both`, `rejected-inspection` or `transient`.
     pub decision: String,
     /// Feedback each Worker received (already sanitized).
     pub feedback: Vec<SanitizedFeedback>,
@@ -103,22 +177,43 @@ pub struct CycleReport {
     /// Files scanned in this cycle's Worker projections (none may leak).
     pub projection_files_scanned: usize,
     /// The model tier the Workers ran at.
-    pub tier: crate::escalation::Tier,
+    pub tier: Tier,
 }
 
-/// The end of a build.
+/// One sealed or rejected Inspection Run.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InspectionReport {
+    /// Run id (bound to the candidate).
+    pub run_id: String,
+    /// Candidate inspected.
+    pub candidate: String,
+    /// Producers that completed.
+    pub producers: Vec<String>,
+    /// Findings recorded in the run.
+    pub findings: usize,
+    /// The verdict.
+    pub verdict: Verdict,
+}
+
+/// The end of a build (of this process's part of it, when resumed).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BuildReport {
     /// Work item.
     pub work_item_id: String,
     /// Final state.
     pub state: State,
-    /// Cycles.
+    /// Cycles run by this process.
     pub cycles: Vec<CycleReport>,
+    /// Inspection runs by this process.
+    pub inspections: Vec<InspectionReport>,
+    /// Times the default branch had moved and was merged in before landing.
+    pub revalidations: u32,
     /// The merge commit on the default branch, when completed.
     pub merge_commit: Option<String>,
-    /// Evidence: product-tree digest and the sealed run's high-watermark.
+    /// Evidence: the attested product-tree digest.
     pub product_tree_digest: Option<String>,
+    /// Why the item is blocked, when it is.
+    pub block_reason: Option<String>,
 }
 
 /// Why a build stopped abnormally (a rejected command is a lost claim).
@@ -167,6 +262,22 @@ pub enum EngineError {
         /// Why.
         reason: String,
     },
+    /// The work item is in a state this engine does not drive.
+    #[error(
+        "work item {work_item_id} is {state}; the Job Site drives only building, inspecting and merging items"
+    )]
+    NotDrivable {
+        /// Item.
+        work_item_id: String,
+        /// Its state.
+        state: State,
+    },
+    /// Fault injection stopped the engine at a boundary (tests only).
+    #[error("interrupted at effect boundary {boundary}")]
+    Interrupted {
+        /// The boundary.
+        boundary: String,
+    },
 }
 
 fn git_err(operation: &'static str) -> impl Fn(String) -> EngineError {
@@ -181,9 +292,40 @@ struct Results {
     results: Vec<crate::triage::TestResult>,
 }
 
+/// A structured trace event: one per stage decision, written as a JSON line to
+/// `<scratch>/traces/<work item>.jsonl` and emitted through `tracing`, so every
+/// agentic component can be evaluated from a recorded run.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TraceEvent {
+    /// When (trusted clock).
+    pub at: jiff::Timestamp,
+    /// Work item.
+    pub work_item_id: String,
+    /// Stage: `cycle`, `gate`, `inspection`, `revalidation`, `land`, `command`, …
+    pub stage: String,
+    /// Cycle, when the event belongs to one.
+    pub cycle: Option<u32>,
+    /// The inputs the decision was made from.
+    pub inputs: serde_json::Value,
+    /// The decision.
+    pub decision: serde_json::Value,
+    /// How long the stage took.
+    pub duration_ms: u64,
+}
+
+/// Reads the trace events recorded for `work_item_id` under `scratch`.
+pub fn read_trace(scratch: &Path, work_item_id: &str) -> Vec<TraceEvent> {
+    std::fs::read_to_string(scratch.join("traces").join(format!("{work_item_id}.jsonl")))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect()
+}
+
 /// Scans an exported projection and fails closed if it holds a path its role
 /// must never see (Worker A: implementation; Worker B: test source; both:
-/// anything unclassified, integration-only or attestation-only). The export
+/// anything unclassified, integration-only or attestation-only; the Inspector:
+/// anything unclassified or integration-only). The export
 /// already filters by role; this is the independent check the demo and every
 /// build run on what actually landed on disk. Returns the number of files scanned.
 pub fn scan_projection(dir: &Path, role: Role) -> Result<usize, EngineError> {
@@ -218,7 +360,11 @@ pub fn scan_projection(dir: &Path, role: Role) -> Result<usize, EngineError> {
                     | (Role::WorkerB, Some(PathClass::Implementation))
                     | (
                         Role::Inspector,
-                        Some(PathClass::Test | PathClass::Implementation)
+                        Some(
+                            PathClass::Test
+                                | PathClass::Implementation
+                                | PathClass::AttestationOnly
+                        )
                     )
             );
             if !allowed {
@@ -230,6 +376,70 @@ pub fn scan_projection(dir: &Path, role: Role) -> Result<usize, EngineError> {
         }
     }
     Ok(scanned)
+}
+
+/// Maps a persisted attempt outcome to its escalation class.
+fn outcome_of(label: &str) -> Outcome {
+    match label {
+        "passed" => Outcome::Succeeded,
+        "rejected-inspection" => Outcome::RejectedInspection,
+        "transient" => Outcome::ExecutorError,
+        _ => Outcome::FailedGate,
+    }
+}
+
+fn tier_label(tier: Tier) -> String {
+    serde_json::to_value(tier)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_string))
+        .unwrap_or_default()
+}
+
+fn tier_from(label: &str) -> Tier {
+    serde_json::from_value(json!(label)).unwrap_or(Tier::T1)
+}
+
+/// The escalation a restarted Job Site resumes with: the persisted attempts, replayed.
+pub fn escalation_from(start: Tier, attempts: &[AttemptRecord]) -> Escalation {
+    let mut escalation = Escalation::new(start);
+    escalation.history = attempts
+        .iter()
+        .map(|a| crate::escalation::Attempt {
+            tier: tier_from(&a.tier),
+            outcome: outcome_of(&a.outcome),
+        })
+        .collect();
+    escalation
+}
+
+fn label_of(decision: &Decision) -> String {
+    match decision {
+        Decision::Pass => "passed".into(),
+        Decision::Rework { fault, .. } => serde_json::to_value(fault)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_string))
+            .unwrap_or_default(),
+    }
+}
+
+/// What a gate (an integration run plus triage) decided.
+struct Gate {
+    decision: Decision,
+    feedback: Vec<SanitizedFeedback>,
+    redactions: usize,
+}
+
+/// Per-call progress, for the report.
+#[derive(Default)]
+struct Progress {
+    cycles: Vec<CycleReport>,
+    inspections: Vec<InspectionReport>,
+    revalidations: u32,
+    transient: u32,
+    ledger: Ledger,
+    prior_findings: Vec<String>,
+    digest: Option<String>,
+    merge_commit: Option<String>,
 }
 
 /// The engine.
@@ -248,6 +458,18 @@ pub struct Engine<S, E> {
     pub config: EngineConfig,
     /// Called at every stage (live progress display; tracing logs the same).
     pub on_stage: Option<StageHook>,
+    /// Fault injection at effect boundaries (tests).
+    pub faults: Option<FaultHook>,
+}
+
+struct Item<'a> {
+    id: &'a str,
+    contract: &'a BuildContract,
+    repo: &'a Repository,
+    repo_dir: &'a Path,
+    wi: WorkItemRef,
+    scope: ChangeScope,
+    approved: BTreeSet<String>,
 }
 
 impl<S: WorkStore, E: Executor> Engine<S, E> {
@@ -258,14 +480,82 @@ impl<S: WorkStore, E: Executor> Engine<S, E> {
         }
     }
 
+    /// A named effect boundary: traced, and where fault injection may stop the engine.
+    pub(crate) fn boundary(&self, id: &str, name: &str) -> Result<(), EngineError> {
+        tracing::debug!(work_item = id, boundary = name, "effect boundary");
+        if self.faults.as_ref().is_some_and(|f| f(name)) {
+            tracing::warn!(
+                work_item = id,
+                boundary = name,
+                "interrupted by fault injection"
+            );
+            return Err(EngineError::Interrupted {
+                boundary: name.to_string(),
+            });
+        }
+        Ok(())
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn trace(
+        &self,
+        id: &str,
+        stage: &str,
+        cycle: Option<u32>,
+        inputs: serde_json::Value,
+        decision: serde_json::Value,
+        started: Instant,
+    ) {
+        let event = TraceEvent {
+            at: self.clock.now(),
+            work_item_id: id.to_string(),
+            stage: stage.to_string(),
+            cycle,
+            inputs,
+            decision,
+            duration_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+        };
+        tracing::info!(
+            target: "protobot::trace",
+            work_item = id,
+            stage,
+            cycle,
+            duration_ms = event.duration_ms,
+            decision = %event.decision,
+            "trace"
+        );
+        let dir = self.config.scratch.join("traces");
+        let line = serde_json::to_string(&event).unwrap_or_default();
+        let written = std::fs::create_dir_all(&dir).and_then(|()| {
+            use std::io::Write;
+            let mut f = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(dir.join(format!("{id}.jsonl")))?;
+            writeln!(f, "{line}")
+        });
+        if let Err(e) = written {
+            tracing::warn!(work_item = id, error = %e, "could not write the trace file");
+        }
+    }
+
     async fn command(
         &self,
         claim: &Claim,
         command: Command,
-        key: &str,
         payload: serde_json::Value,
     ) -> Result<ResultEnvelope, EngineError> {
-        let mut env = claim.command(command, key)?;
+        let _exclusive = claim.exclusive().await;
+        let held = claim.check()?;
+        // Keys are derived from the version the command moves from: a retry after a
+        // lost response replays, a later command at a new version is a new key.
+        let key = format!(
+            "{}:{}:v{}",
+            held.work_item_id,
+            command.as_str(),
+            held.contract_version
+        );
+        let mut env = claim.command(command, &key)?;
         // The in-process Gate grants the Job Site exactly the refs of the
         // candidate it produced and presents (target, run, heads, merge).
         let mut context = self.context.clone();
@@ -287,10 +577,19 @@ impl<S: WorkStore, E: Executor> Engine<S, E> {
             }
         }
         env.payload = Some(payload);
+        let started = Instant::now();
         let result = self
             .store
             .execute(Some(&context), &env, self.clock.now())
             .await?;
+        self.trace(
+            &env.work_item_id,
+            "command",
+            None,
+            json!({"command": command.as_str(), "expected_version": held.contract_version}),
+            json!({"ok": result.ok, "code": result.code().map(|c| c.as_str().to_string())}),
+            started,
+        );
         if !result.ok {
             claim.mark_lost();
             return Err(EngineError::Rejected {
@@ -303,6 +602,7 @@ impl<S: WorkStore, E: Executor> Engine<S, E> {
             });
         }
         claim.record(&result);
+        self.boundary(&env.work_item_id, &format!("after:{}", command.as_str()))?;
         Ok(result)
     }
 
@@ -334,328 +634,901 @@ impl<S: WorkStore, E: Executor> Engine<S, E> {
         Ok(self.executor.run(spec, claim.lost_signal()).await?)
     }
 
-    /// Builds a claimed item from its contract in the integration repository `repo_dir`.
+    async fn record_attempt(
+        &self,
+        claim: &Claim,
+        item: &Item<'_>,
+        attempt: AttemptRecord,
+    ) -> Result<(), EngineError> {
+        let held = claim.check()?;
+        let cycle = attempt.cycle;
+        self.store
+            .observe(
+                item.id,
+                Observation::Attempt {
+                    fencing_token: held.fencing_token,
+                    attempt,
+                },
+            )
+            .await
+            .map_err(|e| {
+                claim.mark_lost();
+                EngineError::Store(e)
+            })?;
+        self.boundary(item.id, &format!("after:attempt-{cycle}"))
+    }
+
+    fn head(&self, item: &Item<'_>) -> Result<Oid, EngineError> {
+        item.repo
+            .refname_to_id(&item.wi.branch_ref())
+            .map_err(|e| git_err("read the work-item head")(e.to_string()))
+    }
+
+    fn digest(&self, item: &Item<'_>, commit: Oid) -> Result<String, EngineError> {
+        product_tree_digest(item.repo, commit)
+            .map_err(|e| git_err("compute the product tree digest")(e.to_string()))
+    }
+
+    /// Builds (or resumes) a claimed item from its contract in the integration
+    /// repository `repo_dir`, until it is completed or blocked.
     pub async fn build(
         &self,
         claim: &Claim,
         contract: &BuildContract,
         repo_dir: &Path,
     ) -> Result<BuildReport, EngineError> {
-        let id = contract.work_item_id.clone();
+        let id = contract.work_item_id.as_str();
         let repo = Repository::open(repo_dir).map_err(|e| EngineError::Git {
             operation: "open the integration repository",
             reason: e.to_string(),
         })?;
         let wi = WorkItemRef {
-            id: id.clone(),
+            id: id.to_string(),
             slug: "build".into(),
         };
         let source = Oid::from_str(&contract.spec_commit)
             .map_err(|e| git_err("parse the spec commit")(e.to_string()))?;
         ensure_work_item_branch(&repo, &wi, source)
             .map_err(|e| git_err("create the work-item branch")(e.to_string()))?;
-        let approved: BTreeSet<String> = contract
-            .applicable_requirement_ids
-            .iter()
-            .cloned()
-            .collect();
         // Added requirements have no prior tests to quarantine; only revisions do.
         let revised = if contract.change_type == "changes" {
             contract.changed_requirement_ids.iter().cloned().collect()
         } else {
             BTreeSet::new()
         };
-        let scope = ChangeScope {
-            revised,
-            retired: contract.retired_requirement_ids.iter().cloned().collect(),
-            ..ChangeScope::default()
+        let item = Item {
+            id,
+            contract,
+            repo: &repo,
+            repo_dir,
+            wi,
+            scope: ChangeScope {
+                revised,
+                retired: contract.retired_requirement_ids.iter().cloned().collect(),
+                ..ChangeScope::default()
+            },
+            approved: contract
+                .applicable_requirement_ids
+                .iter()
+                .cloned()
+                .collect(),
         };
-        let mut cycles = Vec::new();
-        let mut feedback: Vec<SanitizedFeedback> = Vec::new();
-        let mut decision_text = "initial".to_string();
-        // Progressive escalation: genuine failures (a failed gate) move the tier up.
-        let mut escalation = crate::escalation::Escalation::new(self.config.start_tier);
-        let mut passed = false;
-        for cycle in 1..=self.config.max_cycles {
-            self.stage(&format!(
-                "building: cycle {cycle}: exporting projections, running Worker A and Worker B in sandboxes"
-            ));
-            let head = repo
-                .refname_to_id(&wi.branch_ref())
-                .map_err(|e| git_err("read the work-item head")(e.to_string()))?
-                .to_string();
-            let dir = self.config.scratch.join(format!("{id}-c{cycle}"));
-            let (pa, pb) = (dir.join("projection-a"), dir.join("projection-b"));
-            projection_export(repo_dir, &head, Role::WorkerA, &pa, scope.clone())
-                .map_err(|e| git_err("export the Worker A projection")(e.to_string()))?;
-            projection_export(repo_dir, &head, Role::WorkerB, &pb, scope.clone())
-                .map_err(|e| git_err("export the Worker B projection")(e.to_string()))?;
-            let scanned =
-                scan_projection(&pa, Role::WorkerA)? + scan_projection(&pb, Role::WorkerB)?;
-            let task = |side: Side| {
-                json!({
-                    "role": side,
-                    "work_item_id": id,
-                    "cycle": cycle,
-                    "retry_budget": self.config.max_cycles - cycle,
-                    "model_tier": escalation.current_tier(),
-                    "requirement_ids": contract.applicable_requirement_ids,
-                    "feedback": feedback.iter().filter(|f| f.recipient == side).collect::<Vec<_>>(),
-                })
-            };
-            let (out_a, out_b) = tokio::join!(
-                self.run_role(
-                    claim,
-                    SandboxRole::WorkerA,
-                    &self.config.worker_a,
-                    &pa,
-                    task(Side::Tests),
-                    format!("{id}-c{cycle}-a")
-                ),
-                self.run_role(
-                    claim,
-                    SandboxRole::WorkerB,
-                    &self.config.worker_b,
-                    &pb,
-                    task(Side::Implementation),
-                    format!("{id}-c{cycle}-b")
-                ),
-            );
-            let mut rejected: Vec<RawDiagnostic> = Vec::new();
-            let mut raw_for: Vec<(Side, Vec<RawDiagnostic>)> = Vec::new();
-            for (side, role, proj, out) in [
-                (Side::Tests, Role::WorkerA, &pa, out_a?),
-                (Side::Implementation, Role::WorkerB, &pb, out_b?),
-            ] {
-                let record = ProjectionRecord::read(&record_path_for(proj))
-                    .map_err(|e| git_err("read the projection record")(e.to_string()))?;
-                let worker_repo = out.out_dir.join("worker");
-                let bundle = collect_bundle(&worker_repo, &record, &BundleLimits::default())
-                    .map_err(|e| EngineError::Output {
-                        role: role.as_str(),
-                        reason: e.to_string(),
-                    })?;
-                if bundle.commits.is_empty() {
-                    // The Worker changed nothing this cycle.
-                    continue;
-                }
-                match accept_bundle(bundle, &record, &BundleLimits::default()) {
-                    Ok(accepted) => {
-                        let info = CycleInfo {
-                            cycle,
-                            triage_decision: decision_text.clone(),
-                            when: self.now_secs(),
-                        };
-                        claim.check()?;
-                        let applied = apply_bundle(&repo, &accepted, &wi, &info)
-                            .map_err(|e| git_err("apply a patch bundle")(e.to_string()))?;
-                        merge_into_work_item(&repo, &wi, &applied, &accepted, &info).map_err(
-                            |e| git_err("merge into the work-item branch")(e.to_string()),
-                        )?;
-                    }
-                    Err(report) => {
-                        let diags = report
-                            .violations
-                            .iter()
-                            .map(|v| RawDiagnostic {
-                                artifact: v.path.clone().unwrap_or_default(),
-                                origin: Origin::Build,
-                                message: serde_json::to_value(v.code)
-                                    .ok()
-                                    .and_then(|c| c.as_str().map(str::to_string))
-                                    .unwrap_or_default(),
-                            })
-                            .collect::<Vec<_>>();
-                        rejected.extend(diags.clone());
-                        raw_for.push((side, diags));
-                    }
-                }
+        let mut progress = Progress::default();
+        loop {
+            let held = claim.check()?;
+            let record =
+                self.store.get(id).await?.ok_or_else(|| {
+                    protobot_stores::StoreError::NotFound(format!("work item {id}"))
+                })?;
+            if record.contract_version != held.contract_version || record.state != held.state {
+                // Someone else moved the item: the claim is stale.
+                claim.mark_lost();
+                return Err(EngineError::Rejected {
+                    work_item_id: id.into(),
+                    command: "resume".into(),
+                    code: "STALE_CONTRACT_VERSION".into(),
+                });
             }
-            // Integration: build and test the candidate in a sandbox.
-            self.stage(&format!(
-                "building: cycle {cycle}: integration run on the candidate"
-            ));
-            let candidate = repo
-                .refname_to_id(&wi.branch_ref())
-                .map_err(|e| git_err("read the candidate")(e.to_string()))?
-                .to_string();
-            let pi = dir.join("integration");
-            projection_export(repo_dir, &candidate, Role::Inspector, &pi, scope.clone())
-                .map_err(|e| git_err("export the integration tree")(e.to_string()))?;
-            let out = self
-                .run_role(
-                    claim,
-                    SandboxRole::IntegrationRunner,
-                    &self.config.integration,
-                    &pi,
-                    json!({"role": "integration-runner", "cycle": cycle}),
-                    format!("{id}-c{cycle}-int"),
-                )
-                .await?;
-            let results: Results = match std::fs::read(out.out_dir.join("results.json")) {
-                Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| EngineError::Output {
-                    role: "integration-runner",
-                    reason: e.to_string(),
-                })?,
-                Err(e) => {
-                    return Err(EngineError::Output {
-                        role: "integration-runner",
-                        reason: format!("no results.json ({e}); termination {:?}", out.termination),
+            match record.state {
+                State::Building => self.building(claim, &item, &record, &mut progress).await?,
+                State::Inspecting => {
+                    self.inspecting(claim, &item, &record, &mut progress)
+                        .await?
+                }
+                State::Merging => self.merging(claim, &item, &record, &mut progress).await?,
+                State::Completed | State::Blocked => {
+                    return Ok(BuildReport {
+                        work_item_id: id.into(),
+                        state: record.state,
+                        cycles: progress.cycles,
+                        inspections: progress.inspections,
+                        revalidations: progress.revalidations,
+                        merge_commit: progress.merge_commit.or_else(|| {
+                            record
+                                .expected_merge
+                                .as_ref()
+                                .map(|m| m.merge_commit.clone())
+                                .filter(|m| !m.is_empty())
+                        }),
+                        product_tree_digest: progress.digest.or_else(|| {
+                            record
+                                .expected_merge
+                                .as_ref()
+                                .map(|m| m.product_tree_digest.clone())
+                                .filter(|d| !d.is_empty())
+                        }),
+                        block_reason: Some(record.block_reason.clone()).filter(|r| !r.is_empty()),
                     });
                 }
-            };
-            let input = TriageInput {
-                build_errors: results.build_errors,
-                results: results.results,
-            };
-            let decision = if rejected.is_empty() {
-                self.triage.decide(&input)
-            } else {
-                // A rejected bundle is rework for its author, whatever the tests say.
-                Decision::Rework {
-                    fault: if raw_for.len() == 2 {
-                        crate::triage::Fault::Both
-                    } else if raw_for[0].0 == Side::Tests {
-                        crate::triage::Fault::Test
-                    } else {
-                        crate::triage::Fault::Implementation
-                    },
-                    assignments: raw_for
-                        .iter()
-                        .map(|(s, _)| crate::triage::Assignment {
-                            side: *s,
-                            requirement_ids: approved.clone(),
-                            reason: "your patch touched paths your role does not own".into(),
-                        })
-                        .collect(),
-                }
-            };
-            feedback.clear();
-            let mut redactions = 0;
-            let label = match &decision {
-                Decision::Pass => "pass".to_string(),
-                Decision::Rework { fault, .. } => serde_json::to_value(fault)
-                    .ok()
-                    .and_then(|v| v.as_str().map(str::to_string))
-                    .unwrap_or_default(),
-            };
-            if let Decision::Rework { fault, assignments } = &decision {
-                for a in assignments {
-                    let diagnostics = raw_for
-                        .iter()
-                        .find(|(s, _)| *s == a.side)
-                        .map(|(_, d)| d.clone())
-                        .unwrap_or_default();
-                    let raw = RawFeedback {
-                        recipient: a.side,
-                        outcome: FeedbackOutcome::Fail,
-                        fault: Some(*fault),
-                        retry_budget: self.config.max_cycles - cycle,
-                        requirement_ids: a.requirement_ids.iter().cloned().collect(),
-                        reason: a.reason.clone(),
-                        diagnostics,
-                    };
-                    let owned = |path: &str| match a.side {
-                        Side::Tests => path.starts_with("tests/"),
-                        Side::Implementation => !path.starts_with("tests/"),
-                    };
-                    let record = sanitize(&raw, &approved, &owned);
-                    redactions += record.redactions.len();
-                    feedback.push(record.sanitized);
+                other => {
+                    return Err(EngineError::NotDrivable {
+                        work_item_id: id.into(),
+                        state: other,
+                    });
                 }
             }
-            self.stage(&format!("building: cycle {cycle}: triage → {label} ({redactions} redactions in Worker feedback)"));
-            cycles.push(CycleReport {
-                cycle,
-                decision: label.clone(),
-                feedback: feedback.clone(),
-                redactions,
-                projection_files_scanned: scanned,
-                tier: escalation.current_tier(),
-            });
-            decision_text = label;
-            // The cycle report already carries the tier it ran at.
-            escalation.record(if decision == Decision::Pass {
-                crate::escalation::Outcome::Succeeded
-            } else {
-                crate::escalation::Outcome::FailedGate
-            });
-            if decision == Decision::Pass {
-                passed = true;
-                break;
-            }
-            crate::lease::renew_once(
-                self.store.as_ref(),
-                &self.context,
-                claim,
-                self.clock.as_ref(),
-            )
-            .await?;
         }
-        if !passed {
-            let question = format!(
-                "no passing candidate after {} cycles; the requirements may be contradictory or underspecified",
-                self.config.max_cycles
-            );
-            self.command(
-                claim,
-                Command::RaiseSpecQuestion,
-                &format!("{id}:question"),
-                json!({"question": question}),
-            )
-            .await?;
-            return Ok(BuildReport {
-                work_item_id: id,
-                state: State::Blocked,
-                cycles,
-                merge_commit: None,
-                product_tree_digest: None,
-            });
-        }
+    }
+
+    async fn raise_question(&self, claim: &Claim, question: String) -> Result<(), EngineError> {
+        self.stage(&format!("blocked: {question}"));
         self.command(
             claim,
-            Command::TestsPass,
-            &format!("{id}:tests-pass:{}", cycles.len()),
-            json!({"build_tests_passed": true}),
+            Command::RaiseSpecQuestion,
+            json!({"question": question}),
         )
         .await?;
+        Ok(())
+    }
 
-        self.stage("inspecting: sealing the inspection run");
-        // Inspection: the run seals only when its producers finished and every finding is terminal.
-        let candidate = repo
-            .refname_to_id(&wi.branch_ref())
-            .map_err(|e| git_err("read the candidate")(e.to_string()))?;
-        let run_id = format!("{id}-run-1");
-        let mut ledger = Ledger::default();
-        ledger.start_run(&run_id, &candidate.to_string(), &[], &[]);
-        let watermark = ledger.seal(&run_id).map_err(|e| EngineError::Output {
-            role: "inspection",
-            reason: e.to_string(),
-        })?;
-        self.store
-            .observe(
-                &id,
-                Observation::Inspection {
-                    inspection_run_sealed: true,
-                    findings_terminal: true,
-                    final_tests_passed: true,
-                },
+    async fn building(
+        &self,
+        claim: &Claim,
+        item: &Item<'_>,
+        record: &WorkItemRecord,
+        progress: &mut Progress,
+    ) -> Result<(), EngineError> {
+        let attempts = &record.attempts;
+        let head = self.head(item)?;
+        // Resume: the last cycle passed and the product is unchanged since (a crash
+        // before tests-pass, or a landing race that sent the item back).
+        if let Some(last) = attempts.last().filter(|a| a.outcome == "passed")
+            && let Ok(candidate) = Oid::from_str(&last.candidate_commit)
+            && self.digest(item, candidate).ok() == Some(self.digest(item, head)?)
+        {
+            self.stage(&format!(
+                "building: cycle {} already passed on this candidate; resuming at tests-pass",
+                last.cycle
+            ));
+            self.command(
+                claim,
+                Command::TestsPass,
+                json!({"build_tests_passed": true}),
             )
             .await?;
-        let digest = product_tree_digest(&repo, candidate)
-            .map_err(|e| git_err("compute the product tree digest")(e.to_string()))?;
-        // Attestation snapshot, then the tested-candidate envelope bound to the merge version.
-        let files = vec![
-            AttestationFile { path: format!(".protobot/attestations/{id}/findings.jsonl"), content: ledger.snapshot_jsonl(&run_id).into_bytes() },
-            AttestationFile { path: format!(".protobot/attestations/{id}/report.md"), content: format!("# Inspection report for {id}\n\nRun `{run_id}` sealed at ledger sequence {watermark} with no open findings.\nProduct tree digest: `{digest}`.\n").into_bytes() },
-        ];
-        let attested = commit_attestation(&repo, &wi, &files, &digest, self.now_secs())
-            .map_err(|e| git_err("commit the attestation snapshot")(e.to_string()))?;
+            return Ok(());
+        }
+        let genuine = attempts
+            .iter()
+            .filter(|a| outcome_of(&a.outcome).is_genuine_failure())
+            .count();
+        if genuine >= self.config.max_cycles as usize {
+            return self
+                .raise_question(
+                    claim,
+                    format!(
+                        "no passing candidate after {genuine} cycles; the requirements may be contradictory or underspecified"
+                    ),
+                )
+                .await;
+        }
+        let escalation = escalation_from(self.config.start_tier, attempts);
+        let cycle = match attempts.last() {
+            Some(a) if a.outcome == "transient" => a.cycle,
+            Some(a) => a.cycle + 1,
+            None => 1,
+        };
+        let feedback: Vec<SanitizedFeedback> = attempts
+            .iter()
+            .rev()
+            .find(|a| a.outcome != "transient")
+            .and_then(|a| serde_json::from_value(a.feedback.clone()).ok())
+            .unwrap_or_default();
+        let tier = escalation.current_tier();
+        let started = Instant::now();
+        match self
+            .cycle(claim, item, cycle, tier, genuine as u32, &feedback)
+            .await
+        {
+            Ok((gate, scanned)) => {
+                let label = label_of(&gate.decision);
+                self.trace(
+                    item.id,
+                    "cycle",
+                    Some(cycle),
+                    json!({"tier": tier, "feedback_in": feedback.len()}),
+                    json!({"decision": label, "redactions": gate.redactions}),
+                    started,
+                );
+                progress.cycles.push(CycleReport {
+                    cycle,
+                    decision: if label == "passed" {
+                        "pass".into()
+                    } else {
+                        label.clone()
+                    },
+                    feedback: gate.feedback.clone(),
+                    redactions: gate.redactions,
+                    projection_files_scanned: scanned,
+                    tier,
+                });
+                let candidate = self.head(item)?.to_string();
+                self.record_attempt(
+                    claim,
+                    item,
+                    AttemptRecord {
+                        cycle,
+                        tier: tier_label(tier),
+                        outcome: label.clone(),
+                        candidate_commit: candidate,
+                        feedback: serde_json::to_value(&gate.feedback).unwrap_or_default(),
+                        finished_at: self.clock.now(),
+                    },
+                )
+                .await?;
+                if gate.decision == Decision::Pass {
+                    self.command(
+                        claim,
+                        Command::TestsPass,
+                        json!({"build_tests_passed": true}),
+                    )
+                    .await?;
+                } else {
+                    let _exclusive = claim.exclusive().await;
+                    crate::lease::renew_once(
+                        self.store.as_ref(),
+                        &self.context,
+                        claim,
+                        self.clock.as_ref(),
+                    )
+                    .await?;
+                }
+                Ok(())
+            }
+            Err(EngineError::Executor(e)) => {
+                // Transient: retried at the same tier, never escalated.
+                progress.transient += 1;
+                tracing::warn!(work_item = item.id, cycle, error = %e, "transient executor failure");
+                self.trace(
+                    item.id,
+                    "cycle",
+                    Some(cycle),
+                    json!({"tier": tier}),
+                    json!({"decision": "transient", "error": e.to_string()}),
+                    started,
+                );
+                progress.cycles.push(CycleReport {
+                    cycle,
+                    decision: "transient".into(),
+                    feedback: feedback.clone(),
+                    redactions: 0,
+                    projection_files_scanned: 0,
+                    tier,
+                });
+                self.record_attempt(
+                    claim,
+                    item,
+                    AttemptRecord {
+                        cycle,
+                        tier: tier_label(tier),
+                        outcome: "transient".into(),
+                        candidate_commit: String::new(),
+                        feedback: serde_json::to_value(&feedback).unwrap_or_default(),
+                        finished_at: self.clock.now(),
+                    },
+                )
+                .await?;
+                if progress.transient > self.config.transient_retries {
+                    return Err(EngineError::Executor(e));
+                }
+                Ok(())
+            }
+            Err(other) => Err(other),
+        }
+    }
+
+    /// One build cycle: Workers, bundles, integration gate.
+    async fn cycle(
+        &self,
+        claim: &Claim,
+        item: &Item<'_>,
+        cycle: u32,
+        tier: Tier,
+        genuine_so_far: u32,
+        feedback: &[SanitizedFeedback],
+    ) -> Result<(Gate, usize), EngineError> {
+        let id = item.id;
+        self.stage(&format!(
+            "building: cycle {cycle} (tier {}): exporting projections, running Worker A and Worker B in sandboxes",
+            tier_label(tier)
+        ));
+        let head = self.head(item)?.to_string();
+        let dir = self.config.scratch.join(format!("{id}-c{cycle}"));
+        // A rerun of this cycle (after a crash) starts from clean projections.
+        let _ = std::fs::remove_dir_all(&dir);
+        let (pa, pb) = (dir.join("projection-a"), dir.join("projection-b"));
+        projection_export(item.repo_dir, &head, Role::WorkerA, &pa, item.scope.clone())
+            .map_err(|e| git_err("export the Worker A projection")(e.to_string()))?;
+        projection_export(item.repo_dir, &head, Role::WorkerB, &pb, item.scope.clone())
+            .map_err(|e| git_err("export the Worker B projection")(e.to_string()))?;
+        let scanned = scan_projection(&pa, Role::WorkerA)? + scan_projection(&pb, Role::WorkerB)?;
+        let budget = self.config.max_cycles.saturating_sub(genuine_so_far + 1);
+        let task = |side: Side| {
+            json!({
+                "role": side,
+                "work_item_id": id,
+                "cycle": cycle,
+                "retry_budget": budget,
+                "model_tier": tier,
+                "requirement_ids": item.contract.applicable_requirement_ids,
+                "feedback": feedback.iter().filter(|f| f.recipient == side).collect::<Vec<_>>(),
+            })
+        };
+        let (out_a, out_b) = tokio::join!(
+            self.run_role(
+                claim,
+                SandboxRole::WorkerA,
+                &self.config.worker_a,
+                &pa,
+                task(Side::Tests),
+                format!("{id}-c{cycle}-a")
+            ),
+            self.run_role(
+                claim,
+                SandboxRole::WorkerB,
+                &self.config.worker_b,
+                &pb,
+                task(Side::Implementation),
+                format!("{id}-c{cycle}-b")
+            ),
+        );
+        let (out_a, out_b) = (out_a?, out_b?);
+        let mut raw_for: Vec<(Side, Vec<RawDiagnostic>)> = Vec::new();
+        let decision_text = if cycle == 1 { "initial" } else { "rework" };
+        for (side, role, proj, out) in [
+            (Side::Tests, Role::WorkerA, &pa, out_a),
+            (Side::Implementation, Role::WorkerB, &pb, out_b),
+        ] {
+            let record = ProjectionRecord::read(&record_path_for(proj))
+                .map_err(|e| git_err("read the projection record")(e.to_string()))?;
+            let worker_repo = out.out_dir.join("worker");
+            let bundle =
+                collect_bundle(&worker_repo, &record, &BundleLimits::default()).map_err(|e| {
+                    EngineError::Output {
+                        role: role.as_str(),
+                        reason: e.to_string(),
+                    }
+                })?;
+            if bundle.commits.is_empty() {
+                // The Worker changed nothing this cycle.
+                continue;
+            }
+            match accept_bundle(bundle, &record, &BundleLimits::default()) {
+                Ok(accepted) => {
+                    let info = CycleInfo {
+                        cycle,
+                        triage_decision: decision_text.into(),
+                        when: self.now_secs(),
+                    };
+                    claim.check()?;
+                    let applied = apply_bundle(item.repo, &accepted, &item.wi, &info)
+                        .map_err(|e| git_err("apply a patch bundle")(e.to_string()))?;
+                    merge_into_work_item(item.repo, &item.wi, &applied, &accepted, &info)
+                        .map_err(|e| git_err("merge into the work-item branch")(e.to_string()))?;
+                    self.boundary(id, &format!("after:import-{}-{cycle}", role.as_str()))?;
+                }
+                Err(report) => {
+                    let diags = report
+                        .violations
+                        .iter()
+                        .map(|v| RawDiagnostic {
+                            artifact: v.path.clone().unwrap_or_default(),
+                            origin: Origin::Build,
+                            message: serde_json::to_value(v.code)
+                                .ok()
+                                .and_then(|c| c.as_str().map(str::to_string))
+                                .unwrap_or_default(),
+                        })
+                        .collect::<Vec<_>>();
+                    raw_for.push((side, diags));
+                }
+            }
+        }
+        let gate = self.gate(claim, item, cycle, &dir, budget, raw_for).await?;
+        Ok((gate, scanned))
+    }
+
+    /// The integration gate on the current work-item head: build and test it in a
+    /// sandbox, triage, and build each Worker's sanitized feedback.
+    async fn gate(
+        &self,
+        claim: &Claim,
+        item: &Item<'_>,
+        cycle: u32,
+        dir: &Path,
+        budget: u32,
+        rejected: Vec<(Side, Vec<RawDiagnostic>)>,
+    ) -> Result<Gate, EngineError> {
+        let id = item.id;
+        self.stage(&format!(
+            "building: cycle {cycle}: integration run on the candidate"
+        ));
+        let started = Instant::now();
+        let candidate = self.head(item)?.to_string();
+        let pi = dir.join("integration");
+        let _ = std::fs::remove_dir_all(&pi);
+        projection_export(
+            item.repo_dir,
+            &candidate,
+            Role::Inspector,
+            &pi,
+            item.scope.clone(),
+        )
+        .map_err(|e| git_err("export the integration tree")(e.to_string()))?;
+        let manifest = ProjectionRecord::read(&record_path_for(&pi))
+            .map_err(|e| git_err("read the projection record")(e.to_string()))?
+            .manifest;
+        let out = self
+            .run_role(
+                claim,
+                SandboxRole::IntegrationRunner,
+                &self.config.integration,
+                &pi,
+                json!({"role": "integration-runner", "cycle": cycle}),
+                format!(
+                    "{id}-c{cycle}-int-{}",
+                    &candidate[..12.min(candidate.len())]
+                ),
+            )
+            .await?;
+        let results: Results = match std::fs::read(out.out_dir.join("results.json")) {
+            Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| EngineError::Output {
+                role: "integration-runner",
+                reason: e.to_string(),
+            })?,
+            Err(e) => {
+                return Err(EngineError::Output {
+                    role: "integration-runner",
+                    reason: format!("no results.json ({e}); termination {:?}", out.termination),
+                });
+            }
+        };
+        let input = TriageInput {
+            build_errors: results.build_errors,
+            results: results.results,
+        };
+        let decision = if rejected.is_empty() {
+            self.triage.decide(&input)
+        } else {
+            // A rejected bundle is rework for its author, whatever the tests say.
+            Decision::Rework {
+                fault: if rejected.len() == 2 {
+                    Fault::Both
+                } else if rejected[0].0 == Side::Tests {
+                    Fault::Test
+                } else {
+                    Fault::Implementation
+                },
+                assignments: rejected
+                    .iter()
+                    .map(|(s, _)| Assignment {
+                        side: *s,
+                        requirement_ids: item.approved.clone(),
+                        reason: "your patch touched paths your role does not own".into(),
+                    })
+                    .collect(),
+            }
+        };
+        let mut feedback = Vec::new();
+        let mut redactions = 0;
+        if let Decision::Rework { fault, assignments } = &decision {
+            for a in assignments {
+                let diagnostics = rejected
+                    .iter()
+                    .find(|(s, _)| *s == a.side)
+                    .map(|(_, d)| d.clone())
+                    .unwrap_or_default();
+                let raw = RawFeedback {
+                    recipient: a.side,
+                    outcome: FeedbackOutcome::Fail,
+                    fault: Some(*fault),
+                    retry_budget: budget,
+                    requirement_ids: a.requirement_ids.iter().cloned().collect(),
+                    reason: a.reason.clone(),
+                    diagnostics,
+                };
+                let (record, n) = self.sanitized(&raw, item, &manifest);
+                redactions += n;
+                feedback.push(record);
+            }
+        }
+        let label = label_of(&decision);
+        self.trace(
+            id,
+            "gate",
+            Some(cycle),
+            json!({"candidate": candidate, "results": input.results.len(), "build_errors": input.build_errors.len(), "rejected_bundles": rejected.len()}),
+            json!({"decision": label, "redactions": redactions}),
+            started,
+        );
+        self.stage(&format!(
+            "building: cycle {cycle}: triage → {} ({redactions} redactions in Worker feedback)",
+            if label == "passed" { "pass" } else { &label }
+        ));
+        Ok(Gate {
+            decision,
+            feedback,
+            redactions,
+        })
+    }
+
+    fn sanitized(
+        &self,
+        raw: &RawFeedback,
+        item: &Item<'_>,
+        manifest: &protobot_repo::manifest::ProjectionManifest,
+    ) -> (SanitizedFeedback, usize) {
+        let side = raw.recipient;
+        let owned = |path: &str| {
+            matches!(
+                (side, manifest.classify(path)),
+                (Side::Tests, Some(PathClass::Test))
+                    | (Side::Implementation, Some(PathClass::Implementation))
+            )
+        };
+        let record = sanitize(raw, &item.approved, &owned);
+        let n = record.redactions.len();
+        (record.sanitized, n)
+    }
+
+    async fn inspecting(
+        &self,
+        claim: &Claim,
+        item: &Item<'_>,
+        record: &WorkItemRecord,
+        progress: &mut Progress,
+    ) -> Result<(), EngineError> {
+        let id = item.id;
+        let next_cycle = record.attempts.last().map_or(1, |a| a.cycle + 1);
+        let genuine = record
+            .attempts
+            .iter()
+            .filter(|a| outcome_of(&a.outcome).is_genuine_failure())
+            .count() as u32;
+        let budget = self.config.max_cycles.saturating_sub(genuine + 1);
+        let tier = escalation_from(self.config.start_tier, &record.attempts).current_tier();
+        // Pre-merge revalidation: merge the current default branch in; when it
+        // moved, every gate reruns on the refreshed candidate.
+        let started = Instant::now();
+        let remote_ref = format!("refs/heads/{}", self.config.target_branch);
+        let main = fetch_remote_branch(item.repo, &self.config.remote, &remote_ref)
+            .map_err(|e| git_err("fetch the default branch")(e.to_string()))?;
+        if let Some(main) = main {
+            match refresh_work_item(item.repo, &item.wi, main, self.now_secs()) {
+                Ok(refresh) => {
+                    self.trace(
+                        id,
+                        "revalidation",
+                        None,
+                        json!({"default_head": main.to_string()}),
+                        json!({"merged_in": refresh.merge_commit}),
+                        started,
+                    );
+                    if refresh.merge_commit.is_some() {
+                        progress.revalidations += 1;
+                        self.boundary(id, "after:revalidation-merge")?;
+                        self.stage("inspecting: the default branch moved; merged it in, rerunning the integration gate");
+                        let dir = self
+                            .config
+                            .scratch
+                            .join(format!("{id}-revalidate-{}", progress.revalidations));
+                        let gate = self
+                            .gate(claim, item, next_cycle, &dir, budget, Vec::new())
+                            .await?;
+                        if gate.decision != Decision::Pass {
+                            let label = label_of(&gate.decision);
+                            progress.cycles.push(CycleReport {
+                                cycle: next_cycle,
+                                decision: label.clone(),
+                                feedback: gate.feedback.clone(),
+                                redactions: gate.redactions,
+                                projection_files_scanned: 0,
+                                tier,
+                            });
+                            self.record_attempt(
+                                claim,
+                                item,
+                                AttemptRecord {
+                                    cycle: next_cycle,
+                                    tier: tier_label(tier),
+                                    outcome: label,
+                                    candidate_commit: self.head(item)?.to_string(),
+                                    feedback: serde_json::to_value(&gate.feedback)
+                                        .unwrap_or_default(),
+                                    finished_at: self.clock.now(),
+                                },
+                            )
+                            .await?;
+                            self.command(
+                                claim,
+                                Command::ReturnToBuilding,
+                                json!({"final_tests_failed": true}),
+                            )
+                            .await?;
+                            return Ok(());
+                        }
+                    }
+                }
+                Err(e) if e.category() == "merge-conflict" => {
+                    return self
+                        .raise_question(
+                            claim,
+                            format!(
+                                "the work-item branch conflicts with {}: {e}",
+                                self.config.target_branch
+                            ),
+                        )
+                        .await;
+                }
+                Err(e) => return Err(git_err("merge the default branch in")(e.to_string())),
+            }
+        }
+        // The Inspection Run on the (possibly refreshed) candidate.
+        let head = self.head(item)?;
+        let candidate = head.to_string();
+        let run_id = format!("{id}-ir-{}", &candidate[..12.min(candidate.len())]);
+        self.stage(&format!(
+            "inspecting: inspection run {run_id} with {} producer(s)",
+            self.config.producers.len()
+        ));
+        let started = Instant::now();
+        let mut reports = Vec::new();
+        if !self.config.producers.is_empty() {
+            let dir = self.config.scratch.join(&run_id);
+            let pi = dir.join("inspector");
+            let _ = std::fs::remove_dir_all(&pi);
+            projection_export(
+                item.repo_dir,
+                &candidate,
+                Role::Inspector,
+                &pi,
+                item.scope.clone(),
+            )
+            .map_err(|e| git_err("export the Inspector projection")(e.to_string()))?;
+            scan_projection(&pi, Role::Inspector)?;
+            for producer in &self.config.producers {
+                let (role, file) = match producer.kind {
+                    ProducerKind::Inspector => (SandboxRole::Inspector, "findings.jsonl"),
+                    ProducerKind::Mutation => (SandboxRole::MutationRunner, "campaign.json"),
+                };
+                let out = self
+                    .run_role(
+                        claim,
+                        role,
+                        &producer.class,
+                        &pi,
+                        json!({"role": role, "work_item_id": id, "inspection_run_id": run_id, "candidate": candidate, "requirement_ids": item.contract.applicable_requirement_ids}),
+                        format!("{run_id}-{}", producer.name),
+                    )
+                    .await?;
+                let bytes =
+                    std::fs::read(out.out_dir.join(file)).map_err(|e| EngineError::Output {
+                        role: "inspector",
+                        reason: format!(
+                            "{} wrote no {file} ({e}); termination {:?}",
+                            producer.name, out.termination
+                        ),
+                    })?;
+                let findings =
+                    parse_report(&producer.name, producer.kind, &bytes).map_err(|e| {
+                        EngineError::Output {
+                            role: "inspector",
+                            reason: e.to_string(),
+                        }
+                    })?;
+                reports.push((producer.name.clone(), findings));
+            }
+        }
+        let prior = std::mem::take(&mut progress.prior_findings);
+        let verdict = record_run(&mut progress.ledger, &run_id, &candidate, &reports, &prior)
+            .map_err(|e| EngineError::Output {
+                role: "inspection",
+                reason: e.to_string(),
+            })?;
+        let findings = progress.ledger.current_findings(&run_id).len();
+        self.trace(
+            id,
+            "inspection",
+            None,
+            json!({"run_id": run_id, "candidate": candidate, "producers": reports.iter().map(|(p, f)| json!({"producer": p, "findings": f.len()})).collect::<Vec<_>>(), "recheck": prior}),
+            serde_json::to_value(&verdict).unwrap_or_default(),
+            started,
+        );
+        progress.inspections.push(InspectionReport {
+            run_id: run_id.clone(),
+            candidate: candidate.clone(),
+            producers: reports.iter().map(|(p, _)| p.clone()).collect(),
+            findings,
+            verdict: verdict.clone(),
+        });
+        match verdict {
+            Verdict::Sealed { watermark } => {
+                self.store
+                    .observe(
+                        id,
+                        Observation::Inspection {
+                            inspection_run_sealed: true,
+                            findings_terminal: true,
+                            final_tests_passed: true,
+                        },
+                    )
+                    .await?;
+                self.boundary(id, "after:observe-inspection")?;
+                self.attest_and_begin_merge(claim, item, &run_id, watermark, progress)
+                    .await
+            }
+            Verdict::Rework { routed } => {
+                let (feedback, redactions) = self.finding_feedback(item, &routed, budget)?;
+                self.stage(&format!(
+                    "inspecting: {} finding(s) routed back to the Workers ({redactions} redactions)",
+                    routed.len()
+                ));
+                progress.prior_findings = carried_over(&progress.ledger, &run_id);
+                progress.cycles.push(CycleReport {
+                    cycle: next_cycle,
+                    decision: "rejected-inspection".into(),
+                    feedback: feedback.clone(),
+                    redactions,
+                    projection_files_scanned: 0,
+                    tier,
+                });
+                self.record_attempt(
+                    claim,
+                    item,
+                    AttemptRecord {
+                        cycle: next_cycle,
+                        tier: tier_label(tier),
+                        outcome: "rejected-inspection".into(),
+                        candidate_commit: candidate,
+                        feedback: serde_json::to_value(&feedback).unwrap_or_default(),
+                        finished_at: self.clock.now(),
+                    },
+                )
+                .await?;
+                self.command(
+                    claim,
+                    Command::ReturnToBuilding,
+                    json!({"in_contract_defect": true}),
+                )
+                .await?;
+                Ok(())
+            }
+            Verdict::Blocked { reason } => self.raise_question(claim, reason).await,
+        }
+    }
+
+    /// Worker feedback for routed findings, through the sanitizer.
+    fn finding_feedback(
+        &self,
+        item: &Item<'_>,
+        routed: &[RoutedFinding],
+        budget: u32,
+    ) -> Result<(Vec<SanitizedFeedback>, usize), EngineError> {
+        let head = self.head(item)?;
+        let listed = {
+            let tree = item
+                .repo
+                .find_commit(head)
+                .and_then(|c| c.tree())
+                .map_err(|e| git_err("read the candidate tree")(e.to_string()))?;
+            protobot_repo::tree::list_files(item.repo, &tree)
+                .map_err(|e| git_err("list the candidate tree")(e.to_string()))?
+        };
+        let manifest = protobot_repo::export::load_manifest(item.repo, &listed)
+            .map_err(|e| git_err("read the projection manifest")(e.to_string()))?;
+        let mut out = Vec::new();
+        let mut redactions = 0;
+        for side in [Side::Tests, Side::Implementation] {
+            let mine: Vec<&RoutedFinding> = routed
+                .iter()
+                .filter(|r| match r.disposition {
+                    Disposition::TestDefect | Disposition::TestGap => side == Side::Tests,
+                    Disposition::BothDefective => true,
+                    _ => side == Side::Implementation,
+                })
+                .collect();
+            if mine.is_empty() {
+                continue;
+            }
+            let raw = RawFeedback {
+                recipient: side,
+                outcome: FeedbackOutcome::Fail,
+                fault: Some(if side == Side::Tests {
+                    Fault::Test
+                } else {
+                    Fault::Implementation
+                }),
+                retry_budget: budget,
+                requirement_ids: mine
+                    .iter()
+                    .flat_map(|r| r.requirement_ids.iter().cloned())
+                    .collect::<BTreeSet<_>>()
+                    .into_iter()
+                    .collect(),
+                reason: "inspection found a defect in your part of the candidate".into(),
+                diagnostics: mine
+                    .iter()
+                    .flat_map(|r| {
+                        r.paths.iter().map(|p| RawDiagnostic {
+                            artifact: p.clone(),
+                            origin: Origin::Inspection,
+                            message: r.category.clone(),
+                        })
+                    })
+                    .collect(),
+            };
+            let (f, n) = self.sanitized(&raw, item, &manifest);
+            redactions += n;
+            out.push(f);
+        }
+        Ok((out, redactions))
+    }
+
+    async fn attest_and_begin_merge(
+        &self,
+        claim: &Claim,
+        item: &Item<'_>,
+        run_id: &str,
+        watermark: u64,
+        progress: &mut Progress,
+    ) -> Result<(), EngineError> {
+        let id = item.id;
+        let head = self.head(item)?;
+        let digest = self.digest(item, head)?;
+        // Idempotent: a resumed Job Site finds its own attestation commit at the head.
+        let already = item.repo.find_commit(head).ok().is_some_and(|c| {
+            let found = trailers::parse(&String::from_utf8_lossy(c.message_bytes()));
+            trailers::value(&found, trailers::WORK_ITEM) == Some(id)
+                && trailers::value(&found, trailers::PRODUCT_TREE_DIGEST) == Some(digest.as_str())
+        });
+        let attested = if already {
+            head.to_string()
+        } else {
+            let files = vec![
+                AttestationFile {
+                    path: format!(".protobot/attestations/{id}/findings.jsonl"),
+                    content: progress.ledger.snapshot_jsonl(run_id).into_bytes(),
+                },
+                AttestationFile {
+                    path: format!(".protobot/attestations/{id}/report.md"),
+                    content: format!(
+                        "# Inspection report for {id}\n\nRun `{run_id}` sealed at ledger sequence {watermark} with every finding terminal.\nProduct tree digest: `{digest}`.\n"
+                    )
+                    .into_bytes(),
+                },
+            ];
+            let attested =
+                commit_attestation(item.repo, &item.wi, &files, &digest, self.now_secs())
+                    .map_err(|e| git_err("commit the attestation snapshot")(e.to_string()))?;
+            self.boundary(id, "after:attestation")?;
+            attested.commit
+        };
+        progress.digest = Some(digest.clone());
         let version = claim.held().map(|h| h.contract_version).unwrap_or_default();
-        let mut envelope = MergeEnvelope {
-            product_tree_digest: digest.clone(),
-            inspection_run_id: run_id.clone(),
-            integration_head: attested.commit.clone(),
+        let envelope = MergeEnvelope {
+            product_tree_digest: digest,
+            inspection_run_id: run_id.to_string(),
+            integration_head: attested,
             target: self.config.target_branch.clone(),
             contract_version: version + 1,
             merge_commit: String::new(),
@@ -664,33 +1537,74 @@ impl<S: WorkStore, E: Executor> Engine<S, E> {
         self.command(
             claim,
             Command::BeginMerge,
-            &format!("{id}:begin-merge"),
             json!({"merge_envelope": envelope}),
         )
         .await?;
+        Ok(())
+    }
+
+    async fn merging(
+        &self,
+        claim: &Claim,
+        item: &Item<'_>,
+        record: &WorkItemRecord,
+        progress: &mut Progress,
+    ) -> Result<(), EngineError> {
+        let id = item.id;
+        let Some(mut envelope) = record.expected_merge.clone() else {
+            return Err(EngineError::Output {
+                role: "work store",
+                reason: format!("{id} is merging without a merge envelope"),
+            });
+        };
+        progress.digest = Some(envelope.product_tree_digest.clone());
+        // `merging` takes no renewals: `begin-merge` was the last fenced write, and
+        // landing is idempotent by trailer, so a Job Site that lost the item in
+        // between can only rediscover the same merge, never add a second one.
         claim.check()?;
-        let landed = land_work_item(
-            &repo,
-            &wi,
+        self.boundary(id, "before:land")?;
+        let started = Instant::now();
+        let landed = land_tested_work_item(
+            item.repo,
+            &item.wi,
             &self.config.remote,
             &self.config.target_branch,
             self.now_secs(),
-        )
-        .map_err(|e| git_err("land the work item")(e.to_string()))?;
-        envelope.merge_commit = landed.merge_commit.clone();
-        self.command(
-            claim,
-            Command::RecordMerge,
-            &format!("{id}:record-merge"),
-            json!({"merge_envelope": envelope}),
-        )
-        .await?;
-        Ok(BuildReport {
-            work_item_id: id,
-            state: State::Completed,
-            cycles,
-            merge_commit: Some(landed.merge_commit),
-            product_tree_digest: Some(digest),
-        })
+        );
+        self.trace(
+            id,
+            "land",
+            None,
+            json!({"integration_head": envelope.integration_head}),
+            match &landed {
+                Ok(l) => json!({"merge_commit": l.merge_commit, "pushed": l.pushed, "already_merged": l.already_merged}),
+                Err(e) => json!({"error": e.category()}),
+            },
+            started,
+        );
+        match landed {
+            Ok(landed) => {
+                self.boundary(id, "after:land")?;
+                envelope.merge_commit = landed.merge_commit.clone();
+                self.command(
+                    claim,
+                    Command::RecordMerge,
+                    json!({"merge_envelope": envelope}),
+                )
+                .await?;
+                progress.merge_commit = Some(landed.merge_commit);
+                self.stage("completed: merged, verified on the default branch and recorded");
+                Ok(())
+            }
+            Err(LandError::Untested { .. } | LandError::RemoteMoved { .. }) => {
+                // The default branch moved past the tested candidate: back to building
+                // (a fresh fence), where the passed cycle is reused and revalidated.
+                self.stage("merging: the default branch moved; revalidating before landing");
+                self.command(claim, Command::MergeConflict, json!({}))
+                    .await?;
+                Ok(())
+            }
+            Err(e) => Err(git_err("land the work item")(e.to_string())),
+        }
     }
 }

@@ -78,6 +78,7 @@ pub struct Claim {
     held: Arc<Mutex<Held>>,
     lost_tx: Arc<watch::Sender<bool>>,
     lost_rx: watch::Receiver<bool>,
+    exclusive: Arc<tokio::sync::Mutex<()>>,
 }
 
 impl Claim {
@@ -88,7 +89,14 @@ impl Claim {
             held: Arc::new(Mutex::new(held)),
             lost_tx: Arc::new(tx),
             lost_rx: rx,
+            exclusive: Arc::new(tokio::sync::Mutex::new(())),
         }
+    }
+
+    /// Serializes the claim's store writes: every lifecycle command and renewal
+    /// moves the contract version, so the keeper and the engine take turns.
+    pub async fn exclusive(&self) -> tokio::sync::MutexGuard<'_, ()> {
+        self.exclusive.lock().await
     }
 
     /// A snapshot of what is held.
@@ -213,7 +221,11 @@ pub async fn keep_alive<S: WorkStore>(
         if *stop.borrow() {
             return Ok(());
         }
-        match renew_once(store.as_ref(), &ctx, &claim, clock.as_ref()).await {
+        let renewed = {
+            let _exclusive = claim.exclusive().await;
+            renew_once(store.as_ref(), &ctx, &claim, clock.as_ref()).await
+        };
+        match renewed {
             Ok(()) => failures = 0,
             Err(lost @ LeaseLost::Rejected { .. }) => return Err(lost),
             Err(LeaseLost::Unreachable {

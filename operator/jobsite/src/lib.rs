@@ -18,10 +18,12 @@ pub mod dispatch;
 pub mod engine;
 pub mod escalation;
 pub mod executor;
+pub mod inspection;
 pub mod lease;
 pub mod ledger;
 pub mod materializer;
 pub mod sanitizer;
+pub mod site;
 #[cfg(feature = "test-support")]
 pub mod testing;
 pub mod triage;

@@ -150,3 +150,118 @@ pub fn spec_repo(project_id: &str) -> (tempfile::TempDir, String) {
     git(dir, &["checkout", "-q", "main"]);
     (tmp, merge)
 }
+
+/// What a scripted role sees: its copied workspace, its `/out` folder and its task.
+pub struct ScriptRun<'a> {
+    /// The run.
+    pub spec: &'a crate::executor::RunSpec,
+    /// The run's private copy of the workspace (like `/workspace`).
+    pub workspace: &'a std::path::Path,
+    /// The output folder (like `/out`).
+    pub out: &'a std::path::Path,
+}
+
+/// A role implemented in Rust: returns the exit code, or an executor failure.
+pub type Script = std::sync::Arc<dyn Fn(&ScriptRun<'_>) -> Result<i32, String> + Send + Sync>;
+
+/// The in-process test Executor: each role is a Rust closure over a private copy
+/// of the workspace, with the same input/output contract as the sandboxes. It is
+/// a test harness only — it isolates nothing — and records every run it was given.
+pub struct InProcessExecutor {
+    root: std::path::PathBuf,
+    scripts: std::collections::BTreeMap<crate::executor::SandboxRole, Script>,
+    runs: std::sync::Mutex<Vec<crate::executor::RunSpec>>,
+    counter: std::sync::atomic::AtomicU64,
+}
+
+impl InProcessExecutor {
+    /// An executor writing run folders under `root`.
+    pub fn new(root: &std::path::Path) -> InProcessExecutor {
+        InProcessExecutor {
+            root: root.to_path_buf(),
+            scripts: Default::default(),
+            runs: Default::default(),
+            counter: Default::default(),
+        }
+    }
+
+    /// Sets the script of `role`.
+    pub fn with(mut self, role: crate::executor::SandboxRole, script: Script) -> Self {
+        self.scripts.insert(role, script);
+        self
+    }
+
+    /// Every run so far.
+    pub fn runs(&self) -> Vec<crate::executor::RunSpec> {
+        self.runs.lock().map(|r| r.clone()).unwrap_or_default()
+    }
+}
+
+/// Copies a directory tree (regular files and directories only).
+pub fn copy_tree(from: &std::path::Path, to: &std::path::Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(to)?;
+    for entry in std::fs::read_dir(from)? {
+        let entry = entry?;
+        let target = to.join(entry.file_name());
+        let kind = entry.file_type()?;
+        if kind.is_dir() {
+            copy_tree(&entry.path(), &target)?;
+        } else if kind.is_file() {
+            std::fs::copy(entry.path(), &target)?;
+        }
+    }
+    Ok(())
+}
+
+impl crate::executor::Executor for InProcessExecutor {
+    fn profile(&self) -> &str {
+        "in-process-test"
+    }
+
+    async fn run(
+        &self,
+        spec: crate::executor::RunSpec,
+        cancel: tokio::sync::watch::Receiver<bool>,
+    ) -> Result<crate::executor::RunOutput, crate::executor::ExecutorError> {
+        use crate::executor::{ExecutorError, RunOutput, Termination};
+        if let Ok(mut runs) = self.runs.lock() {
+            runs.push(spec.clone());
+        }
+        if *cancel.borrow() {
+            return Ok(RunOutput {
+                out_dir: self.root.clone(),
+                termination: Termination::Cancelled,
+                elapsed: std::time::Duration::ZERO,
+                stderr_tail: String::new(),
+            });
+        }
+        let n = self
+            .counter
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let dir = self.root.join(format!("{}-{n}", spec.run_id));
+        let (workspace, out) = (dir.join("workspace"), dir.join("out"));
+        let start = |reason: String| ExecutorError::Start {
+            run_id: spec.run_id.clone(),
+            reason,
+        };
+        copy_tree(&spec.workspace, &workspace).map_err(|e| start(e.to_string()))?;
+        std::fs::create_dir_all(&out).map_err(|e| start(e.to_string()))?;
+        let script = self
+            .scripts
+            .get(&spec.role)
+            .ok_or_else(|| start(format!("no script for role {:?}", spec.role)))?;
+        let began = std::time::Instant::now();
+        let code = script(&ScriptRun {
+            spec: &spec,
+            workspace: &workspace,
+            out: &out,
+        })
+        .map_err(start)?;
+        Ok(RunOutput {
+            out_dir: out,
+            termination: Termination::Exited { code },
+            elapsed: began.elapsed(),
+            stderr_tail: String::new(),
+        })
+    }
+}

@@ -135,6 +135,8 @@ async fn a_work_item_is_built_through_a_triage_cycle_and_merged() {
             "raise-spec-question",
             "begin-merge",
             "record-merge",
+            "return-to-building",
+            "merge-conflict",
         ]
         .iter()
         .map(|s| s.to_string())
@@ -187,16 +189,19 @@ async fn a_work_item_is_built_through_a_triage_cycle_and_merged() {
         context: ctx,
         config: EngineConfig {
             max_cycles: 3,
+            transient_retries: 3,
             start_tier: protobot_jobsite::escalation::Tier::T1,
             worker_a: sh(WORKER_A),
             worker_b: sh(WORKER_B),
             integration: sh(INTEGRATION),
+            producers: Vec::new(),
             limits: Limits::default(),
             scratch: tmp.path().join("scratch"),
             remote: "origin".into(),
             target_branch: "main".into(),
         },
         on_stage: None,
+        faults: None,
     };
     let report = match engine.build(&claim, &contract, &work).await {
         Ok(r) => r,

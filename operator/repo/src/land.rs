@@ -147,6 +147,20 @@ pub enum LandError {
         /// Remote message.
         reason: String,
     },
+    /// The remote moved past the tested candidate.
+    #[error(
+        "refusing to land {candidate}: {remote}/{reference} is at {remote_head}, which the tested candidate does not contain; merge it into the work-item branch, rerun every gate and land again"
+    )]
+    Untested {
+        /// Remote name.
+        remote: String,
+        /// Remote branch.
+        reference: String,
+        /// The fetched remote head.
+        remote_head: String,
+        /// The work-item head.
+        candidate: String,
+    },
     /// After pushing, the remote does not contain the merge.
     #[error(
         "remote {remote}/{reference} does not contain merge {commit} after the push; run the reconciler"
@@ -174,6 +188,7 @@ impl LandError {
             LandError::RemoteMoved { .. } => "remote-moved",
             LandError::PushRejected { .. } => "push-rejected",
             LandError::NotOnRemote { .. } => "not-on-remote",
+            LandError::Untested { .. } => "untested-candidate",
         }
     }
 }
@@ -375,6 +390,28 @@ pub fn remote_head(
     Ok(found)
 }
 
+/// An exclusive lock on a local remote (`None` for network remotes).
+fn local_push_lock(repo: &Repository, remote: &str) -> Result<Option<std::fs::File>, LandError> {
+    let handle = repo.find_remote(remote).map_err(git("find the remote"))?;
+    let url = handle.url().unwrap_or_default();
+    let path = std::path::Path::new(url.strip_prefix("file://").unwrap_or(url));
+    if url.contains("://") && !url.starts_with("file://") || !path.is_dir() {
+        return Ok(None);
+    }
+    let lock = |e: std::io::Error| LandError::Git {
+        operation: "lock the local remote for a guarded push",
+        source: git2::Error::from_str(&e.to_string()),
+    };
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(path.join("protobot-push.lock"))
+        .map_err(lock)?;
+    file.lock().map_err(lock)?;
+    Ok(Some(file))
+}
+
 /// Pushes `local_ref` to `remote_ref` (no force, no tags) only when the remote head equals
 /// `expected_remote_head` (`None`: the ref must be absent). Returns the pushed commit.
 ///
@@ -392,6 +429,12 @@ pub fn push_with_guard(
         .and_then(|r| r.peel_to_commit())
         .map(|c| c.id())
         .map_err(git("read the local ref to push"))?;
+    // The local transport updates the remote ref without comparing its old value,
+    // so two pushes that both read the same head could both "succeed", the second
+    // silently dropping the first. Protobot processes pushing to a remote on this
+    // machine therefore serialize check-and-push with a lock file in the remote;
+    // network remotes get the compare-and-swap from receive-pack itself.
+    let _guard = local_push_lock(repo, remote)?;
     let actual = remote_head(repo, remote, remote_ref)?;
     if actual != expected_remote_head {
         return Err(LandError::RemoteMoved {
@@ -493,6 +536,33 @@ pub fn land_work_item(
     branch: &str,
     when: i64,
 ) -> Result<LandOutcome, LandError> {
+    land(repo, work_item, remote, branch, when, false)
+}
+
+/// [`land_work_item`] for a tested candidate: refuses with [`LandError::Untested`] (and
+/// pushes nothing) when the work-item branch does not contain the fetched remote head, so
+/// the merge commit's tree is always the tested tree plus nothing it was not tested with.
+/// The same fetched head is the push guard, so a remote that moves after the check is
+/// refused by the push ([`LandError::RemoteMoved`]). Revalidate (merge the new head into
+/// the work-item branch and rerun every gate) and land again.
+pub fn land_tested_work_item(
+    repo: &Repository,
+    work_item: &WorkItemRef,
+    remote: &str,
+    branch: &str,
+    when: i64,
+) -> Result<LandOutcome, LandError> {
+    land(repo, work_item, remote, branch, when, true)
+}
+
+fn land(
+    repo: &Repository,
+    work_item: &WorkItemRef,
+    remote: &str,
+    branch: &str,
+    when: i64,
+    require_tested: bool,
+) -> Result<LandOutcome, LandError> {
     let remote_ref = format!("refs/heads/{branch}");
     let local_ref = format!("refs/heads/{branch}");
     let Some(remote_main) = fetch_remote_branch(repo, remote, &remote_ref)? else {
@@ -518,6 +588,19 @@ pub fn land_work_item(
         .and_then(|r| r.peel_to_commit())
         .map(|c| c.id())
         .map_err(git("read the work-item branch"))?;
+    if require_tested
+        && wi_head != remote_main
+        && !repo
+            .graph_descendant_of(wi_head, remote_main)
+            .map_err(git("check that the candidate contains the remote head"))?
+    {
+        return Err(LandError::Untested {
+            remote: remote.into(),
+            reference: remote_ref,
+            remote_head: remote_main.to_string(),
+            candidate: wi_head.to_string(),
+        });
+    }
     let message = compose(
         &format!(
             "Merge {} into {branch}",

@@ -1,0 +1,391 @@
+//! The Job Site loop: reconcile, resume, dispatch, build.
+//!
+//! One pass ([`JobSite::run_once`]):
+//! 1. **Reconcile** every active item whose lease expired (whoever held it):
+//!    `building`/`inspecting` → `recover-lease` (the work-item branch is kept, the
+//!    persisted attempts say where to resume); `merging` → look for the merge on
+//!    the default branch by its `Work-Item:` trailer and `record-merge` it from
+//!    that evidence, or `merge-not-applied` when it never landed. Each command
+//!    carries the observed evidence, so a split Git/WMS failure converges.
+//! 2. **Resume** items whose live lease this Job Site (its trusted subject) still
+//!    holds: a restarted process adopts its own claim from the store.
+//! 3. **Dispatch**: claim ready items by business priority, then age, within the
+//!    WIP limit, preferring items that do not overlap running work, and build
+//!    them. A lost race (another Job Site claimed first) is skipped silently.
+//!
+//! Claims are compare-and-swap in the store, so any number of Job Sites can run
+//! this loop against one store without leader election.
+
+use std::{path::PathBuf, sync::Arc};
+
+use protobot_lifecycle::{
+    AuthorizationContext, Command, OperationEnvelope, Reconciliation, State, WorkItemRecord,
+};
+use protobot_repo::land::{fetch_remote_branch, find_merge_by_trailer};
+use protobot_stores::{ItemFilter, Observation, StoreError, WorkStore};
+use serde::{Deserialize, Serialize};
+
+use crate::{
+    contract::BuildContract,
+    dispatch::{Footprint, Priority, plan},
+    engine::{BuildReport, Engine, EngineError},
+    executor::Executor,
+    lease::{Claim, Held},
+};
+
+/// Where a claimed item's build contract comes from. The contract is a
+/// deterministic function of the registration, so a restarted Job Site can
+/// always rebuild it.
+pub trait ContractSource: Send + Sync {
+    /// The contract of `record`.
+    fn contract(&self, record: &WorkItemRecord) -> Result<BuildContract, String>;
+}
+
+/// Contracts held in memory (the materializer hands them over).
+#[derive(Clone, Debug, Default)]
+pub struct KnownContracts(pub std::collections::BTreeMap<String, BuildContract>);
+
+impl ContractSource for KnownContracts {
+    fn contract(&self, record: &WorkItemRecord) -> Result<BuildContract, String> {
+        self.0
+            .get(&record.id)
+            .cloned()
+            .ok_or_else(|| format!("no build contract is known for {}", record.id))
+    }
+}
+
+/// What a pass did to one item.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "action", rename_all = "kebab-case")]
+pub enum SiteAction {
+    /// An expired lease was recovered (item back to ready).
+    RecoveredLease {
+        /// Item.
+        work_item_id: String,
+    },
+    /// A landed merge whose WMS write was lost was recorded from Git evidence.
+    RecordedMerge {
+        /// Item.
+        work_item_id: String,
+        /// The merge found by trailer.
+        merge_commit: String,
+    },
+    /// A merge that never landed was returned to ready.
+    MergeNotApplied {
+        /// Item.
+        work_item_id: String,
+    },
+    /// The item was built (fully or until blocked) by this Job Site.
+    Built {
+        /// The report.
+        report: Box<BuildReport>,
+    },
+    /// Another Job Site won the claim.
+    LostClaim {
+        /// Item.
+        work_item_id: String,
+    },
+    /// The build stopped with an error (the lease will expire and be recovered).
+    Failed {
+        /// Item.
+        work_item_id: String,
+        /// Why.
+        error: String,
+    },
+}
+
+/// Job Site failures outside any one build.
+#[derive(Debug, thiserror::Error)]
+pub enum SiteError {
+    /// The store failed.
+    #[error("work store failed: {0}")]
+    Store(#[from] StoreError),
+    /// Git failed while gathering reconciliation evidence.
+    #[error("failed to read reconciliation evidence from Git: {0}")]
+    Git(String),
+}
+
+/// One Job Site.
+pub struct JobSite<S, E> {
+    /// The engine (its context's subject is this Job Site's identity).
+    pub engine: Arc<Engine<S, E>>,
+    /// The reconciler's trusted context.
+    pub reconciler: AuthorizationContext,
+    /// Build contracts.
+    pub contracts: Arc<dyn ContractSource>,
+    /// This Job Site's integration repository (a clone of the project with the remote).
+    pub repo_dir: PathBuf,
+    /// Most items built at once.
+    pub wip_limit: usize,
+}
+
+impl<S: WorkStore, E: Executor> JobSite<S, E> {
+    fn now(&self) -> jiff::Timestamp {
+        self.engine.clock.now()
+    }
+
+    /// Runs passes until one finds nothing to reconcile, resume or claim.
+    pub async fn run_until_idle(&self) -> Result<Vec<SiteAction>, SiteError> {
+        let mut all = Vec::new();
+        loop {
+            let actions = self.run_once().await?;
+            let progressed = actions
+                .iter()
+                .any(|a| !matches!(a, SiteAction::LostClaim { .. } | SiteAction::Failed { .. }));
+            all.extend(actions);
+            if !progressed {
+                return Ok(all);
+            }
+        }
+    }
+
+    /// One pass: reconcile, resume, dispatch.
+    pub async fn run_once(&self) -> Result<Vec<SiteAction>, SiteError> {
+        let mut actions = self.reconcile().await?;
+        let me = self.engine.context.subject.clone();
+        let now = self.now();
+        let active = self
+            .engine
+            .store
+            .list(&ItemFilter {
+                states: vec![State::Building, State::Inspecting, State::Merging],
+            })
+            .await?;
+        for record in active {
+            let mine = record.live_lease(now).is_some_and(|l| l.owner == me);
+            if mine {
+                let claim = Claim::new(Held {
+                    work_item_id: record.id.clone(),
+                    fencing_token: record
+                        .lease
+                        .as_ref()
+                        .map(|l| l.fencing_token.clone())
+                        .unwrap_or_default(),
+                    state: record.state,
+                    contract_version: record.contract_version,
+                });
+                tracing::info!(work_item = %record.id, state = %record.state, "resuming an item this Job Site still holds");
+                actions.push(self.build(&claim, &record).await);
+            }
+        }
+        let ready = self
+            .engine
+            .store
+            .list(&ItemFilter::state(State::ReadyForBuilding))
+            .await?;
+        let footprints: Vec<Footprint> = ready
+            .iter()
+            .map(|r| Footprint {
+                id: r.id.clone(),
+                priority: Priority::from_snapshot(&r.priority),
+                ready_since: jiff::Timestamp::UNIX_EPOCH,
+                scopes: Default::default(),
+                paths: Default::default(),
+            })
+            .collect();
+        for id in plan(&footprints, &[], self.wip_limit.max(1)) {
+            let Some(record) = ready.iter().find(|r| r.id == id) else {
+                continue;
+            };
+            match self.claim(record).await? {
+                Some(claim) => {
+                    if let Err(e) = self.engine.boundary(&id, "after:claim") {
+                        actions.push(SiteAction::Failed {
+                            work_item_id: id,
+                            error: e.to_string(),
+                        });
+                        continue;
+                    }
+                    actions.push(self.build(&claim, record).await)
+                }
+                None => actions.push(SiteAction::LostClaim { work_item_id: id }),
+            }
+        }
+        Ok(actions)
+    }
+
+    async fn build(&self, claim: &Claim, record: &WorkItemRecord) -> SiteAction {
+        let contract = match self.contracts.contract(record) {
+            Ok(c) => c,
+            Err(error) => {
+                return SiteAction::Failed {
+                    work_item_id: record.id.clone(),
+                    error,
+                };
+            }
+        };
+        match self.engine.build(claim, &contract, &self.repo_dir).await {
+            Ok(report) => SiteAction::Built {
+                report: Box::new(report),
+            },
+            Err(e) => {
+                tracing::warn!(work_item = %record.id, error = %e, "build stopped");
+                SiteAction::Failed {
+                    work_item_id: record.id.clone(),
+                    error: e.to_string(),
+                }
+            }
+        }
+    }
+
+    /// Claims `record` (compare-and-swap on its version); `None` if another Job Site won.
+    async fn claim(&self, record: &WorkItemRecord) -> Result<Option<Claim>, SiteError> {
+        let env = OperationEnvelope {
+            operation: Command::Claim.as_str().into(),
+            actor_context_ref: "job-site".into(),
+            work_item_id: record.id.clone(),
+            expected_state: Some(State::ReadyForBuilding.as_str().into()),
+            expected_contract_version: Some(record.contract_version),
+            idempotency_key: format!(
+                "{}:claim:v{}:{}",
+                record.id, record.contract_version, self.engine.context.subject
+            ),
+            ..OperationEnvelope::default()
+        };
+        let result = self
+            .engine
+            .store
+            .execute(Some(&self.engine.context), &env, self.now())
+            .await?;
+        let Some(decision) = result.decision.as_ref().filter(|_| result.ok) else {
+            tracing::debug!(work_item = %record.id, code = ?result.code(), "claim lost");
+            return Ok(None);
+        };
+        let (Some(token), Some(after)) = (decision.fencing_token_issued.clone(), decision.after)
+        else {
+            return Ok(None);
+        };
+        tracing::info!(work_item = %record.id, "claimed");
+        Ok(Some(Claim::new(Held {
+            work_item_id: record.id.clone(),
+            fencing_token: token,
+            state: after.state,
+            contract_version: after.contract_version,
+        })))
+    }
+
+    /// Reconciles every active item whose lease expired.
+    pub async fn reconcile(&self) -> Result<Vec<SiteAction>, SiteError> {
+        let now = self.now();
+        let stale: Vec<WorkItemRecord> = self
+            .engine
+            .store
+            .list(&ItemFilter {
+                states: vec![State::Building, State::Inspecting, State::Merging],
+            })
+            .await?
+            .into_iter()
+            .filter(|r| r.live_lease(now).is_none())
+            .collect();
+        let mut actions = Vec::new();
+        for record in stale {
+            if let Some(action) = self.reconcile_one(&record).await? {
+                actions.push(action);
+            }
+        }
+        Ok(actions)
+    }
+
+    async fn reconcile_one(
+        &self,
+        record: &WorkItemRecord,
+    ) -> Result<Option<SiteAction>, SiteError> {
+        let id = record.id.clone();
+        let (evidence, command, action) = match record.state {
+            State::Building | State::Inspecting => (
+                Reconciliation {
+                    status: "lease-recovered".into(),
+                    git_mutation: "none".into(),
+                    merge_envelope: None,
+                },
+                Command::RecoverLease,
+                SiteAction::RecoveredLease {
+                    work_item_id: id.clone(),
+                },
+            ),
+            State::Merging => {
+                let repo = git2::Repository::open(&self.repo_dir)
+                    .map_err(|e| SiteError::Git(e.to_string()))?;
+                let config = &self.engine.config;
+                let remote_ref = format!("refs/heads/{}", config.target_branch);
+                let head = fetch_remote_branch(&repo, &config.remote, &remote_ref)
+                    .map_err(|e| SiteError::Git(e.to_string()))?;
+                let merged = match head {
+                    Some(h) => find_merge_by_trailer(&repo, h, &id)
+                        .map_err(|e| SiteError::Git(e.to_string()))?,
+                    None => None,
+                };
+                match (merged, record.expected_merge.clone()) {
+                    (Some(merge), Some(mut envelope)) => {
+                        envelope.merge_commit = merge.to_string();
+                        (
+                            Reconciliation {
+                                status: "merge-recorded".into(),
+                                git_mutation: "merged".into(),
+                                merge_envelope: Some(envelope),
+                            },
+                            Command::RecordMerge,
+                            SiteAction::RecordedMerge {
+                                work_item_id: id.clone(),
+                                merge_commit: merge.to_string(),
+                            },
+                        )
+                    }
+                    _ => (
+                        Reconciliation {
+                            status: "not-applied".into(),
+                            git_mutation: "none".into(),
+                            merge_envelope: None,
+                        },
+                        Command::MergeNotApplied,
+                        SiteAction::MergeNotApplied {
+                            work_item_id: id.clone(),
+                        },
+                    ),
+                }
+            }
+            _ => return Ok(None),
+        };
+        self.engine
+            .store
+            .observe(&id, Observation::Reconciliation(evidence))
+            .await?;
+        let mut context = self.reconciler.clone();
+        if let Some(m) = &record.expected_merge {
+            for r in [&m.target, &m.integration_head, &m.inspection_run_id] {
+                if !r.is_empty() && !context.allowed_refs.contains(r) {
+                    context.allowed_refs.push(r.clone());
+                }
+            }
+        }
+        let env = OperationEnvelope {
+            operation: command.as_str().into(),
+            actor_context_ref: "reconciler".into(),
+            work_item_id: id.clone(),
+            expected_state: Some(record.state.as_str().into()),
+            expected_contract_version: Some(record.contract_version),
+            idempotency_key: format!("{id}:{}:v{}", command.as_str(), record.contract_version),
+            ..OperationEnvelope::default()
+        };
+        let result = self
+            .engine
+            .store
+            .execute(Some(&context), &env, self.now())
+            .await?;
+        if !result.ok {
+            // Another reconciler or Job Site moved it first; the next pass sees the new state.
+            tracing::info!(work_item = %id, code = ?result.code(), "reconciliation skipped");
+            return Ok(None);
+        }
+        tracing::info!(work_item = %id, command = command.as_str(), "reconciled");
+        Ok(Some(action))
+    }
+}
+
+/// Convenience: whether an engine error means "another actor owns the item now".
+pub fn is_lost(error: &EngineError) -> bool {
+    matches!(
+        error,
+        EngineError::LeaseLost(_) | EngineError::Rejected { .. }
+    )
+}
