@@ -4,6 +4,10 @@
 //! floor — and (b) a full in-process `check`. Goal: under 1 s and within 5×
 //! of the floor.
 //!
+//! Both are measured `BENCH_RUNS` times (default 7), alternating, so they
+//! see the same machine load; the bench prints every run, the medians, the
+//! ratio and whether the goal is met.
+//!
 //! Run: `cargo run --release -p protobot-spec --example bench_check`
 //! (optionally `-- <requirements> <interfaces> <change-sets>`).
 
@@ -170,7 +174,87 @@ fn main() {
     .unwrap();
     commit(&repo, "store");
 
-    // Floor: read every governed file once.
+    let runs: usize = std::env::var("BENCH_RUNS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(7)
+        .max(1);
+    let check: Vec<String> = vec!["--output".into(), "json".into(), "check".into()];
+    let mut floors = Vec::with_capacity(runs);
+    let mut checks = Vec::with_capacity(runs);
+    let mut bytes = 0usize;
+    // Alternate floor and check so that both see the same machine load.
+    for _ in 0..runs {
+        let (b, floor) = read_floor(&root);
+        bytes = b;
+        floors.push(floor);
+        let t = Instant::now();
+        let ran = cli::run(
+            &check,
+            &mut Env {
+                cwd: &root,
+                stdin: &mut stdin,
+                faults: Default::default(),
+            },
+        );
+        checks.push(t.elapsed().as_secs_f64());
+        assert_eq!(
+            ran.status,
+            0,
+            "{}",
+            &ran.stdout[..ran.stdout.len().min(2000)]
+        );
+    }
+    // Phase breakdown, to see where the time goes.
+    let t = Instant::now();
+    let vfs = protobot_spec::fsio::load_vfs(&root).unwrap();
+    let t_load = t.elapsed();
+    let t = Instant::now();
+    let snap = protobot_spec::snapshot::open(vfs).unwrap();
+    let t_decode = t.elapsed();
+    let t = Instant::now();
+    let diags = protobot_spec::validate::validate(&snap, &Default::default());
+    let t_validate = t.elapsed();
+    assert!(diags.is_empty());
+    println!(
+        "phases: read {:.1} ms, decode {:.1} ms, validate {:.1} ms",
+        t_load.as_secs_f64() * 1e3,
+        t_decode.as_secs_f64() * 1e3,
+        t_validate.as_secs_f64() * 1e3
+    );
+    println!("store: {n_req} requirements, {n_if} interfaces, {n_cs} change sets ({bytes} bytes)");
+    let ms = |v: &[f64]| {
+        v.iter()
+            .map(|s| format!("{:.1}", s * 1e3))
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    println!("runs:  {runs}");
+    println!("floor (ms): {}", ms(&floors));
+    println!("check (ms): {}", ms(&checks));
+    let (floor_med, check_med) = (median(&mut floors), median(&mut checks));
+    let ratios: Vec<f64> = checks.iter().zip(&floors).map(|(c, f)| c / f).collect();
+    let ratio = check_med / floor_med;
+    println!(
+        "median: floor {:.1} ms, check {:.1} ms, ratio {:.1}x (per-run ratios {})",
+        floor_med * 1e3,
+        check_med * 1e3,
+        ratio,
+        ratios
+            .iter()
+            .map(|r| format!("{r:.1}"))
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
+    let met = check_med < 1.0 && ratio <= 5.0;
+    println!(
+        "goal (< 1000 ms and <= 5.0x the floor): {}",
+        if met { "met" } else { "NOT met" }
+    );
+}
+
+/// Reads every governed file once; returns the byte count and the seconds.
+fn read_floor(root: &std::path::Path) -> (usize, f64) {
     let t = Instant::now();
     let mut bytes = 0usize;
     for d in [
@@ -190,49 +274,17 @@ fn main() {
     ] {
         bytes += std::fs::read(root.join(f)).unwrap().len();
     }
-    let floor = t.elapsed();
+    (bytes, t.elapsed().as_secs_f64())
+}
 
-    let check: Vec<String> = vec!["--output".into(), "json".into(), "check".into()];
-    let t = Instant::now();
-    let ran = cli::run(
-        &check,
-        &mut Env {
-            cwd: &root,
-            stdin: &mut stdin,
-            faults: Default::default(),
-        },
-    );
-    let took = t.elapsed();
-    assert_eq!(
-        ran.status,
-        0,
-        "{}",
-        &ran.stdout[..ran.stdout.len().min(2000)]
-    );
-    // Phase breakdown, to see where the time goes.
-    let t = Instant::now();
-    let vfs = protobot_spec::fsio::load_vfs(&root).unwrap();
-    let t_load = t.elapsed();
-    let t = Instant::now();
-    let snap = protobot_spec::snapshot::open(vfs).unwrap();
-    let t_decode = t.elapsed();
-    let t = Instant::now();
-    let diags = protobot_spec::validate::validate(&snap, &Default::default());
-    let t_validate = t.elapsed();
-    assert!(diags.is_empty());
-    println!(
-        "phases: read {:.1} ms, decode {:.1} ms, validate {:.1} ms",
-        t_load.as_secs_f64() * 1e3,
-        t_decode.as_secs_f64() * 1e3,
-        t_validate.as_secs_f64() * 1e3
-    );
-    println!("store: {n_req} requirements, {n_if} interfaces, {n_cs} change sets ({bytes} bytes)");
-    println!("read floor: {:.1} ms", floor.as_secs_f64() * 1e3);
-    println!(
-        "check:      {:.1} ms  ({:.1}x the floor)",
-        took.as_secs_f64() * 1e3,
-        took.as_secs_f64() / floor.as_secs_f64()
-    );
+fn median(v: &mut [f64]) -> f64 {
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
 }
 
 fn commit(repo: &git2::Repository, msg: &str) {

@@ -48,7 +48,15 @@ pub fn sha256(bytes: &[u8]) -> String {
 
 /// The v1 canonical text digest.
 pub fn text_digest(bytes: &[u8]) -> Result<String, TextError> {
-    canonical_text(bytes).map(|t| sha256(&t))
+    if bytes.contains(&b'\r') {
+        return canonical_text(bytes).map(|t| sha256(&t));
+    }
+    // Already LF-only (the common case): check, then hash without a copy.
+    if bytes.starts_with(&[0xEF, 0xBB, 0xBF]) {
+        return Err(TextError::Bom);
+    }
+    std::str::from_utf8(bytes).map_err(|_| TextError::NotUtf8)?;
+    Ok(sha256(bytes))
 }
 
 /// Whether `s` is `sha256:` plus 64 lowercase hex digits.

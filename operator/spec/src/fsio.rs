@@ -6,7 +6,7 @@
 use std::{
     collections::BTreeMap,
     fs,
-    io::{self, Write},
+    io::{self, Read, Write},
     path::{Path, PathBuf},
     sync::atomic::{AtomicU64, Ordering},
 };
@@ -51,6 +51,27 @@ pub fn read_file(root: &Path, rel: &str) -> FileState {
     }
 }
 
+/// Reads a directory entry already known to be a regular file (not a
+/// symlink); what is opened is checked again, so a swap after the listing
+/// reads as `NotRegular` rather than something else's content.
+fn read_regular(path: &Path) -> FileState {
+    let mut file = match fs::File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return FileState::Absent,
+        Err(_) => return FileState::Unreadable,
+    };
+    let len = match file.metadata() {
+        Ok(m) if m.is_file() => m.len(),
+        Ok(_) => return FileState::NotRegular,
+        Err(_) => return FileState::Unreadable,
+    };
+    let mut bytes = Vec::with_capacity(usize::try_from(len).unwrap_or(0).saturating_add(1));
+    match file.read_to_end(&mut bytes) {
+        Ok(_) => FileState::Bytes(bytes),
+        Err(_) => FileState::Unreadable,
+    }
+}
+
 /// Lists one store directory (dot-files excluded).
 pub fn read_dir(root: &Path, rel: &str) -> DirState {
     if has_symlink_component(root, rel) {
@@ -77,7 +98,16 @@ pub fn read_dir(root: &Path, rel: &str) -> DirState {
         if name.starts_with('.') {
             continue;
         }
-        let state = read_file(root, &format!("{rel}/{name}"));
+        // The directory's own components were checked above, so only the
+        // entry itself can be a symlink: its type comes with the listing
+        // (no extra syscall on Linux), and the opened file is checked again.
+        let state = match entry.file_type() {
+            Ok(t) if t.is_symlink() => FileState::Symlink,
+            Ok(t) if !t.is_file() => FileState::NotRegular,
+            Ok(_) => read_regular(&entry.path()),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => FileState::Absent,
+            Err(_) => FileState::Unreadable,
+        };
         entries.insert(name, state);
     }
     DirState::Listing(entries)

@@ -181,17 +181,17 @@ pub fn open(vfs: Vfs) -> Result<Snapshot, Failure> {
     let mut change_sets = Vec::new();
     for kind in StoreKind::ALL {
         let dir = project.store_dir(kind);
-        let state = vfs.stores.get(&dir).cloned().unwrap_or(DirState::Absent);
-        let mut files: Vec<(String, Vec<u8>)> = Vec::new();
+        let state = vfs.stores.get(&dir).unwrap_or(&DirState::Absent);
+        let mut files: Vec<(String, &[u8])> = Vec::new();
         let mut readable = true;
-        match &state {
+        match state {
             DirState::Absent => {}
             DirState::Listing(entries) => {
                 for (name, st) in entries {
                     let path = format!("{dir}/{name}");
                     match st {
                         FileState::Bytes(b) if name.ends_with(".yaml") => {
-                            files.push((path, b.clone()))
+                            files.push((path, b.as_slice()))
                         }
                         FileState::Absent => {}
                         FileState::Unreadable => {
@@ -223,7 +223,7 @@ pub fn open(vfs: Vfs) -> Result<Snapshot, Failure> {
             }
         }
         let computed = if readable {
-            digest::store_digest(files.iter().map(|(p, b)| (p.as_str(), b.as_slice()))).ok()
+            digest::store_digest(files.iter().map(|(p, b)| (p.as_str(), *b))).ok()
         } else {
             None
         };
@@ -305,7 +305,7 @@ fn filename_ok(id: &str, valid: bool, expected: &str, actual: &str) -> Option<(S
 /// Decodes the files of one store, in parallel chunks when there are many
 /// (decoding dominates `check` on large stores), keeping file order.
 fn decode_all<T, F>(
-    files: Vec<(String, Vec<u8>)>,
+    files: Vec<(String, &[u8])>,
     check: F,
     out: &mut Vec<Rec<T>>,
     diags: &mut Vec<Diagnostic>,
@@ -313,7 +313,7 @@ fn decode_all<T, F>(
     T: DeserializeOwned + Send,
     F: Fn(&T, &str) -> Option<(String, String)> + Sync,
 {
-    let one = |(path, bytes): &(String, Vec<u8>)| {
+    let one = |(path, bytes): &(String, &[u8])| {
         let mut d = Vec::new();
         let name = path.rsplit('/').next().unwrap_or_default();
         let rec = decode_record(path, bytes, &mut d, |r: &T| check(r, name));

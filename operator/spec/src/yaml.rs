@@ -15,6 +15,8 @@ use serde_yaml_ng::Value;
 
 use crate::node::Node;
 
+mod canonical;
+
 /// First line of every record file the tool writes.
 pub const MANAGED_HEADER: &str = "# managed by ears-manager; do not edit by hand";
 
@@ -25,7 +27,12 @@ pub fn parse(bytes: &[u8]) -> Result<Value, String> {
     }
     let text = std::str::from_utf8(bytes).map_err(|_| "the file is not valid UTF-8".to_owned())?;
     check_anchors(text)?;
-    let value: Value = serde_yaml_ng::from_str(text).map_err(|e| scrub(&e.to_string()))?;
+    // Canonical record files take a fast line-based path; anything else (or
+    // anything it is unsure about) goes through the full parser.
+    let value: Value = match canonical::parse(text) {
+        Some(v) => v,
+        None => serde_yaml_ng::from_str(text).map_err(|e| scrub(&e.to_string()))?,
+    };
     if value.is_null() {
         return Err("the file holds no YAML document".to_owned());
     }
