@@ -27,14 +27,15 @@ use jiff::{SignedDuration, Timestamp};
 use protobot_executors::{BubblewrapConfig, LocalExecutor};
 use protobot_jobsite::{
     authoring::{AuthoringError, ears, git},
-    contract::{Intake, build},
+    contract::{BuildContract, Intake, build},
     engine::{BuildReport, Engine, EngineConfig, WorkerClass},
     executor::Limits,
-    lease::{Claim, Held, SystemClock},
+    lease::SystemClock,
     materializer::{Registration, read_facts},
+    site::{JobSite, KnownContracts, SiteAction},
     triage::HeuristicTriage,
 };
-use protobot_lifecycle::{AuthorizationContext, OperationEnvelope, State};
+use protobot_lifecycle::{AuthorizationContext, State};
 use protobot_stores::{AdapterConfig, SqliteStore, WorkStore};
 use serde::Serialize;
 
@@ -357,22 +358,43 @@ async fn run(
         root.join("origin.git"),
         root.join("wms.sqlite"),
     );
-    progress("authoring: cli-sync project and change set CS-00001 with ears-manager");
-    let merge = author(&work, &origin)?;
-    progress(&format!(
-        "approved: CS-00001 merged into main as {}",
-        &merge[..12]
-    ));
-    let registration = Registration {
-        project_id: PROJECT.into(),
-        change_set_id: "CS-00001".into(),
-        merge_commit: Some(merge.clone()),
-        default_branch: "main".into(),
-        depends_on: vec![],
-        priority: "normal".into(),
+    let contract_file = root.join("contract.json");
+    let resuming = contract_file.exists();
+    let contract: BuildContract = if resuming {
+        progress("resuming: the work store and repositories of an earlier run are here");
+        let bytes = std::fs::read(&contract_file).map_err(|source| DemoError::Io {
+            path: contract_file.clone(),
+            source,
+        })?;
+        serde_json::from_slice(&bytes).map_err(|e| DemoError::Io {
+            path: contract_file.clone(),
+            source: std::io::Error::other(e),
+        })?
+    } else {
+        progress("authoring: cli-sync project and change set CS-00001 with ears-manager");
+        let merge = author(&work, &origin)?;
+        progress(&format!(
+            "approved: CS-00001 merged into main as {}",
+            &merge[..12]
+        ));
+        let registration = Registration {
+            project_id: PROJECT.into(),
+            change_set_id: "CS-00001".into(),
+            merge_commit: Some(merge.clone()),
+            default_branch: "main".into(),
+            depends_on: vec![],
+            priority: "normal".into(),
+        };
+        let facts = read_facts(&work, &registration)?;
+        let contract = build(&Intake::ChangeSet(facts))?;
+        // Written before materializing: a rerun after a kill rebuilds nothing.
+        let json = serde_json::to_vec_pretty(&contract).unwrap_or_default();
+        std::fs::write(&contract_file, json).map_err(|source| DemoError::Io {
+            path: contract_file.clone(),
+            source,
+        })?;
+        contract
     };
-    let facts = read_facts(&work, &registration)?;
-    let contract = build(&Intake::ChangeSet(facts))?;
     let store = Arc::new(SqliteStore::open(
         &db,
         PROJECT,
@@ -394,7 +416,7 @@ async fn run(
         .as_ref()
         .and_then(|d| d.after)
         .map(|a| a.state);
-    if !result.ok || state != Some(State::ReadyForBuilding) {
+    if !result.ok || (!resuming && state != Some(State::ReadyForBuilding)) {
         return Err(DemoError::Rejected {
             command: "materialize",
             code: result
@@ -422,40 +444,6 @@ async fn run(
             "merge-conflict",
         ],
     );
-    let claim_env = OperationEnvelope {
-        operation: "claim".into(),
-        actor_context_ref: "job-site".into(),
-        work_item_id: contract.work_item_id.clone(),
-        expected_state: Some("ready-for-building".into()),
-        expected_contract_version: Some(1),
-        idempotency_key: format!("claim:{}", contract.work_item_id),
-        ..OperationEnvelope::default()
-    };
-    let claimed = store
-        .execute(Some(&job_site), &claim_env, Timestamp::now())
-        .await?;
-    let decision = claimed.decision.clone().filter(|_| claimed.ok);
-    let (Some(token), Some(after)) = (
-        decision
-            .as_ref()
-            .and_then(|d| d.fencing_token_issued.clone()),
-        decision.as_ref().and_then(|d| d.after),
-    ) else {
-        return Err(DemoError::Rejected {
-            command: "claim",
-            code: claimed
-                .code()
-                .map(|c| c.as_str().to_string())
-                .unwrap_or_default(),
-        });
-    };
-    progress(&format!("claimed: lease with fencing token {token}"));
-    let claim = Claim::new(Held {
-        work_item_id: contract.work_item_id.clone(),
-        fencing_token: token,
-        state: after.state,
-        contract_version: after.contract_version,
-    });
     let executor = LocalExecutor::new(
         BubblewrapConfig::under(&root.join("sandbox")),
         args.insecure_no_sandbox,
@@ -501,8 +489,83 @@ async fn run(
         on_stage: Some(recorder),
         faults: None,
     };
-    let report: BuildReport = engine.build(&claim, &contract, &work).await?;
+    let site = JobSite {
+        engine: Arc::new(engine),
+        reconciler: context(
+            "reconciler",
+            "reconciler-local",
+            &[
+                "recover-lease",
+                "record-merge",
+                "merge-not-applied",
+                "merge-conflict",
+            ],
+        ),
+        contracts: Arc::new(KnownContracts(
+            [(contract.work_item_id.clone(), contract.clone())]
+                .into_iter()
+                .collect(),
+        )),
+        repo_dir: work.clone(),
+        wip_limit: 1,
+    };
+    // Claims the item, or — after a kill — adopts the lease this Job Site still
+    // holds (or recovers an expired one) and resumes where the store says.
+    let actions = site
+        .run_until_idle()
+        .await
+        .map_err(|e| DemoError::Rejected {
+            command: "job site",
+            code: e.to_string(),
+        })?;
+    let mut cycles = Vec::new();
+    let mut built: Option<BuildReport> = None;
+    for action in actions {
+        match action {
+            SiteAction::Built { report } => {
+                cycles.extend(report.cycles.iter().cloned());
+                built = Some(*report);
+            }
+            SiteAction::Failed { error, .. } => {
+                return Err(DemoError::Rejected {
+                    command: "build",
+                    code: error,
+                });
+            }
+            other => progress(&format!("job site: {other:?}")),
+        }
+    }
     let record = store.get(&contract.work_item_id).await?;
+    let merge_commit = built
+        .as_ref()
+        .and_then(|r| r.merge_commit.clone())
+        .or_else(|| {
+            git(
+                &origin,
+                &[
+                    "log",
+                    "-1",
+                    "--merges",
+                    "--first-parent",
+                    "--format=%H",
+                    "main",
+                ],
+            )
+            .ok()
+        });
+    let report = BuildReport {
+        work_item_id: contract.work_item_id.clone(),
+        state: record.as_ref().map(|r| r.state).unwrap_or(State::Building),
+        cycles,
+        inspections: built
+            .as_ref()
+            .map(|r| r.inspections.clone())
+            .unwrap_or_default(),
+        revalidations: built.as_ref().map(|r| r.revalidations).unwrap_or_default(),
+        merge_commit,
+        product_tree_digest: built.as_ref().and_then(|r| r.product_tree_digest.clone()),
+        block_reason: built.as_ref().and_then(|r| r.block_reason.clone()),
+    };
     let contains = match &report.merge_commit {
         Some(m) => git(&origin, &["merge-base", "--is-ancestor", m, "main"]).is_ok(),
         None => false,
@@ -541,6 +604,22 @@ async fn run(
     })
 }
 
+fn lock_dir(root: &Path) -> std::io::Result<std::fs::File> {
+    std::fs::create_dir_all(root)?;
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(root.join(".protobot-demo.lock"))?;
+    file.try_lock().map_err(|e| match e {
+        std::fs::TryLockError::WouldBlock => {
+            std::io::Error::other("the directory is locked by another protobot process")
+        }
+        std::fs::TryLockError::Error(e) => e,
+    })?;
+    Ok(file)
+}
+
 /// Runs `protobot demo`.
 pub fn demo(args: DemoArgs) -> ExitCode {
     let root = match &args.dir {
@@ -551,17 +630,31 @@ pub fn demo(args: DemoArgs) -> ExitCode {
             Timestamp::now().as_second()
         )),
     };
+    let earlier_run = root.join("contract.json").exists();
     if root.exists()
+        && !earlier_run
         && std::fs::read_dir(&root)
             .map(|mut d| d.next().is_some())
             .unwrap_or(true)
     {
         eprintln!(
-            "protobot: unable to run the demo in {}: the directory is not empty; pass an empty or new --dir",
+            "protobot: unable to run the demo in {}: the directory is not empty and holds no earlier demo run to resume; pass an empty or new --dir",
             root.display()
         );
         return ExitCode::from(2);
     }
+    // One Job Site per work store: the lock makes adopting our own lease after a
+    // kill safe (no other live process can hold it under the same identity).
+    let _lock = match lock_dir(&root) {
+        Ok(lock) => lock,
+        Err(e) => {
+            eprintln!(
+                "protobot: unable to run the demo in {}: {e}; is another demo running there?",
+                root.display()
+            );
+            return ExitCode::from(2);
+        }
+    };
     let human = args.output == Output::Human;
     let progress: protobot_jobsite::engine::StageHook = Arc::new(move |s: &str| {
         if human {

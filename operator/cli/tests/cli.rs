@@ -355,7 +355,97 @@ fn the_demo_builds_the_example_through_a_triage_cycle_and_merges_it() {
         "cli-sync",
     ]);
     assert_eq!(missing.status.code(), Some(2));
-    // A second run refuses to reuse a non-empty directory.
-    let again = protobot(&["demo", "--dir", dir.to_str().unwrap()]);
-    assert_eq!(again.status.code(), Some(2));
+    // A second run in the same directory resumes a finished item: nothing to do,
+    // still exactly one merge.
+    let again = protobot(&["demo", "--output", "json", "--dir", dir.to_str().unwrap()]);
+    assert!(again.status.success(), "{again:?}");
+    let again: serde_json::Value = serde_json::from_slice(&again.stdout).unwrap();
+    assert_eq!(again["state"], "completed");
+    assert_eq!(merges_on_main(&origin), 1);
+    // A directory holding something else is refused.
+    let foreign = tmp.path().join("foreign");
+    std::fs::create_dir_all(&foreign).unwrap();
+    std::fs::write(foreign.join("notes.txt"), "mine").unwrap();
+    let refused = protobot(&["demo", "--dir", foreign.to_str().unwrap()]);
+    assert_eq!(refused.status.code(), Some(2));
+    assert_eq!(
+        std::fs::read_dir(&foreign).unwrap().count(),
+        1,
+        "a refused run changes nothing"
+    );
+}
+
+fn merges_on_main(origin: &std::path::Path) -> usize {
+    let log = Command::new("git")
+        .args([
+            "log",
+            "--first-parent",
+            "--merges",
+            "--format=%(trailers:key=Work-Item,valueonly)",
+            "main",
+        ])
+        .current_dir(origin)
+        .output()
+        .unwrap();
+    String::from_utf8(log.stdout)
+        .unwrap()
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .count()
+}
+
+#[test]
+fn a_demo_killed_mid_build_resumes_from_its_store_and_merges_once() {
+    if !bwrap_available() {
+        assert!(
+            std::env::var_os("PROTOBOT_REQUIRE_BWRAP").is_none(),
+            "PROTOBOT_REQUIRE_BWRAP is set but bwrap is not installed"
+        );
+        eprintln!("skipping: bubblewrap is not installed");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("demo");
+    let mut child = Command::new(env!("CARGO_BIN_EXE_protobot"))
+        .args(["demo", "--dir", dir.to_str().unwrap()])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Kill it as cycle 2 starts: cycle 1's attempt is durable in the store by then.
+    let stderr = std::io::BufReader::new(child.stderr.take().unwrap());
+    let mut killed_mid_build = false;
+    for line in std::io::BufRead::lines(stderr) {
+        let Ok(line) = line else { break };
+        if line.contains("building: cycle 2") {
+            child.kill().unwrap();
+            killed_mid_build = true;
+            break;
+        }
+    }
+    child.wait().unwrap();
+    assert!(
+        killed_mid_build,
+        "the demo finished or stalled before its first cycle ended"
+    );
+    let origin = dir.join("origin.git");
+    assert_eq!(merges_on_main(&origin), 0, "killed before merging");
+    let rerun = protobot(&["demo", "--output", "json", "--dir", dir.to_str().unwrap()]);
+    assert!(
+        rerun.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&rerun.stdout),
+        String::from_utf8_lossy(&rerun.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&rerun.stdout).unwrap();
+    assert_eq!(report["state"], "completed");
+    assert_eq!(report["main_contains_merge"], true);
+    assert_eq!(
+        merges_on_main(&origin),
+        1,
+        "exactly one merge after the resume"
+    );
+    // The resumed run did not start over: it continued after the recorded cycle.
+    let first = report["cycles"][0]["cycle"].as_u64().unwrap_or(1);
+    assert!(first >= 2, "resumed at cycle {first}: {report}");
 }

@@ -642,6 +642,8 @@ impl<S: WorkStore, E: Executor> Engine<S, E> {
     ) -> Result<(), EngineError> {
         let held = claim.check()?;
         let cycle = attempt.cycle;
+        let started = Instant::now();
+        let summary = json!({"outcome": attempt.outcome, "tier": attempt.tier});
         self.store
             .observe(
                 item.id,
@@ -655,6 +657,8 @@ impl<S: WorkStore, E: Executor> Engine<S, E> {
                 claim.mark_lost();
                 EngineError::Store(e)
             })?;
+        // Written after the store accepted it: an `attempt` trace line means durable.
+        self.trace(item.id, "attempt", Some(cycle), json!({}), summary, started);
         self.boundary(item.id, &format!("after:attempt-{cycle}"))
     }
 
