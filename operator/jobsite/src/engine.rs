@@ -719,11 +719,16 @@ impl<S: WorkStore, E: Executor> Engine<S, E> {
         };
         let mut progress = Progress::default();
         loop {
-            let held = claim.check()?;
-            let record =
-                self.store.get(id).await?.ok_or_else(|| {
+            // Read under the claim's lock so a concurrent renewal cannot make the
+            // held version and the stored one look different.
+            let (held, record) = {
+                let _exclusive = claim.exclusive().await;
+                let held = claim.check()?;
+                let record = self.store.get(id).await?.ok_or_else(|| {
                     protobot_stores::StoreError::NotFound(format!("work item {id}"))
                 })?;
+                (held, record)
+            };
             if record.contract_version != held.contract_version || record.state != held.state {
                 // Someone else moved the item: the claim is stale.
                 claim.mark_lost();

@@ -54,6 +54,58 @@ impl ContractSource for KnownContracts {
     }
 }
 
+/// Contracts rebuilt from the registration the materialization key names
+/// (`<project>/<CS-NNNNN>@<merge commit>`): the manifest at that merge commit is
+/// read again from `repo` through the spec store, so the contract is exactly the
+/// one the Materializer built. Bug intakes (`<project>/bug:…`) are not
+/// rebuildable here and must come from [`KnownContracts`].
+#[derive(Clone, Debug)]
+pub struct RegisteredContracts {
+    /// A clone of the project repository (the default branch fetched).
+    pub repo: PathBuf,
+    /// The default branch.
+    pub default_branch: String,
+}
+
+/// Splits `<project>/<change set>@<merge>`.
+pub fn parse_materialization_key(key: &str) -> Option<(&str, &str, &str)> {
+    let (project, rest) = key.split_once('/')?;
+    let (change_set, merge) = rest.rsplit_once('@')?;
+    (!project.is_empty() && change_set.starts_with("CS-") && merge.len() == 40)
+        .then_some((project, change_set, merge))
+}
+
+impl ContractSource for RegisteredContracts {
+    fn contract(&self, record: &WorkItemRecord) -> Result<BuildContract, String> {
+        let (project, change_set, merge) = parse_materialization_key(&record.materialization_key)
+            .ok_or_else(|| {
+            format!(
+                "work item {} has materialization key {:?}, which names no change set registration",
+                record.id, record.materialization_key
+            )
+        })?;
+        let registration = crate::materializer::Registration {
+            project_id: project.into(),
+            change_set_id: change_set.into(),
+            merge_commit: Some(merge.into()),
+            default_branch: self.default_branch.clone(),
+            depends_on: record.dependencies.iter().map(|d| d.id.clone()).collect(),
+            priority: record.priority.clone(),
+        };
+        let facts = crate::materializer::read_facts(&self.repo, &registration)
+            .map_err(|e| e.to_string())?;
+        let contract = crate::contract::build(&crate::contract::Intake::ChangeSet(facts))
+            .map_err(|e| e.to_string())?;
+        if contract.work_item_id != record.id {
+            return Err(format!(
+                "the registration of {} rebuilds as {}; the repository does not hold the approved change set",
+                record.id, contract.work_item_id
+            ));
+        }
+        Ok(contract)
+    }
+}
+
 /// What a pass did to one item.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "action", rename_all = "kebab-case")]
@@ -119,7 +171,7 @@ pub struct JobSite<S, E> {
     pub wip_limit: usize,
 }
 
-impl<S: WorkStore, E: Executor> JobSite<S, E> {
+impl<S: WorkStore + 'static, E: Executor> JobSite<S, E> {
     fn now(&self) -> jiff::Timestamp {
         self.engine.clock.now()
     }
@@ -214,7 +266,29 @@ impl<S: WorkStore, E: Executor> JobSite<S, E> {
                 };
             }
         };
-        match self.engine.build(claim, &contract, &self.repo_dir).await {
+        // Renew at a third of the lease while the build runs; the keeper marks the
+        // claim lost (and the engine stops at its next boundary) if renewals fail.
+        let current = self.engine.store.get(&record.id).await.ok().flatten();
+        let lease = current
+            .as_ref()
+            .and_then(|r| r.lease.as_ref())
+            .map(|l| l.expires_at.duration_since(self.now()))
+            .and_then(|d| std::time::Duration::try_from(d).ok())
+            .filter(|d| !d.is_zero())
+            .unwrap_or(std::time::Duration::from_secs(900));
+        let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+        let keeper = tokio::spawn(crate::lease::keep_alive(
+            self.engine.store.clone(),
+            self.engine.context.clone(),
+            claim.clone(),
+            self.engine.clock.clone(),
+            lease,
+            stop_rx,
+        ));
+        let built = self.engine.build(claim, &contract, &self.repo_dir).await;
+        let _ = stop_tx.send(true);
+        let _ = keeper.await;
+        match built {
             Ok(report) => SiteAction::Built {
                 report: Box::new(report),
             },

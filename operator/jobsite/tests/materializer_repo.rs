@@ -63,3 +63,38 @@ fn a_wrong_merge_commit_and_an_unmerged_change_set_are_refused() {
     let err = read_facts(&tmp.path().join("missing"), &registration("CS-00001", None)).unwrap_err();
     assert!(matches!(err, MaterializeError::Repository { .. }), "{err}");
 }
+
+#[test]
+fn a_restarted_job_site_rebuilds_the_same_contract_from_the_materialization_key() {
+    use protobot_jobsite::site::{ContractSource, RegisteredContracts, parse_materialization_key};
+    use protobot_lifecycle::{State, WorkItemRecord};
+    let (tmp, merge) = project();
+    let facts = read_facts(tmp.path(), &registration("CS-00001", Some(merge.clone()))).unwrap();
+    let contract = build(&Intake::ChangeSet(facts)).unwrap();
+    let mut record = WorkItemRecord::new(&contract.work_item_id, "cli-sync", State::Building, 3);
+    record.materialization_key = contract.materialization_key.clone();
+    record.priority = "normal".into();
+    let source = RegisteredContracts {
+        repo: tmp.path().to_path_buf(),
+        default_branch: "main".into(),
+    };
+    assert_eq!(source.contract(&record).unwrap(), contract);
+    assert_eq!(
+        parse_materialization_key(&contract.materialization_key),
+        Some(("cli-sync", "CS-00001", merge.to_lowercase().as_str()))
+    );
+    // A key that names no registration, or a record whose id does not match, is refused.
+    for key in [
+        "",
+        "cli-sync",
+        "cli-sync/bug:7@abc",
+        "cli-sync/CS-00001@short",
+    ] {
+        record.materialization_key = key.into();
+        assert!(source.contract(&record).is_err(), "{key:?}");
+    }
+    record.materialization_key = contract.materialization_key.clone();
+    record.id = "wi-someone-else".into();
+    let err = source.contract(&record).unwrap_err();
+    assert!(err.contains("rebuilds as"), "{err}");
+}
