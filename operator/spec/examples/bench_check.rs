@@ -182,12 +182,16 @@ fn main() {
     let check: Vec<String> = vec!["--output".into(), "json".into(), "check".into()];
     let mut floors = Vec::with_capacity(runs);
     let mut checks = Vec::with_capacity(runs);
+    let (mut floor_cpu, mut check_cpu) = (Vec::new(), Vec::new());
     let mut bytes = 0usize;
     // Alternate floor and check so that both see the same machine load.
     for _ in 0..runs {
+        let c = cpu_seconds();
         let (b, floor) = read_floor(&root);
+        floor_cpu.push(cpu_seconds() - c);
         bytes = b;
         floors.push(floor);
+        let c = cpu_seconds();
         let t = Instant::now();
         let ran = cli::run(
             &check,
@@ -198,6 +202,7 @@ fn main() {
             },
         );
         checks.push(t.elapsed().as_secs_f64());
+        check_cpu.push(cpu_seconds() - c);
         assert_eq!(
             ran.status,
             0,
@@ -246,6 +251,13 @@ fn main() {
             .collect::<Vec<_>>()
             .join(" ")
     );
+    // CPU time (all threads, user + system; 10 ms ticks) is steadier than
+    // wall time on a loaded machine.
+    println!(
+        "cpu (median, user+sys): floor {:.0} ms, check {:.0} ms",
+        median(&mut floor_cpu) * 1e3,
+        median(&mut check_cpu) * 1e3
+    );
     let met = check_med < 1.0 && ratio <= 5.0;
     println!(
         "goal (< 1000 ms and <= 5.0x the floor): {}",
@@ -275,6 +287,23 @@ fn read_floor(root: &std::path::Path) -> (usize, f64) {
         bytes += std::fs::read(root.join(f)).unwrap().len();
     }
     (bytes, t.elapsed().as_secs_f64())
+}
+
+/// User + system CPU seconds of this process so far (Linux; 0 elsewhere).
+fn cpu_seconds() -> f64 {
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
+        return 0.0;
+    };
+    // Fields after the parenthesised command name; utime and stime are the
+    // 14th and 15th fields overall, in clock ticks (100 per second on Linux).
+    let after = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let f: Vec<f64> = after
+        .split_whitespace()
+        .skip(11)
+        .take(2)
+        .filter_map(|v| v.parse().ok())
+        .collect();
+    f.iter().sum::<f64>() / 100.0
 }
 
 fn median(v: &mut [f64]) -> f64 {

@@ -51,9 +51,10 @@ pub fn read_file(root: &Path, rel: &str) -> FileState {
     }
 }
 
-/// Reads a directory entry already known to be a regular file (not a
-/// symlink); what is opened is checked again, so a swap after the listing
-/// reads as `NotRegular` rather than something else's content.
+/// Reads a directory entry the listing showed as a regular file. What is
+/// opened must still be a regular file (a directory or device swapped in
+/// after the listing reads as `NotRegular`); like the previous
+/// `symlink_metadata` + `read`, a symlink swapped in between is followed.
 fn read_regular(path: &Path) -> FileState {
     let mut file = match fs::File::open(path) {
         Ok(f) => f,
@@ -87,7 +88,8 @@ pub fn read_dir(root: &Path, rel: &str) -> DirState {
     let Ok(iter) = fs::read_dir(&path) else {
         return DirState::Unreadable;
     };
-    let mut entries = BTreeMap::new();
+    // List first (names and entry types), then read the regular files.
+    let mut listed: Vec<(String, Option<PathBuf>, FileState)> = Vec::new();
     for entry in iter {
         let Ok(entry) = entry else {
             return DirState::Unreadable;
@@ -104,12 +106,41 @@ pub fn read_dir(root: &Path, rel: &str) -> DirState {
         let state = match entry.file_type() {
             Ok(t) if t.is_symlink() => FileState::Symlink,
             Ok(t) if !t.is_file() => FileState::NotRegular,
-            Ok(_) => read_regular(&entry.path()),
+            Ok(_) => {
+                listed.push((name, Some(entry.path()), FileState::Absent));
+                continue;
+            }
             Err(e) if e.kind() == io::ErrorKind::NotFound => FileState::Absent,
             Err(_) => FileState::Unreadable,
         };
-        entries.insert(name, state);
+        listed.push((name, None, state));
     }
+    let read_part = |part: &mut [(String, Option<PathBuf>, FileState)]| {
+        for (_, path, state) in part {
+            if let Some(p) = path {
+                *state = read_regular(p);
+            }
+        }
+    };
+    let threads = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(4);
+    if listed.len() < 512 || threads < 2 {
+        read_part(&mut listed);
+    } else {
+        // Large stores: read in parallel (the page cache serves most of it,
+        // so this is CPU-bound in the kernel).
+        let chunk = listed.len().div_ceil(threads);
+        std::thread::scope(|scope| {
+            for part in listed.chunks_mut(chunk) {
+                scope.spawn(|| read_part(part));
+            }
+        });
+    }
+    let entries: BTreeMap<String, FileState> = listed
+        .into_iter()
+        .map(|(name, _, state)| (name, state))
+        .collect();
     DirState::Listing(entries)
 }
 

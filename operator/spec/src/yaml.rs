@@ -42,6 +42,16 @@ pub fn parse(bytes: &[u8]) -> Result<Value, String> {
 
 /// Parses and strictly decodes a record type (unknown fields refused).
 pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, String> {
+    // Canonical record files decode straight from the fast path's tree;
+    // anything it declines (including every error) takes the full path, so
+    // results and messages are unchanged.
+    if !bytes.starts_with(&[0xEF, 0xBB, 0xBF])
+        && let Ok(text) = std::str::from_utf8(bytes)
+        && check_anchors(text).is_ok()
+        && let Some(record) = canonical::decode(text)
+    {
+        return Ok(record);
+    }
     let value = parse(bytes)?;
     if !value.is_mapping() {
         return Err("the document is not a mapping".to_owned());
