@@ -59,9 +59,22 @@
 //! - **`artifact list` and `interface update`** are implemented although the
 //!   contract calls them target-only: issue 3 asks for every §17 command.
 //!   Likewise `--at <sha>` works on `requirement list|show`,
-//!   `interface list|show` and `artifact get` (besides `change-set show`),
-//!   reading the commit's tree through libgit2; `change-set list`, `check`
-//!   and `impact` still have no `--at`, and `--against` is refused.
+//!   `interface list|show`, `artifact get`, `change-set list`, `check` and
+//!   `impact` (besides `change-set show`), reading the commit's tree through
+//!   libgit2 with the §17 `change-set show --at` codes (`revision.invalid`,
+//!   `revision.not_found`, `revision.read_failed`). A commit without
+//!   `project.yaml` is `project.not_initialized` for `list`/`check` and, as
+//!   for `show`, `change_set.not_found` for `impact`.
+//! - **Approval as of `--at C`** for `change-set list` and `check`: every
+//!   set is approved when an approval ref equals or descends from C (the
+//!   `show --at` test); otherwise the usual §18 manifest-path rule applies,
+//!   so sets merged long ago stay approved on an unmerged commit. (`show
+//!   --at` keeps the contract's commit-only test.)
+//! - **`change-set compare --against X`** (deferred upstream): X must be a
+//!   full 40-hex local commit object, else `change_set.invalid_base` (4); it
+//!   replaces the recorded base as `against_commit` (lowercase), and the
+//!   recorded base is then not consulted. The findings are computed on the
+//!   working tree as without `--against`.
 //! - **The YAML writer** is our own: 2-space indentation, block sequences,
 //!   plain scalars only where unambiguous, JSON-style double quotes otherwise,
 //!   the managed header first. Only self-consistency is pinned (§4); files

@@ -5,17 +5,17 @@ use std::{collections::BTreeSet, io::Read, path::Path};
 use super::{
     Env, Success,
     args::Opts,
-    session::{Session, Staged},
+    session::{self, AtCommit, Session, Staged},
 };
 use crate::{
     compare, fsio,
-    git::Lookup,
+    git::Git,
     ids, impact,
     model::{Assessment, ChangeSet, StoreKind},
     node::Node,
-    outcome::{Exit, Failure},
+    outcome::{self, Exit, Failure},
     rules, snapshot,
-    validate::Scope,
+    validate::{self, Scope},
     vfs::{FileState, PROJECT_YAML},
     yaml,
 };
@@ -261,10 +261,24 @@ pub fn list(opts: &Opts, env: &mut Env<'_>) -> Result<Success, Failure> {
         ));
     }
     let scope = opts.get("scope").map(str::to_owned);
-    let session = Session::open(env.cwd, env.faults)?;
-    session.validate_for_read()?;
-    let proposed = session.proposed()?;
-    let mut items: Vec<&ChangeSet> = session.snap.change_sets.iter().map(|r| &r.record).collect();
+    let (snap, proposed) = match opts.get("at") {
+        None => {
+            let session = Session::open(env.cwd, env.faults)?;
+            session.validate_for_read()?;
+            let proposed = session.proposed()?;
+            (session.snap, proposed)
+        }
+        Some(at) => {
+            // The project as of that commit, validated as reads are.
+            let at = AtCommit::open(env.cwd, at)?;
+            if let Some(f) = outcome::wrap(validate::validate(&at.snap, &Scope::default()), true) {
+                return Err(f);
+            }
+            let proposed = at.proposed()?;
+            (at.snap, proposed)
+        }
+    };
+    let mut items: Vec<&ChangeSet> = snap.change_sets.iter().map(|r| &r.record).collect();
     items.sort_by(|a, b| a.id.cmp(&b.id));
     let mut out = Vec::new();
     for cs in items {
@@ -305,38 +319,22 @@ pub fn show(opts: &Opts, env: &mut Env<'_>) -> Result<Success, Failure> {
             (session.snap, if approved { "approved" } else { "proposed" })
         }
         Some(at) => {
-            if !ids::is_full_sha(at) {
-                return Err(Failure::new(
-                    Exit::Validation,
-                    "revision.invalid",
-                    "--at takes a full 40-hex commit ID.",
-                ));
-            }
-            let git = crate::git::Git::discover(env.cwd)?;
-            let Lookup::Commit(commit) = git.lookup(at) else {
-                return Err(Failure::new(
-                    Exit::Validation,
-                    "revision.not_found",
-                    "The --at commit does not exist in this repository.",
-                ));
-            };
+            let (git, commit) = session::resolve_at(env.cwd, at)?;
             let vfs = git.commit_vfs(commit)?;
             if vfs.project_yaml == FileState::Absent {
                 return Err(not_found(&id));
             }
-            let snap = snapshot::open(vfs)?;
-            let Some(_) = snap.change_set(&id) else {
+            let at = AtCommit {
+                snap: snapshot::open(vfs)?,
+                git,
+                commit,
+            };
+            let Some(_) = at.snap.change_set(&id) else {
                 return Err(not_found(&id));
             };
-            let refs = git.approval_refs(&snap.project)?;
-            let mut approved = false;
-            for r in refs {
-                if git.is_ancestor(commit, r)? {
-                    approved = true;
-                    break;
-                }
-            }
-            (snap, if approved { "approved" } else { "proposed" })
+            let refs = at.git.approval_refs(&at.snap.project)?;
+            let approved = at.commit_approved(&refs)?;
+            (at.snap, if approved { "approved" } else { "proposed" })
         }
     };
     let Some(rec) = snap.change_set(&id) else {
@@ -379,29 +377,32 @@ pub fn show(opts: &Opts, env: &mut Env<'_>) -> Result<Success, Failure> {
 /// `change-set compare`.
 pub fn compare(opts: &Opts, env: &mut Env<'_>) -> Result<Success, Failure> {
     let id = required_cs(opts)?;
-    if opts.has("against") {
-        return Err(Failure::new(
-            Exit::Validation,
-            "change_set.invalid_base",
-            "--against is not supported yet; compare against the recorded base.",
-        ));
-    }
     let session = Session::open(env.cwd, env.faults)?;
     let Some(rec) = session.snap.change_set(&id) else {
         return Err(not_found(&id));
     };
-    check_local_base(&session, &rec.record)?;
+    let mut cs = rec.record.clone();
+    match opts.get("against") {
+        // `--against X` compares against X instead of the recorded base: X
+        // must be a full 40-hex local commit (`change_set.invalid_base`).
+        Some(against) => {
+            let against = against.trim();
+            session.base_oid(against)?;
+            cs.base_commit = against.to_owned();
+        }
+        None => check_local_base(&session.git, &cs)?,
+    }
     let reqs: Vec<_> = session
         .snap
         .requirements
         .iter()
         .map(|r| &r.record)
         .collect();
-    Ok(Success::read(compare::compare(&rec.record, &reqs)))
+    Ok(Success::read(compare::compare(&cs, &reqs)))
 }
 
 /// The recorded base must be a local commit (compare, impact).
-pub fn check_local_base(session: &Session, cs: &ChangeSet) -> Result<(), Failure> {
+pub fn check_local_base(git: &Git, cs: &ChangeSet) -> Result<(), Failure> {
     if cs.base_commit.trim().is_empty() {
         return Err(Failure::new(
             Exit::Validation,
@@ -409,7 +410,7 @@ pub fn check_local_base(session: &Session, cs: &ChangeSet) -> Result<(), Failure
             "The change set has no base commit.",
         ));
     }
-    session.base_oid(&cs.base_commit).map(|_| ())
+    session::base_oid(git, &cs.base_commit).map(|_| ())
 }
 
 fn summary(cs: &ChangeSet, opts: &Opts, status: impact::Status, with_assessment: bool) -> Node {

@@ -2,11 +2,17 @@
 
 use std::collections::BTreeSet;
 
-use super::{Env, Success, args::Opts, cmd_change_set::check_local_base, session::Session};
+use super::{
+    Env, Success,
+    args::Opts,
+    cmd_change_set::check_local_base,
+    session::{self, AtCommit, Session},
+};
 use crate::{
     ids, impact,
     node::Node,
     outcome::{self, Exit, Failure},
+    snapshot::{self, Snapshot},
     validate::{self, Scope},
     vfs::{FileState, PROJECT_YAML, PROJECTION_YAML},
 };
@@ -23,21 +29,37 @@ fn optional_cs(opts: &Opts) -> Result<Option<String>, Failure> {
     }
 }
 
-/// `check`.
-pub fn check(opts: &Opts, env: &mut Env<'_>) -> Result<Success, Failure> {
-    let only = optional_cs(opts)?;
-    let session = Session::open(env.cwd, env.faults)?;
-    let snap = &session.snap;
-    if let Some(id) = &only
-        && snap.change_set(id).is_none()
-    {
-        return Err(Failure::new(
+fn ensure_change_set(snap: &Snapshot, only: Option<&String>) -> Result<(), Failure> {
+    match only {
+        Some(id) if snap.change_set(id).is_none() => Err(Failure::new(
             Exit::Validation,
             "change_set.not_found",
             format!("Change set {id} was not found."),
-        ));
+        )),
+        _ => Ok(()),
     }
-    let proposed = session.proposed()?;
+}
+
+/// `check [--change-set CS] [--at SHA]`.
+pub fn check(opts: &Opts, env: &mut Env<'_>) -> Result<Success, Failure> {
+    let only = optional_cs(opts)?;
+    // With `--at`, the project of that commit (read through libgit2, no
+    // checkout), with the approval rule as of that commit.
+    let (snap, proposed) = match opts.get("at") {
+        None => {
+            let session = Session::open(env.cwd, env.faults)?;
+            ensure_change_set(&session.snap, only.as_ref())?;
+            let proposed = session.proposed()?;
+            (session.snap, proposed)
+        }
+        Some(at) => {
+            let at = AtCommit::open(env.cwd, at)?;
+            ensure_change_set(&at.snap, only.as_ref())?;
+            let proposed = at.proposed()?;
+            (at.snap, proposed)
+        }
+    };
+    let snap = &snap;
     let scope = match &only {
         Some(id) => Scope {
             proposed: proposed.iter().filter(|p| *p == id).cloned().collect(),
@@ -72,7 +94,8 @@ pub fn check(opts: &Opts, env: &mut Env<'_>) -> Result<Success, Failure> {
     ))
 }
 
-/// `impact --change-set CS` (structural load only, no validation).
+/// `impact --change-set CS [--at SHA]` (structural load only, no
+/// validation).
 pub fn impact(opts: &Opts, env: &mut Env<'_>) -> Result<Success, Failure> {
     let id = opts.required("change-set")?;
     if !ids::is_change_set_id(&id) {
@@ -82,19 +105,38 @@ pub fn impact(opts: &Opts, env: &mut Env<'_>) -> Result<Success, Failure> {
             "The change-set ID must look like CS-<NNNNN>.",
         ));
     }
-    let session = Session::open(env.cwd, env.faults)?;
-    let Some(rec) = session.snap.change_set(&id) else {
+    // With `--at`, the manifest and requirements of that commit.
+    let (snap, git) = match opts.get("at") {
+        None => {
+            let session = Session::open(env.cwd, env.faults)?;
+            (session.snap, session.git)
+        }
+        Some(at) => {
+            // As `change-set show --at`: a commit without the project has
+            // no such change set.
+            let (git, commit) = session::resolve_at(env.cwd, at)?;
+            let vfs = git.commit_vfs(commit)?;
+            if vfs.project_yaml == FileState::Absent {
+                return Err(Failure::new(
+                    Exit::Validation,
+                    "change_set.not_found",
+                    format!("Change set {id} was not found."),
+                ));
+            }
+            (snapshot::open(vfs)?, git)
+        }
+    };
+    let Some(rec) = snap.change_set(&id) else {
         return Err(Failure::new(
             Exit::Validation,
             "change_set.not_found",
             format!("Change set {id} was not found."),
         ));
     };
-    check_local_base(&session, &rec.record)?;
+    check_local_base(&git, &rec.record)?;
     let mut cs = rec.record.clone();
     cs.canonicalize();
-    let reqs: Vec<_> = session
-        .snap
+    let reqs: Vec<_> = snap
         .requirements
         .iter()
         .map(|r| {

@@ -219,7 +219,12 @@ const COMMANDS: &[Command] = &[
     },
     Command {
         name: "change-set list",
-        spec: &[("status", Value), ("interface", Value), ("scope", Value)],
+        spec: &[
+            ("status", Value),
+            ("interface", Value),
+            ("scope", Value),
+            ("at", Value),
+        ],
         run: cmd_change_set::list,
     },
     Command {
@@ -248,12 +253,12 @@ const COMMANDS: &[Command] = &[
     },
     Command {
         name: "check",
-        spec: &[("change-set", Value)],
+        spec: &[("change-set", Value), ("at", Value)],
         run: cmd_check::check,
     },
     Command {
         name: "impact",
-        spec: &[("change-set", Value)],
+        spec: &[("change-set", Value), ("at", Value)],
         run: cmd_check::impact,
     },
 ];

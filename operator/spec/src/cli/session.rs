@@ -90,22 +90,7 @@ impl Session {
     /// IDs of every proposed change set.
     pub fn proposed(&self) -> Result<BTreeSet<String>, Failure> {
         let refs = self.git.approval_refs(&self.snap.project)?;
-        // List the change-set store once per ref instead of one tree lookup
-        // per manifest and ref.
-        let dir = self.snap.project.store_dir(StoreKind::ChangeSets);
-        let mut approved_paths = BTreeSet::new();
-        for r in &refs {
-            for name in self.git.dir_names_in_commit(*r, &dir)? {
-                approved_paths.insert(format!("{dir}/{name}"));
-            }
-        }
-        Ok(self
-            .snap
-            .change_sets
-            .iter()
-            .filter(|rec| !approved_paths.contains(&rec.path))
-            .map(|rec| rec.record.id.clone())
-            .collect())
+        proposed_by_refs(&self.git, &self.snap, &refs)
     }
 
     /// The change set a write targets, after the approval and ancestry
@@ -156,29 +141,7 @@ impl Session {
 
     /// Resolves a recorded or requested base commit.
     pub fn base_oid(&self, hex: &str) -> Result<Oid, Failure> {
-        let invalid = |named: bool| {
-            let msg = if named {
-                format!(
-                    "The base commit {} is not a local commit object.",
-                    hex.to_ascii_lowercase()
-                )
-            } else {
-                "The base commit is not a full 40-hex commit ID.".to_owned()
-            };
-            Failure::new(Exit::Validation, "change_set.invalid_base", msg)
-        };
-        if !ids::is_full_sha(hex) {
-            return Err(invalid(false));
-        }
-        match self.git.lookup(hex) {
-            Lookup::Commit(oid) => Ok(oid),
-            Lookup::Missing if self.git.repo.is_shallow() => Err(Failure::new(
-                Exit::Io,
-                "git.read_failed",
-                "The base commit is missing from this shallow clone; deepen the clone.",
-            )),
-            _ => Err(invalid(true)),
-        }
+        base_oid(&self.git, hex)
     }
 
     /// Stages, validates and commits. Returns the mutation paths.
@@ -296,5 +259,120 @@ pub fn read_snapshot(at: Option<&str>, env: &super::Env<'_>) -> Result<Snapshot,
             Ok(session.snap)
         }
         Some(at) => crate::store::open_commit(env.cwd, at.trim()),
+    }
+}
+
+/// Resolves a recorded or requested base commit: full 40-hex and a local
+/// commit object, else `change_set.invalid_base` (4); missing from a shallow
+/// clone → `git.read_failed` (6).
+pub fn base_oid(git: &Git, hex: &str) -> Result<Oid, Failure> {
+    let invalid = |named: bool| {
+        let msg = if named {
+            format!(
+                "The base commit {} is not a local commit object.",
+                hex.to_ascii_lowercase()
+            )
+        } else {
+            "The base commit is not a full 40-hex commit ID.".to_owned()
+        };
+        Failure::new(Exit::Validation, "change_set.invalid_base", msg)
+    };
+    if !ids::is_full_sha(hex) {
+        return Err(invalid(false));
+    }
+    match git.lookup(hex) {
+        Lookup::Commit(oid) => Ok(oid),
+        Lookup::Missing if git.repo.is_shallow() => Err(Failure::new(
+            Exit::Io,
+            "git.read_failed",
+            "The base commit is missing from this shallow clone; deepen the clone.",
+        )),
+        _ => Err(invalid(true)),
+    }
+}
+
+/// IDs of the change sets whose manifest is in the tree of none of `refs`.
+fn proposed_by_refs(git: &Git, snap: &Snapshot, refs: &[Oid]) -> Result<BTreeSet<String>, Failure> {
+    // List the change-set store once per ref instead of one tree lookup per
+    // manifest and ref.
+    let dir = snap.project.store_dir(StoreKind::ChangeSets);
+    let mut approved_paths = BTreeSet::new();
+    for r in refs {
+        for name in git.dir_names_in_commit(*r, &dir)? {
+            approved_paths.insert(format!("{dir}/{name}"));
+        }
+    }
+    Ok(snap
+        .change_sets
+        .iter()
+        .filter(|rec| !approved_paths.contains(&rec.path))
+        .map(|rec| rec.record.id.clone())
+        .collect())
+}
+
+/// Resolves `--at` (§17): full 40-hex, else `revision.invalid` (4); a commit
+/// of this repository, else `revision.not_found` (4).
+pub fn resolve_at(cwd: &Path, at: &str) -> Result<(Git, Oid), Failure> {
+    let at = at.trim();
+    if !ids::is_full_sha(at) {
+        return Err(Failure::new(
+            Exit::Validation,
+            "revision.invalid",
+            "--at takes a full 40-hex commit ID.",
+        ));
+    }
+    let git = Git::discover(cwd)?;
+    let Lookup::Commit(commit) = git.lookup(at) else {
+        return Err(Failure::new(
+            Exit::Validation,
+            "revision.not_found",
+            "The --at commit does not exist in this repository.",
+        ));
+    };
+    Ok((git, commit))
+}
+
+/// The project as of a commit, read from its tree through libgit2 without a
+/// checkout (`revision.read_failed` (6) when the tree cannot be read), and
+/// decoded but not validated.
+pub struct AtCommit {
+    /// The repository.
+    pub git: Git,
+    /// The `--at` commit.
+    pub commit: Oid,
+    /// The decoded project.
+    pub snap: Snapshot,
+}
+
+impl AtCommit {
+    /// Resolves `--at` and loads the project of that commit.
+    pub fn open(cwd: &Path, at: &str) -> Result<AtCommit, Failure> {
+        let (git, commit) = resolve_at(cwd, at)?;
+        let vfs = git.commit_vfs(commit)?;
+        let snap = snapshot::open(vfs)?;
+        Ok(AtCommit { git, commit, snap })
+    }
+
+    /// Whether the commit is approved as a whole: some approval ref (§18)
+    /// equals it or descends from it (the `change-set show --at` test).
+    pub fn commit_approved(&self, refs: &[Oid]) -> Result<bool, Failure> {
+        for r in refs {
+            if self.git.is_ancestor(self.commit, *r)? {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
+    /// Proposed change sets as of the commit (`change-set list --at`,
+    /// `check --at`): none when the commit itself is approved; otherwise
+    /// those whose manifest is in no approval ref's tree (the §18 rule), so
+    /// sets merged long ago stay approved on an unmerged commit.
+    pub fn proposed(&self) -> Result<BTreeSet<String>, Failure> {
+        let refs = self.git.approval_refs(&self.snap.project)?;
+        if self.commit_approved(&refs)? {
+            return Ok(BTreeSet::new());
+        }
+        proposed_by_refs(&self.git, &self.snap, &refs)
     }
 }
