@@ -1,7 +1,7 @@
 //! Minimal Pod spec validation, the subset that catches malformed pods a
 //! controller might build: containers present, each with a unique DNS-label
-//! name and an image, volume mounts naming declared volumes, and a known
-//! `restartPolicy`.
+//! name and an image, volume mounts naming declared volumes (with a relative
+//! `subPath` that does not climb out with `..`), and a known `restartPolicy`.
 
 use std::collections::BTreeSet;
 
@@ -24,6 +24,11 @@ fn dns_label(s: &str) -> bool {
             .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
         && !s.starts_with('-')
         && !s.ends_with('-')
+}
+
+/// A `subPath` the API server accepts: relative, no `..` element.
+pub(crate) fn sub_path_ok(sub: &str) -> bool {
+    !sub.starts_with('/') && !sub.split('/').any(|part| part == "..")
 }
 
 /// Field errors of a pod's spec.
@@ -91,6 +96,17 @@ pub fn check(pod: &Value) -> Vec<Cause> {
                         field: format!("{at}.volumeMounts[{j}].name"),
                     });
                 }
+                if let Some(sub) = m.get("subPath").and_then(Value::as_str)
+                    && !sub_path_ok(sub)
+                {
+                    causes.push(Cause {
+                        reason: "FieldValueInvalid".to_owned(),
+                        message: format!(
+                            "Invalid value: {sub:?}: must be a relative path without '..'"
+                        ),
+                        field: format!("{at}.volumeMounts[{j}].subPath"),
+                    });
+                }
             }
         }
     }
@@ -115,7 +131,7 @@ mod tests {
     #[test]
     fn malformed_pods_are_reported_per_field() {
         let pod = json!({"spec": {"restartPolicy": "Sometimes", "containers": [
-            {"name": "a", "image": "x", "volumeMounts": [{"name": "missing", "mountPath": "/m"}]},
+            {"name": "a", "image": "x", "volumeMounts": [{"name": "missing", "mountPath": "/m"}, {"name": "missing", "mountPath": "/n", "subPath": "a/../../etc"}]},
             {"name": "a"},
             {"name": "Bad_Name", "image": "x"}
         ]}});
@@ -124,6 +140,8 @@ mod tests {
             fields,
             [
                 "spec.containers[0].volumeMounts[0].name",
+                "spec.containers[0].volumeMounts[1].name",
+                "spec.containers[0].volumeMounts[1].subPath",
                 "spec.containers[1].name",
                 "spec.containers[1].image",
                 "spec.containers[2].name",

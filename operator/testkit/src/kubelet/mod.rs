@@ -1,6 +1,7 @@
 //! A simulated kubelet for one node: schedules unscheduled pods onto itself,
 //! runs their containers through a [`ContainerExecutor`] with volumes mapped to
-//! host directories, and reports phases, conditions, container states, exit
+//! host directories (`persistentVolumeClaim` as a per-claim node directory,
+//! `subPath` honoured), and reports phases, conditions, container states, exit
 //! codes, restarts, `activeDeadlineSeconds` kills and graceful deletion.
 //!
 //! It works directly on the store (as the real kubelet's status manager would
@@ -28,6 +29,9 @@ pub use executor::{
 };
 
 use crate::{server::ApiServer, store::ObjectKey};
+
+/// Directory of the kubelet's root holding `persistentVolumeClaim` volumes.
+pub(crate) const CLAIMS_DIR: &str = "claims";
 
 /// The default node name.
 pub const NODE_NAME: &str = "testkit-node";
@@ -84,6 +88,18 @@ impl Kubelet {
     /// This kubelet's node name.
     pub fn node_name(&self) -> &str {
         &self.node_name
+    }
+
+    /// The host directory backing `persistentVolumeClaim` `claim` in
+    /// `namespace` on this node (created now if absent): what a local-path
+    /// provisioner would give the claim. Pods mounting the claim, with or
+    /// without `subPath`, see this directory; tests use it as the volume as
+    /// another process on the node (the operator) would mount it. It lives as
+    /// long as the kubelet.
+    pub fn claim_dir(&self, namespace: &str, claim: &str) -> std::io::Result<std::path::PathBuf> {
+        let dir = volumes::claim_dir(&self._root.path().join(CLAIMS_DIR), namespace, claim);
+        std::fs::create_dir_all(&dir)?;
+        Ok(dir)
     }
 }
 

@@ -127,7 +127,7 @@ fn container_status(
 }
 
 impl PodRun {
-    fn launch(&self, c: &Value, env: Vec<(String, String)>) -> ContainerLaunch {
+    fn launch(&self, c: &Value, env: Vec<(String, String)>) -> Result<ContainerLaunch, String> {
         let strs = |k: &str| -> Vec<String> {
             c.get(k)
                 .and_then(Value::as_array)
@@ -140,29 +140,37 @@ impl PodRun {
         };
         let mut argv = strs("command");
         argv.extend(strs("args"));
-        let mounts = c
+        let mut mounts = Vec::new();
+        for m in c
             .get("volumeMounts")
             .and_then(Value::as_array)
-            .map(|a| {
-                a.iter()
-                    .filter_map(|m| {
-                        let volume = m.get("name")?.as_str()?.to_owned();
-                        Some(Mount {
-                            host_path: self.volumes.get(&volume)?.clone(),
-                            volume,
-                            container_path: m.get("mountPath")?.as_str()?.to_owned(),
-                            read_only: m.get("readOnly").and_then(Value::as_bool).unwrap_or(false),
-                        })
-                    })
-                    .collect()
-            })
-            .unwrap_or_default();
+            .into_iter()
+            .flatten()
+        {
+            let (Some(volume), Some(container_path)) = (
+                m.get("name").and_then(Value::as_str),
+                m.get("mountPath").and_then(Value::as_str),
+            ) else {
+                continue;
+            };
+            let Some(dir) = self.volumes.get(volume) else {
+                continue;
+            };
+            let sub = m.get("subPath").and_then(Value::as_str);
+            mounts.push(Mount {
+                host_path: super::volumes::sub_path(dir, sub)
+                    .map_err(|e| format!("volume mount {volume} at {container_path}: {e}"))?,
+                volume: volume.to_owned(),
+                container_path: container_path.to_owned(),
+                read_only: m.get("readOnly").and_then(Value::as_bool).unwrap_or(false),
+            });
+        }
         let name = c
             .get("name")
             .and_then(Value::as_str)
             .unwrap_or("")
             .to_owned();
-        ContainerLaunch {
+        Ok(ContainerLaunch {
             namespace: self.key.namespace.clone(),
             pod: self.key.name.clone(),
             log_path: self.log_dir.join(format!("{name}.log")),
@@ -179,7 +187,7 @@ impl PodRun {
                 .and_then(Value::as_str)
                 .map(str::to_owned),
             mounts,
-        }
+        })
     }
 
     fn should_restart(&self, init: bool, code: i32) -> bool {
@@ -193,8 +201,10 @@ impl PodRun {
 
     /// Run one container (with restarts); returns its last exit code.
     async fn container(&self, c: Value, init: bool, mut kill: KillSignal) -> i32 {
-        let env = match super::env::build(&self.ctx.shared, &self.pod, &c) {
-            Ok(env) => env,
+        let launch =
+            super::env::build(&self.ctx.shared, &self.pod, &c).and_then(|env| self.launch(&c, env));
+        let launch = match launch {
+            Ok(launch) => launch,
             Err(message) => {
                 // A real node retries; here the container waits until the pod is killed.
                 update_status(self, |s| {
@@ -209,7 +219,6 @@ impl PodRun {
                 return 137;
             }
         };
-        let launch = self.launch(&c, env);
         self.ctx.shared.set_log(
             &self.key.namespace,
             &self.key.name,
@@ -333,7 +342,14 @@ pub(crate) async fn run_pod(
     };
     let prepared = std::fs::create_dir_all(&log_dir)
         .map_err(|e| format!("failed to create pod directory: {e}"))
-        .and_then(|()| super::volumes::prepare(&ctx.shared, &pod, &pod_dir));
+        .and_then(|()| {
+            super::volumes::prepare(
+                &ctx.shared,
+                &pod,
+                &pod_dir,
+                &ctx.root.join(super::CLAIMS_DIR),
+            )
+        });
     match prepared {
         Ok(v) => run.volumes = v,
         Err(message) => {

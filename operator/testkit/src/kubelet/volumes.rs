@@ -1,6 +1,9 @@
 //! Pod volumes as host directories: `emptyDir` becomes a fresh directory,
 //! `configMap` and `secret` are projected as files (one per key), `hostPath`
-//! is used as is. Other volume types are reported as unsupported.
+//! is used as is, and a `persistentVolumeClaim` is the node's directory for
+//! that claim (`<claims root>/<namespace>/<claimName>`, created on first use
+//! and kept across pods, like a local-path provisioner). Other volume types
+//! are reported as unsupported.
 
 use std::{
     collections::BTreeMap,
@@ -100,11 +103,42 @@ fn project(
     Ok(())
 }
 
+/// The node directory backing claim `claim` of `namespace`.
+pub fn claim_dir(claims_root: &Path, namespace: &str, claim: &str) -> PathBuf {
+    claims_root.join(namespace).join(claim)
+}
+
+/// The host directory of a mount: the volume's directory, or its `subPath`
+/// inside it (created when missing, as the kubelet does). A `subPath` that
+/// leaves the volume, also through a symlink planted in it, is refused.
+pub fn sub_path(volume_dir: &Path, sub: Option<&str>) -> Result<PathBuf, String> {
+    let Some(sub) = sub.filter(|s| !s.is_empty()) else {
+        return Ok(volume_dir.to_owned());
+    };
+    if !crate::podcheck::sub_path_ok(sub) {
+        return Err(format!("subPath {sub:?} must be relative without '..'"));
+    }
+    let dir = volume_dir.join(sub);
+    std::fs::create_dir_all(&dir).map_err(|e| format!("failed to create subPath {sub:?}: {e}"))?;
+    let (base, real) = (
+        volume_dir
+            .canonicalize()
+            .map_err(|e| format!("volume directory: {e}"))?,
+        dir.canonicalize()
+            .map_err(|e| format!("subPath {sub:?}: {e}"))?,
+    );
+    if !real.starts_with(&base) {
+        return Err(format!("subPath {sub:?} resolves outside of the volume"));
+    }
+    Ok(real)
+}
+
 /// Create the host directory of every volume; returns volume name → host path.
 pub fn prepare(
     shared: &Shared,
     pod: &Value,
     pod_dir: &Path,
+    claims_root: &Path,
 ) -> Result<BTreeMap<String, PathBuf>, String> {
     let namespace = pod
         .pointer("/metadata/namespace")
@@ -125,6 +159,16 @@ pub fn prepare(
         let dir = pod_dir.join("volumes").join(&name);
         if let Some(host) = v.pointer("/hostPath/path").and_then(Value::as_str) {
             out.insert(name, PathBuf::from(host));
+            continue;
+        }
+        if let Some(claim) = v
+            .pointer("/persistentVolumeClaim/claimName")
+            .and_then(Value::as_str)
+        {
+            let dir = claim_dir(claims_root, namespace, claim);
+            std::fs::create_dir_all(&dir)
+                .map_err(|e| format!("failed to provision claim {claim}: {e}"))?;
+            out.insert(name, dir);
             continue;
         }
         std::fs::create_dir_all(&dir)
@@ -151,7 +195,7 @@ pub fn prepare(
             )?;
         } else {
             return Err(format!(
-                "volume {name}: only emptyDir, configMap, secret and hostPath are supported by testkit"
+                "volume {name}: only emptyDir, configMap, secret, hostPath and persistentVolumeClaim are supported by testkit"
             ));
         }
         out.insert(name, dir);
@@ -162,6 +206,21 @@ pub fn prepare(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sub_paths_stay_inside_their_volume() {
+        let tmp = tempfile::tempdir().unwrap();
+        let vol = tmp.path().join("vol");
+        std::fs::create_dir_all(&vol).unwrap();
+        let made = sub_path(&vol, Some("runs/a/out")).unwrap();
+        assert!(made.is_dir());
+        assert!(made.ends_with("runs/a/out"));
+        assert_eq!(sub_path(&vol, None).unwrap(), vol);
+        assert!(sub_path(&vol, Some("../x")).is_err());
+        assert!(sub_path(&vol, Some("/etc")).is_err());
+        std::os::unix::fs::symlink(tmp.path(), vol.join("escape")).unwrap();
+        assert!(sub_path(&vol, Some("escape/x")).is_err());
+    }
 
     #[test]
     fn base64_decodes_padded_and_unpadded_input() {

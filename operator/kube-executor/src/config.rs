@@ -1,0 +1,93 @@
+//! Configuration of a [`crate::KubernetesExecutor`].
+
+use std::{path::PathBuf, time::Duration};
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+
+/// The staging volume through which input goes in and output comes out.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StagingVolume {
+    /// The PersistentVolumeClaim, in the sandbox namespace, that the operator
+    /// also mounts (ReadWriteMany, or ReadWriteOnce with sandbox pods
+    /// scheduled to the operator's node). Nothing else may mount it.
+    pub claim_name: String,
+    /// Where the operator process sees that claim.
+    pub mount_path: PathBuf,
+}
+
+/// Who owns the staged directories the sandbox writes (`workspace`, `out`).
+///
+/// The sandbox runs as the profile's `runAsUser`. It can write its staged
+/// directories, and the operator can later remove what it wrote, when both
+/// run as that uid (the chart runs the operator as the profiles' uid), or when
+/// the operator is root and hands the directories over.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum StagingOwnership {
+    /// [`StagingOwnership::ProfileUser`] when the operator runs as root, else
+    /// [`StagingOwnership::Keep`].
+    #[default]
+    Auto,
+    /// `chown` to the profile's `runAsUser`:`runAsGroup` (needs root).
+    ProfileUser,
+    /// Keep the operator's own uid (the operator runs as the profile's uid,
+    /// or a test kubelet runs containers as the operator's uid).
+    Keep,
+}
+
+/// Configuration of a [`crate::KubernetesExecutor`].
+#[derive(Clone, Debug)]
+pub struct KubeExecutorConfig {
+    /// Namespace of sandbox pods and their NetworkPolicies.
+    pub namespace: String,
+    /// The staging volume.
+    pub staging: StagingVolume,
+    /// Where collected `/out` folders are kept (control-plane owned, outside
+    /// the staging volume so a later run can never see them).
+    pub output_root: PathBuf,
+    /// Image for runs whose `RunSpec::image` is `None`.
+    pub default_image: Option<String>,
+    /// Value of the `protobot.dev/executor` label on every object this
+    /// executor creates; [`crate::KubernetesExecutor::collect_garbage`] only
+    /// touches objects with its own value. Must be unique per operator
+    /// replica sharing a namespace.
+    pub instance: String,
+    /// Grace period given to a sandbox that is cancelled or cleaned up
+    /// (`terminationGracePeriodSeconds` and the delete's grace).
+    pub grace_period: Duration,
+    /// Time a pod may spend before it starts (scheduling, image pull), added
+    /// to the wall clock for the executor's own deadline: `activeDeadlineSeconds`
+    /// only counts once the kubelet has accepted the pod.
+    pub start_allowance: Duration,
+    /// How long to wait for a deleted pod to be gone before giving up on
+    /// cleaning its staging directory (left for `collect_garbage`).
+    pub deletion_timeout: Duration,
+    /// Log bytes kept in `RunOutput::stderr_tail`.
+    pub log_tail_bytes: usize,
+    /// Who owns the staged `workspace` and `out` directories.
+    pub staging_ownership: StagingOwnership,
+    /// Owner reference put on every pod and NetworkPolicy (e.g. the
+    /// `BuildWorkItem` or `InspectionRun`), so Kubernetes garbage-collects
+    /// them with their owner. Set per executor with
+    /// [`crate::KubernetesExecutor::with_owner`].
+    pub owner: Option<OwnerReference>,
+}
+
+impl KubeExecutorConfig {
+    /// A configuration with defaults for everything but the namespace, the
+    /// staging volume and the output root.
+    pub fn new(namespace: &str, staging: StagingVolume, output_root: PathBuf) -> Self {
+        KubeExecutorConfig {
+            namespace: namespace.to_owned(),
+            staging,
+            output_root,
+            default_image: None,
+            instance: "default".to_owned(),
+            grace_period: Duration::from_secs(5),
+            start_allowance: Duration::from_secs(120),
+            deletion_timeout: Duration::from_secs(60),
+            log_tail_bytes: 4096,
+            staging_ownership: StagingOwnership::Auto,
+            owner: None,
+        }
+    }
+}

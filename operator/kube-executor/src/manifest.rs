@@ -1,0 +1,661 @@
+//! Pure construction of a run's Kubernetes objects: the sandbox Pod and its
+//! NetworkPolicy, from the profile, the executor configuration and the
+//! `RunSpec`. No client here; everything is unit-tested.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::{
+    api::{
+        core::v1::{
+            Capabilities, Container, EmptyDirVolumeSource, EnvVar,
+            PersistentVolumeClaimVolumeSource, Pod, PodSecurityContext, PodSpec,
+            ResourceRequirements, SeccompProfile, SecurityContext, Volume, VolumeMount,
+        },
+        networking::v1::{
+            NetworkPolicy, NetworkPolicyEgressRule, NetworkPolicyPeer, NetworkPolicyPort,
+            NetworkPolicySpec,
+        },
+    },
+    apimachinery::pkg::{
+        api::resource::Quantity,
+        apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference},
+        util::intstr::IntOrString,
+    },
+};
+use protobot_jobsite::executor::{RunSpec, SandboxRole};
+
+use crate::{config::KubeExecutorConfig, names::run_name, profile::SandboxProfile};
+
+/// `app.kubernetes.io/managed-by` value on everything this crate creates.
+pub const MANAGED_BY: &str = "protobot";
+/// Label: who manages the object.
+pub const LABEL_MANAGED_BY: &str = "app.kubernetes.io/managed-by";
+/// Label: the object's part (`sandbox`).
+pub const LABEL_COMPONENT: &str = "app.kubernetes.io/component";
+/// Label: the run's name ([`run_name`] of the run id).
+pub const LABEL_RUN_ID: &str = "protobot.dev/run-id";
+/// Label: the sandboxed role (`worker-a`, `integration-runner`, …).
+pub const LABEL_ROLE: &str = "protobot.dev/role";
+/// Label: the sandbox profile.
+pub const LABEL_PROFILE: &str = "protobot.dev/profile";
+/// Label: the executor instance (scopes garbage collection).
+pub const LABEL_EXECUTOR: &str = "protobot.dev/executor";
+/// Annotation: the exact run id (free text, not a valid label value).
+pub const ANNOTATION_RUN_ID: &str = "protobot.dev/run-id";
+/// The sandbox container's name.
+pub const CONTAINER: &str = "sandbox";
+/// Directory of the staging volume holding `<instance>/<run name>` per run.
+pub const RUNS_DIR: &str = "runs";
+
+/// Why a run's objects could not be built (the run is refused before anything
+/// is created).
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub enum BuildError {
+    /// No command.
+    #[error("the run has no command; the WorkerClass must name one")]
+    NoCommand,
+    /// No image and no default image.
+    #[error(
+        "the run names no image and the executor has no default image; set RunSpec::image or KubeExecutorConfig::default_image"
+    )]
+    NoImage,
+    /// Memory above the profile's ceiling.
+    #[error(
+        "sandbox.limit: the run asks for {asked} bytes of memory, above profile {profile}'s maxMemory of {max}; lower the limit or raise spec.resources.maxMemory"
+    )]
+    MemoryAboveProfile {
+        /// Profile name.
+        profile: String,
+        /// Requested bytes.
+        asked: u64,
+        /// Ceiling.
+        max: u64,
+    },
+    /// A limit is zero.
+    #[error("sandbox.fail_closed: the run's {limit} limit is zero; give it a positive value")]
+    ZeroLimit {
+        /// Which limit.
+        limit: &'static str,
+    },
+    /// The run wants egress but the profile has no proxy.
+    #[error(
+        "sandbox.denied: the run asks for egress through {proxy:?}, but profile {profile} allows no egress (spec.egress.proxy is empty)"
+    )]
+    NoEgressInProfile {
+        /// Profile name.
+        profile: String,
+        /// The asked proxy URL.
+        proxy: String,
+    },
+    /// The run's environment overrides a variable the executor sets.
+    #[error("the run's environment sets {name}, which the executor owns; rename it")]
+    ReservedEnv {
+        /// The variable.
+        name: String,
+    },
+    /// The run's environment holds the sentinel credential.
+    #[error(
+        "sandbox.denied: the run's command or environment contains a credential sentinel; credentials never enter a sandbox"
+    )]
+    Credential,
+}
+
+/// The role's label value (its serde name).
+pub fn role_label(role: SandboxRole) -> String {
+    match serde_json::to_value(role) {
+        Ok(serde_json::Value::String(s)) => s,
+        _ => format!("{role:?}").to_ascii_lowercase(),
+    }
+}
+
+/// The labels of every object of one run.
+pub fn run_labels(
+    profile: &SandboxProfile,
+    config: &KubeExecutorConfig,
+    spec: &RunSpec,
+) -> BTreeMap<String, String> {
+    [
+        (LABEL_MANAGED_BY, MANAGED_BY.to_owned()),
+        (LABEL_COMPONENT, "sandbox".to_owned()),
+        (LABEL_RUN_ID, run_name(&spec.run_id)),
+        (LABEL_ROLE, role_label(spec.role)),
+        (LABEL_PROFILE, profile.name().to_owned()),
+        (LABEL_EXECUTOR, config.instance.clone()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), v))
+    .collect()
+}
+
+/// The selector of one run's pod (what its NetworkPolicy applies to).
+pub fn run_selector(spec: &RunSpec) -> BTreeMap<String, String> {
+    [
+        (LABEL_MANAGED_BY.to_owned(), MANAGED_BY.to_owned()),
+        (LABEL_RUN_ID.to_owned(), run_name(&spec.run_id)),
+    ]
+    .into()
+}
+
+fn meta(
+    profile: &SandboxProfile,
+    config: &KubeExecutorConfig,
+    spec: &RunSpec,
+    owner: Option<&OwnerReference>,
+) -> ObjectMeta {
+    ObjectMeta {
+        name: Some(run_name(&spec.run_id)),
+        namespace: Some(config.namespace.clone()),
+        labels: Some(run_labels(profile, config, spec)),
+        annotations: Some([(ANNOTATION_RUN_ID.to_owned(), spec.run_id.clone())].into()),
+        owner_references: owner.map(|o| vec![o.clone()]),
+        ..ObjectMeta::default()
+    }
+}
+
+/// Seconds, rounded up, at least 1.
+fn ceil_secs(d: std::time::Duration) -> i64 {
+    let s = d.as_secs() + u64::from(d.subsec_nanos() > 0);
+    i64::try_from(s.max(1)).unwrap_or(i64::MAX)
+}
+
+/// Environment variables the executor sets (a run may not override them).
+const RESERVED_ENV: [&str; 8] = [
+    "HOME",
+    "PROTOBOT_WORKSPACE",
+    "PROTOBOT_OUT",
+    "PROTOBOT_TASK",
+    "HTTPS_PROXY",
+    "HTTP_PROXY",
+    "https_proxy",
+    "http_proxy",
+];
+
+/// Checks what every run must satisfy before objects are built.
+pub fn check_spec(
+    profile: &SandboxProfile,
+    config: &KubeExecutorConfig,
+    spec: &RunSpec,
+) -> Result<String, BuildError> {
+    if spec.command.is_empty() {
+        return Err(BuildError::NoCommand);
+    }
+    let image = spec
+        .image
+        .clone()
+        .or_else(|| config.default_image.clone())
+        .filter(|i| !i.is_empty())
+        .ok_or(BuildError::NoImage)?;
+    if spec.limits.wall_clock.is_zero() {
+        return Err(BuildError::ZeroLimit {
+            limit: "wall-clock",
+        });
+    }
+    if spec.limits.memory_bytes == 0 {
+        return Err(BuildError::ZeroLimit { limit: "memory" });
+    }
+    if spec.limits.memory_bytes > profile.max_memory_bytes() {
+        return Err(BuildError::MemoryAboveProfile {
+            profile: profile.name().to_owned(),
+            asked: spec.limits.memory_bytes,
+            max: profile.max_memory_bytes(),
+        });
+    }
+    if let Some(proxy) = &spec.egress_proxy
+        && profile.spec().egress.proxy.is_none()
+    {
+        return Err(BuildError::NoEgressInProfile {
+            profile: profile.name().to_owned(),
+            proxy: proxy.clone(),
+        });
+    }
+    if let Some(name) = spec.env.keys().find(|k| RESERVED_ENV.contains(&k.as_str())) {
+        return Err(BuildError::ReservedEnv { name: name.clone() });
+    }
+    let sentinel = protobot_executors::BROKER_TOKEN_SENTINEL;
+    if spec.command.iter().any(|a| a.contains(sentinel))
+        || spec
+            .env
+            .iter()
+            .any(|(k, v)| k.contains(sentinel) || v.contains(sentinel))
+    {
+        return Err(BuildError::Credential);
+    }
+    Ok(image)
+}
+
+/// The sandbox pod of one run.
+pub fn build_pod(
+    profile: &SandboxProfile,
+    config: &KubeExecutorConfig,
+    spec: &RunSpec,
+    owner: Option<&OwnerReference>,
+) -> Result<Pod, BuildError> {
+    let image = check_spec(profile, config, spec)?;
+    let name = run_name(&spec.run_id);
+    let p = profile.spec();
+    let sc = &p.security_context;
+    let seccomp = SeccompProfile {
+        type_: sc.seccomp_profile.type_.clone(),
+        localhost_profile: sc.seccomp_profile.localhost_profile.clone(),
+    };
+    let mut env: Vec<EnvVar> = [
+        ("HOME", "/tmp"),
+        ("PROTOBOT_WORKSPACE", "/workspace"),
+        ("PROTOBOT_OUT", "/out"),
+        ("PROTOBOT_TASK", "/task/task.json"),
+    ]
+    .into_iter()
+    .map(|(k, v)| EnvVar {
+        name: k.to_owned(),
+        value: Some(v.to_owned()),
+        value_from: None,
+    })
+    .collect();
+    if let Some(proxy) = &spec.egress_proxy {
+        for k in ["HTTPS_PROXY", "HTTP_PROXY", "https_proxy", "http_proxy"] {
+            env.push(EnvVar {
+                name: k.to_owned(),
+                value: Some(proxy.clone()),
+                value_from: None,
+            });
+        }
+    }
+    env.extend(spec.env.iter().map(|(k, v)| EnvVar {
+        name: k.clone(),
+        value: Some(v.clone()),
+        value_from: None,
+    }));
+    let resources: BTreeMap<String, Quantity> = [
+        ("cpu", format!("{}m", profile.cpu_millis())),
+        ("memory", spec.limits.memory_bytes.to_string()),
+        (
+            "ephemeral-storage",
+            profile.ephemeral_storage_bytes().to_string(),
+        ),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_owned(), Quantity(v)))
+    .collect();
+    let staged = |part: &str| format!("{RUNS_DIR}/{}/{name}/{part}", config.instance);
+    let mount = |path: &str, sub: Option<String>, read_only: bool, volume: &str| VolumeMount {
+        name: volume.to_owned(),
+        mount_path: path.to_owned(),
+        sub_path: sub,
+        read_only: read_only.then_some(true),
+        ..VolumeMount::default()
+    };
+    let container = Container {
+        name: CONTAINER.to_owned(),
+        image: Some(image),
+        image_pull_policy: Some("IfNotPresent".to_owned()),
+        command: Some(spec.command.clone()),
+        working_dir: Some("/workspace".to_owned()),
+        env: Some(env),
+        resources: Some(ResourceRequirements {
+            requests: Some(resources.clone()),
+            limits: Some(resources),
+            ..ResourceRequirements::default()
+        }),
+        security_context: Some(SecurityContext {
+            run_as_non_root: Some(sc.run_as_non_root),
+            run_as_user: Some(sc.run_as_user),
+            run_as_group: Some(sc.run_as_group),
+            read_only_root_filesystem: Some(sc.read_only_root_filesystem),
+            allow_privilege_escalation: Some(sc.allow_privilege_escalation),
+            privileged: Some(false),
+            capabilities: Some(Capabilities {
+                drop: Some(sc.capabilities.drop.clone()),
+                add: None,
+            }),
+            seccomp_profile: Some(seccomp.clone()),
+            ..SecurityContext::default()
+        }),
+        volume_mounts: Some(vec![
+            mount("/task", Some(staged("task")), true, "staging"),
+            mount("/workspace", Some(staged("workspace")), false, "staging"),
+            mount("/out", Some(staged("out")), false, "staging"),
+            mount("/tmp", None, false, "tmp"),
+        ]),
+        termination_message_policy: Some("FallbackToLogsOnError".to_owned()),
+        ..Container::default()
+    };
+    let grace = i64::try_from(config.grace_period.as_secs()).unwrap_or(i64::MAX);
+    Ok(Pod {
+        metadata: meta(profile, config, spec, owner),
+        spec: Some(PodSpec {
+            runtime_class_name: Some(p.runtime_class_name.clone()),
+            service_account_name: p.service_account_name.clone(),
+            automount_service_account_token: Some(false),
+            enable_service_links: Some(false),
+            host_network: Some(false),
+            host_pid: Some(false),
+            host_ipc: Some(false),
+            share_process_namespace: Some(false),
+            restart_policy: Some("Never".to_owned()),
+            active_deadline_seconds: Some(ceil_secs(spec.limits.wall_clock)),
+            termination_grace_period_seconds: Some(grace),
+            security_context: Some(PodSecurityContext {
+                run_as_non_root: Some(sc.run_as_non_root),
+                run_as_user: Some(sc.run_as_user),
+                run_as_group: Some(sc.run_as_group),
+                seccomp_profile: Some(seccomp),
+                ..PodSecurityContext::default()
+            }),
+            containers: vec![container],
+            volumes: Some(vec![
+                Volume {
+                    name: "staging".to_owned(),
+                    persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
+                        claim_name: config.staging.claim_name.clone(),
+                        read_only: None,
+                    }),
+                    ..Volume::default()
+                },
+                Volume {
+                    name: "tmp".to_owned(),
+                    empty_dir: Some(EmptyDirVolumeSource {
+                        medium: Some("Memory".to_owned()),
+                        size_limit: Some(Quantity(profile.tmp_size_bytes().to_string())),
+                        ..EmptyDirVolumeSource::default()
+                    }),
+                    ..Volume::default()
+                },
+            ]),
+            ..PodSpec::default()
+        }),
+        status: None,
+    })
+}
+
+/// The NetworkPolicy of one run: selects only that run's pod, denies all
+/// ingress, and denies all egress (DNS included) except TCP to the profile's
+/// egress proxy when the run asked for it.
+pub fn build_network_policy(
+    profile: &SandboxProfile,
+    config: &KubeExecutorConfig,
+    spec: &RunSpec,
+    owner: Option<&OwnerReference>,
+) -> NetworkPolicy {
+    let egress = match (&spec.egress_proxy, &profile.spec().egress.proxy) {
+        (Some(_), Some(proxy)) => vec![NetworkPolicyEgressRule {
+            to: Some(vec![NetworkPolicyPeer {
+                namespace_selector: (!proxy.namespace_selector.is_empty()).then(|| LabelSelector {
+                    match_labels: Some(proxy.namespace_selector.clone()),
+                    match_expressions: None,
+                }),
+                pod_selector: Some(LabelSelector {
+                    match_labels: Some(proxy.pod_selector.clone()),
+                    match_expressions: None,
+                }),
+                ip_block: None,
+            }]),
+            ports: Some(vec![NetworkPolicyPort {
+                protocol: Some("TCP".to_owned()),
+                port: Some(IntOrString::Int(i32::from(proxy.port))),
+                end_port: None,
+            }]),
+        }],
+        _ => Vec::new(),
+    };
+    NetworkPolicy {
+        metadata: meta(profile, config, spec, owner),
+        spec: Some(NetworkPolicySpec {
+            pod_selector: Some(LabelSelector {
+                match_labels: Some(run_selector(spec)),
+                match_expressions: None,
+            }),
+            policy_types: Some(vec!["Ingress".to_owned(), "Egress".to_owned()]),
+            ingress: Some(Vec::new()),
+            egress: Some(egress),
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::{path::PathBuf, time::Duration};
+
+    use protobot_jobsite::executor::Limits;
+    use serde_json::{Value, json};
+
+    use super::*;
+    use crate::config::StagingVolume;
+
+    fn profile() -> SandboxProfile {
+        SandboxProfile::parse(
+            include_str!("../../../sandbox-profiles/kata.yaml"),
+            "kata.yaml",
+        )
+        .unwrap()
+    }
+
+    fn config() -> KubeExecutorConfig {
+        let mut c = KubeExecutorConfig::new(
+            "sandboxes",
+            StagingVolume {
+                claim_name: "protobot-staging".into(),
+                mount_path: PathBuf::from("/staging"),
+            },
+            PathBuf::from("/collected"),
+        );
+        c.default_image = Some("registry.example.invalid/worker:1".into());
+        c.instance = "replica-0".into();
+        c
+    }
+
+    fn spec() -> RunSpec {
+        RunSpec {
+            run_id: "wi-1/cycle-1/worker-b".into(),
+            role: SandboxRole::WorkerB,
+            workspace: PathBuf::from("/exports/wi-1/b"),
+            task: json!({"role": "worker-b"}),
+            command: vec!["harness".into(), "--task".into(), "/task/task.json".into()],
+            image: None,
+            env: [("MODEL_TIER".to_owned(), "t2".to_owned())].into(),
+            limits: Limits {
+                wall_clock: Duration::from_millis(90_500),
+                memory_bytes: 1 << 30,
+                ..Limits::default()
+            },
+            egress_proxy: None,
+        }
+    }
+
+    fn json_of<T: serde::Serialize>(t: &T) -> Value {
+        serde_json::to_value(t).unwrap()
+    }
+
+    #[test]
+    fn the_pod_carries_every_profile_field() {
+        let owner = OwnerReference {
+            api_version: "protobot.dev/v1alpha1".into(),
+            kind: "BuildWorkItem".into(),
+            name: "wi-1".into(),
+            uid: "uid-1".into(),
+            controller: Some(true),
+            block_owner_deletion: Some(true),
+        };
+        let pod = json_of(&build_pod(&profile(), &config(), &spec(), Some(&owner)).unwrap());
+        let name = run_name("wi-1/cycle-1/worker-b");
+        assert_eq!(pod["metadata"]["name"], json!(name));
+        assert_eq!(pod["metadata"]["namespace"], json!("sandboxes"));
+        assert_eq!(
+            pod["metadata"]["ownerReferences"][0]["kind"],
+            json!("BuildWorkItem")
+        );
+        let labels = &pod["metadata"]["labels"];
+        assert_eq!(labels[LABEL_MANAGED_BY], json!("protobot"));
+        assert_eq!(labels[LABEL_RUN_ID], json!(name));
+        assert_eq!(labels[LABEL_ROLE], json!("worker-b"));
+        assert_eq!(labels[LABEL_EXECUTOR], json!("replica-0"));
+        assert_eq!(
+            pod["metadata"]["annotations"][ANNOTATION_RUN_ID],
+            json!("wi-1/cycle-1/worker-b")
+        );
+        let s = &pod["spec"];
+        assert_eq!(s["runtimeClassName"], json!("kata"));
+        assert_eq!(s["serviceAccountName"], json!("protobot-sandbox"));
+        assert_eq!(s["automountServiceAccountToken"], json!(false));
+        assert_eq!(s["enableServiceLinks"], json!(false));
+        assert_eq!(s["restartPolicy"], json!("Never"));
+        assert_eq!(s["activeDeadlineSeconds"], json!(91), "rounded up");
+        assert_eq!(s["securityContext"]["runAsNonRoot"], json!(true));
+        let c = &s["containers"][0];
+        assert_eq!(c["image"], json!("registry.example.invalid/worker:1"));
+        assert_eq!(
+            c["command"],
+            json!(["harness", "--task", "/task/task.json"])
+        );
+        let csc = &c["securityContext"];
+        assert_eq!(csc["runAsNonRoot"], json!(true));
+        assert_eq!(csc["runAsUser"], json!(65532));
+        assert_eq!(csc["readOnlyRootFilesystem"], json!(true));
+        assert_eq!(csc["allowPrivilegeEscalation"], json!(false));
+        assert_eq!(csc["privileged"], json!(false));
+        assert_eq!(csc["capabilities"]["drop"], json!(["ALL"]));
+        assert_eq!(csc["seccompProfile"]["type"], json!("RuntimeDefault"));
+        let want = json!({"cpu": "2000m", "memory": (1u64 << 30).to_string(), "ephemeral-storage": (2u64 << 30).to_string()});
+        assert_eq!(c["resources"]["limits"], want);
+        assert_eq!(c["resources"]["requests"], want);
+        let mounts: Vec<(String, Option<String>, bool)> = c["volumeMounts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| {
+                (
+                    m["mountPath"].as_str().unwrap().to_owned(),
+                    m["subPath"].as_str().map(str::to_owned),
+                    m["readOnly"] == json!(true),
+                )
+            })
+            .collect();
+        assert_eq!(
+            mounts,
+            vec![
+                (
+                    "/task".into(),
+                    Some(format!("runs/replica-0/{name}/task")),
+                    true
+                ),
+                (
+                    "/workspace".into(),
+                    Some(format!("runs/replica-0/{name}/workspace")),
+                    false
+                ),
+                (
+                    "/out".into(),
+                    Some(format!("runs/replica-0/{name}/out")),
+                    false
+                ),
+                ("/tmp".into(), None, false),
+            ]
+        );
+        assert_eq!(
+            s["volumes"][0]["persistentVolumeClaim"]["claimName"],
+            json!("protobot-staging")
+        );
+        assert_eq!(
+            s["volumes"][1]["emptyDir"]["sizeLimit"],
+            json!((512u64 << 20).to_string())
+        );
+        let env: Vec<&str> = c["env"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["name"].as_str().unwrap())
+            .collect();
+        assert!(env.contains(&"MODEL_TIER"));
+        assert!(!env.contains(&"HTTPS_PROXY"), "no proxy asked, none set");
+    }
+
+    #[test]
+    fn the_network_policy_denies_everything_without_a_proxy() {
+        let np = json_of(&build_network_policy(&profile(), &config(), &spec(), None));
+        let name = run_name("wi-1/cycle-1/worker-b");
+        assert_eq!(
+            np["spec"]["podSelector"]["matchLabels"],
+            json!({LABEL_MANAGED_BY: "protobot", LABEL_RUN_ID: name})
+        );
+        assert_eq!(np["spec"]["policyTypes"], json!(["Ingress", "Egress"]));
+        assert_eq!(np["spec"]["ingress"], json!([]));
+        assert_eq!(np["spec"]["egress"], json!([]));
+    }
+
+    #[test]
+    fn the_network_policy_allows_only_the_proxy_when_asked() {
+        let mut s = spec();
+        s.egress_proxy = Some("http://10.0.0.9:3128".into());
+        let np = json_of(&build_network_policy(&profile(), &config(), &s, None));
+        assert_eq!(
+            np["spec"]["egress"],
+            json!([{
+                "to": [{
+                    "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "protobot-system"}},
+                    "podSelector": {"matchLabels": {"app.kubernetes.io/name": "protobot-egress-proxy"}}
+                }],
+                "ports": [{"protocol": "TCP", "port": 3128}]
+            }])
+        );
+        let pod = json_of(&build_pod(&profile(), &config(), &s, None).unwrap());
+        let env = pod["spec"]["containers"][0]["env"]
+            .as_array()
+            .unwrap()
+            .clone();
+        assert!(env.contains(&json!({"name": "HTTPS_PROXY", "value": "http://10.0.0.9:3128"})));
+    }
+
+    #[test]
+    fn runs_the_profile_cannot_hold_are_refused() {
+        let (p, c) = (profile(), config());
+        let mut s = spec();
+        s.limits.memory_bytes = 8 << 30;
+        assert!(matches!(
+            build_pod(&p, &c, &s, None),
+            Err(BuildError::MemoryAboveProfile { .. })
+        ));
+        let mut s = spec();
+        s.command.clear();
+        assert_eq!(
+            build_pod(&p, &c, &s, None).unwrap_err(),
+            BuildError::NoCommand
+        );
+        let mut c2 = config();
+        c2.default_image = None;
+        assert_eq!(
+            build_pod(&p, &c2, &spec(), None).unwrap_err(),
+            BuildError::NoImage
+        );
+        let mut s = spec();
+        s.env.insert("HOME".into(), "/root".into());
+        assert!(matches!(
+            build_pod(&p, &c, &s, None),
+            Err(BuildError::ReservedEnv { .. })
+        ));
+        let mut s = spec();
+        s.env.insert(
+            "TOKEN".into(),
+            protobot_executors::BROKER_TOKEN_SENTINEL.into(),
+        );
+        assert_eq!(
+            build_pod(&p, &c, &s, None).unwrap_err(),
+            BuildError::Credential
+        );
+        let mut s = spec();
+        s.limits.wall_clock = Duration::ZERO;
+        assert!(matches!(
+            build_pod(&p, &c, &s, None),
+            Err(BuildError::ZeroLimit {
+                limit: "wall-clock"
+            })
+        ));
+        let mut doc = p.document().clone();
+        doc.spec.egress.proxy = None;
+        let no_proxy = SandboxProfile::validate(doc, "no-proxy").unwrap();
+        let mut s = spec();
+        s.egress_proxy = Some("http://10.0.0.9:3128".into());
+        assert!(matches!(
+            build_pod(&no_proxy, &c, &s, None),
+            Err(BuildError::NoEgressInProfile { .. })
+        ));
+    }
+}

@@ -1,0 +1,581 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+//! `KubernetesExecutor` against the in-process API double, with the simulated
+//! kubelet running each sandbox pod's container in bubblewrap (volumes,
+//! including the staging claim's sub-paths, bind-mounted at their mount
+//! paths).
+//!
+//! Test index:
+//! - `a_run_that_writes_results_comes_back_with_its_output`: input in, `/out`
+//!   out, the pod and policy built from the profile, everything removed after;
+//! - `a_failing_command_exits_with_its_code`;
+//! - `the_wall_clock_limit_ends_a_run_that_overstays`;
+//! - `cancel_deletes_the_pod_and_reports_cancelled` (also: the pod carries the
+//!   profile's fields and its NetworkPolicy exists while it runs);
+//! - `a_missing_or_failing_report_refuses_and_creates_nothing`;
+//! - `a_second_run_with_a_live_run_id_is_refused`;
+//! - `garbage_collection_removes_only_this_instances_leftovers`.
+
+use std::{
+    path::{Path, PathBuf},
+    sync::Arc,
+    time::{Duration, Instant},
+};
+
+use k8s_openapi::api::{core::v1::Pod, networking::v1::NetworkPolicy};
+use kube::{Api, api::ListParams};
+use protobot_executors::{
+    BackendIdentity, Capability, ConformanceCheck, ConformanceReport,
+    conformance::{ALL_CAPABILITIES, ResourceLimitsReport},
+};
+use protobot_jobsite::executor::{
+    Executor, ExecutorError, Limits, RunSpec, SandboxRole, Termination,
+};
+use protobot_kube_executor::{
+    KubeExecutorConfig, KubernetesExecutor, SandboxProfile, StagingOwnership, StagingVolume,
+    manifest::{LABEL_EXECUTOR, LABEL_MANAGED_BY, LABEL_RUN_ID},
+    run_name,
+};
+use protobot_testkit::{ApiServer, BubblewrapContainerExecutor, Kubelet, Verb};
+use serde_json::{Value, json};
+use tokio::sync::watch;
+
+const NS: &str = "default";
+const CLAIM: &str = "protobot-staging";
+const INSTANCE: &str = "test-replica";
+
+fn bwrap() -> Option<BubblewrapContainerExecutor> {
+    let found = BubblewrapContainerExecutor::from_path();
+    if found.is_none() {
+        assert!(
+            std::env::var_os("PROTOBOT_REQUIRE_BWRAP").is_none(),
+            "PROTOBOT_REQUIRE_BWRAP is set but bwrap is missing"
+        );
+        eprintln!("skipping: bubblewrap is not installed");
+    }
+    found
+}
+
+fn profile() -> SandboxProfile {
+    SandboxProfile::load(Path::new(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../sandbox-profiles/kata.yaml"
+    )))
+    .unwrap()
+}
+
+fn passing_report(profile: &str) -> ConformanceReport {
+    ConformanceReport {
+        contract_version: protobot_executors::CONTRACT_VERSION.into(),
+        profile: profile.into(),
+        backend: BackendIdentity {
+            name: "protobot-kubernetes".into(),
+            version: "test".into(),
+        },
+        policy_version: 0,
+        policy_digest: String::new(),
+        executable_digests: Default::default(),
+        resource_limits: ResourceLimitsReport::from(&Limits::default()),
+        capabilities: ALL_CAPABILITIES
+            .iter()
+            .map(|c| Capability::supported(c, "test fixture"))
+            .collect(),
+        required_capabilities: ALL_CAPABILITIES.iter().map(|c| (*c).to_owned()).collect(),
+        checks: vec![ConformanceCheck {
+            id: "SB-FS-005".into(),
+            name: "host paths denied".into(),
+            passed: true,
+            skipped: false,
+            detail: None,
+        }],
+        passed: true,
+        autonomous_execution: true,
+        fail_closed_reason: None,
+        audit_head: None,
+    }
+}
+
+/// One API double, one bubblewrap kubelet, a staging claim and an output root.
+struct Env {
+    server: ApiServer,
+    _kubelet: Kubelet,
+    staging: PathBuf,
+    tmp: tempfile::TempDir,
+}
+
+impl Env {
+    fn start() -> Option<Env> {
+        let bwrap = bwrap()?;
+        let server = ApiServer::new();
+        let kubelet = Kubelet::start_with(&server, Arc::new(bwrap), "sandbox-node").unwrap();
+        let staging = kubelet.claim_dir(NS, CLAIM).unwrap();
+        let tmp = tempfile::tempdir().unwrap();
+        Some(Env {
+            server,
+            _kubelet: kubelet,
+            staging,
+            tmp,
+        })
+    }
+
+    fn config(&self) -> KubeExecutorConfig {
+        let mut c = KubeExecutorConfig::new(
+            NS,
+            StagingVolume {
+                claim_name: CLAIM.into(),
+                mount_path: self.staging.clone(),
+            },
+            self.tmp.path().join("collected"),
+        );
+        c.default_image = Some("registry.example.invalid/worker:test".into());
+        c.instance = INSTANCE.into();
+        c.grace_period = Duration::from_secs(1);
+        c.start_allowance = Duration::from_secs(20);
+        c.deletion_timeout = Duration::from_secs(10);
+        // The test kubelet runs containers as the test's own uid.
+        c.staging_ownership = StagingOwnership::Keep;
+        c
+    }
+
+    fn executor(&self, report: Option<ConformanceReport>) -> KubernetesExecutor {
+        KubernetesExecutor::new(self.server.client(), self.config(), profile(), report).unwrap()
+    }
+
+    fn admitted(&self) -> KubernetesExecutor {
+        self.executor(Some(passing_report("kata")))
+    }
+
+    /// A sealed projection with one file.
+    fn workspace(&self) -> PathBuf {
+        let ws = self.tmp.path().join("projection");
+        if !ws.exists() {
+            std::fs::create_dir_all(ws.join(".git")).unwrap();
+            std::fs::write(ws.join(".git/config"), "[core]\n\tbare = false\n").unwrap();
+            std::fs::write(ws.join("README.md"), "the projection\n").unwrap();
+        }
+        ws
+    }
+
+    fn spec(&self, run_id: &str, script: &str) -> RunSpec {
+        RunSpec {
+            run_id: run_id.into(),
+            role: SandboxRole::IntegrationRunner,
+            workspace: self.workspace(),
+            task: json!({"role": "integration-runner", "cycle": 1}),
+            command: vec!["sh".into(), "-c".into(), script.into()],
+            image: None,
+            env: [("MODEL_TIER".to_owned(), "t1".to_owned())].into(),
+            limits: Limits {
+                wall_clock: Duration::from_secs(30),
+                memory_bytes: 1 << 30,
+                ..Limits::default()
+            },
+            egress_proxy: None,
+        }
+    }
+
+    fn pods(&self) -> Api<Pod> {
+        Api::namespaced(self.server.client(), NS)
+    }
+
+    fn policies(&self) -> Api<NetworkPolicy> {
+        Api::namespaced(self.server.client(), NS)
+    }
+
+    async fn pod_names(&self) -> Vec<String> {
+        let list = self.pods().list(&ListParams::default()).await.unwrap();
+        list.items
+            .into_iter()
+            .filter_map(|p| p.metadata.name)
+            .collect()
+    }
+
+    async fn policy_names(&self) -> Vec<String> {
+        let list = self.policies().list(&ListParams::default()).await.unwrap();
+        list.items
+            .into_iter()
+            .filter_map(|p| p.metadata.name)
+            .collect()
+    }
+
+    fn staged_dirs(&self) -> Vec<String> {
+        match std::fs::read_dir(self.staging.join("runs").join(INSTANCE)) {
+            Ok(d) => d
+                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .collect(),
+            Err(_) => Vec::new(),
+        }
+    }
+
+    /// The body of the client's create request for `plural`.
+    fn created(&self, plural: &str) -> Vec<Value> {
+        self.server
+            .writes()
+            .into_iter()
+            .filter(|r| r.verb == Verb::Create && r.plural == plural)
+            .filter_map(|r| r.body)
+            .collect()
+    }
+}
+
+fn no_cancel() -> watch::Receiver<bool> {
+    let (tx, rx) = watch::channel(false);
+    std::mem::forget(tx);
+    rx
+}
+
+/// Asserts the profile's fields on a pod (as JSON).
+fn assert_profile_fields(pod: &Value, wall_clock_secs: i64) {
+    let s = &pod["spec"];
+    assert_eq!(s["runtimeClassName"], json!("kata"));
+    assert_eq!(s["automountServiceAccountToken"], json!(false));
+    assert_eq!(s["restartPolicy"], json!("Never"));
+    assert_eq!(s["activeDeadlineSeconds"], json!(wall_clock_secs));
+    let c = &s["containers"][0];
+    let sc = &c["securityContext"];
+    assert_eq!(sc["runAsNonRoot"], json!(true));
+    assert_eq!(sc["readOnlyRootFilesystem"], json!(true));
+    assert_eq!(sc["allowPrivilegeEscalation"], json!(false));
+    assert_eq!(sc["capabilities"]["drop"], json!(["ALL"]));
+    assert_eq!(sc["seccompProfile"]["type"], json!("RuntimeDefault"));
+    assert_eq!(
+        c["resources"]["limits"]["memory"],
+        json!((1u64 << 30).to_string())
+    );
+    assert_eq!(c["resources"]["limits"]["cpu"], json!("2000m"));
+    assert!(c["resources"]["limits"]["ephemeral-storage"].is_string());
+    assert_eq!(
+        pod["metadata"]["labels"][LABEL_MANAGED_BY],
+        json!("protobot")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_that_writes_results_comes_back_with_its_output() {
+    let Some(env) = Env::start() else { return };
+    let exec = env.admitted();
+    let script = r#"set -e
+cp /task/task.json /out/task-copy.json
+ls /workspace > /out/workspace.txt
+echo scribble > /workspace/README.md
+mkdir -p /out/junit && echo '<testsuite/>' > /out/junit/report.xml
+echo '{"passed": true}' > /out/results.json
+echo "integration finished" >&2"#;
+    let spec = env.spec("wi-cs-00001/cycle-1/integration", script);
+    let out = exec.run(spec.clone(), no_cancel()).await.unwrap();
+
+    assert_eq!(
+        out.termination,
+        Termination::Exited { code: 0 },
+        "{}",
+        out.stderr_tail
+    );
+    let read = |p: &str| std::fs::read_to_string(out.out_dir.join(p)).unwrap();
+    assert_eq!(read("results.json").trim(), r#"{"passed": true}"#);
+    assert_eq!(read("junit/report.xml").trim(), "<testsuite/>");
+    let task: Value = serde_json::from_str(&read("task-copy.json")).unwrap();
+    assert_eq!(task, spec.task);
+    assert!(read("workspace.txt").contains("README.md"));
+    assert!(out.stderr_tail.contains("integration finished"));
+    assert!(
+        !out.out_dir.starts_with(&env.staging),
+        "output leaves the staging volume"
+    );
+    assert_eq!(
+        std::fs::read_to_string(env.workspace().join("README.md")).unwrap(),
+        "the projection\n",
+        "the sandbox wrote to a copy, never to the projection"
+    );
+
+    // What was created: the policy first, then the pod, both from the profile.
+    let name = run_name("wi-cs-00001/cycle-1/integration");
+    let order: Vec<String> = env
+        .server
+        .writes()
+        .iter()
+        .filter(|r| r.verb == Verb::Create)
+        .map(|r| r.plural.clone())
+        .collect();
+    assert_eq!(order, ["networkpolicies", "pods"]);
+    let pod = &env.created("pods")[0];
+    assert_eq!(pod["metadata"]["name"], json!(name));
+    assert_eq!(pod["metadata"]["labels"][LABEL_RUN_ID], json!(name));
+    assert_eq!(
+        pod["metadata"]["labels"]["protobot.dev/role"],
+        json!("integration-runner")
+    );
+    assert_profile_fields(pod, 30);
+    let np = &env.created("networkpolicies")[0];
+    assert_eq!(
+        np["spec"]["podSelector"]["matchLabels"][LABEL_RUN_ID],
+        json!(name)
+    );
+    assert_eq!(np["spec"]["egress"], json!([]));
+    assert_eq!(np["spec"]["ingress"], json!([]));
+
+    // Nothing is left behind.
+    assert!(env.pod_names().await.is_empty());
+    assert!(env.policy_names().await.is_empty());
+    assert!(env.staged_dirs().is_empty());
+    assert!(exec.live_runs().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_command_exits_with_its_code() {
+    let Some(env) = Env::start() else { return };
+    let exec = env.admitted();
+    let spec = env.spec(
+        "wi-2/cycle-1/worker-b",
+        "echo 'test failed: REQ-1' >&2; exit 3",
+    );
+    let out = exec.run(spec, no_cancel()).await.unwrap();
+    assert_eq!(out.termination, Termination::Exited { code: 3 });
+    assert!(out.stderr_tail.contains("test failed: REQ-1"));
+    assert!(env.pod_names().await.is_empty());
+    assert!(env.staged_dirs().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_wall_clock_limit_ends_a_run_that_overstays() {
+    let Some(env) = Env::start() else { return };
+    let exec = env.admitted();
+    let mut spec = env.spec(
+        "wi-3/cycle-1/worker-a",
+        "echo partial > /out/partial; sleep 60",
+    );
+    spec.limits.wall_clock = Duration::from_secs(1);
+    let started = Instant::now();
+    let out = exec.run(spec, no_cancel()).await.unwrap();
+    assert_eq!(
+        out.termination,
+        Termination::LimitExceeded {
+            limit: "wall-clock".into()
+        }
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(
+        env.created("pods")[0]["spec"]["activeDeadlineSeconds"],
+        json!(1)
+    );
+    assert_eq!(
+        std::fs::read_to_string(out.out_dir.join("partial"))
+            .unwrap()
+            .trim(),
+        "partial",
+        "what the run wrote before the limit is still collected"
+    );
+    assert!(env.pod_names().await.is_empty());
+    assert!(env.policy_names().await.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_deletes_the_pod_and_reports_cancelled() {
+    let Some(env) = Env::start() else { return };
+    let exec = env.admitted();
+    let spec = env.spec(
+        "wi-4/cycle-2/worker-a",
+        "echo started > /out/started; sleep 60",
+    );
+    let name = run_name(&spec.run_id);
+    let (cancel_tx, cancel) = watch::channel(false);
+    let run = tokio::spawn({
+        let exec = exec.clone();
+        async move { exec.run(spec, cancel).await }
+    });
+
+    // Wait until the sandbox runs, then look at it from the outside.
+    let pods = env.pods();
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let pod = loop {
+        if let Some(p) = pods.get_opt(&name).await.unwrap()
+            && p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running")
+            && env
+                .staging
+                .join("runs")
+                .join(INSTANCE)
+                .join(&name)
+                .join("out/started")
+                .exists()
+        {
+            break p;
+        }
+        assert!(Instant::now() < deadline, "the sandbox pod never ran");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_profile_fields(&serde_json::to_value(&pod).unwrap(), 30);
+    let policy = env.policies().get(&name).await.unwrap();
+    let selector = policy
+        .spec
+        .unwrap()
+        .pod_selector
+        .unwrap()
+        .match_labels
+        .unwrap();
+    assert_eq!(
+        selector.get(LABEL_RUN_ID),
+        Some(&name),
+        "the policy selects the running pod"
+    );
+    assert_eq!(
+        exec.live_runs().into_iter().collect::<Vec<_>>(),
+        vec![name.clone()]
+    );
+
+    cancel_tx.send_replace(true);
+    let out = tokio::time::timeout(Duration::from_secs(20), run)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(out.termination, Termination::Cancelled);
+    let deleted =
+        env.server.writes().iter().any(|r| {
+            r.verb == Verb::Delete && r.plural == "pods" && r.name.as_deref() == Some(&name)
+        });
+    assert!(deleted, "cancel deletes the pod");
+    assert!(env.pod_names().await.is_empty());
+    assert!(env.policy_names().await.is_empty());
+    assert!(env.staged_dirs().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_or_failing_report_refuses_and_creates_nothing() {
+    let Some(env) = Env::start() else { return };
+    let mut failing = passing_report("kata");
+    failing.checks[0].passed = false;
+    failing.passed = false;
+    failing.autonomous_execution = false;
+    let mut unsupported = passing_report("kata");
+    unsupported.capabilities[3] = Capability::unsupported("credential-broker", "no broker");
+    let reports = [
+        ("missing", None),
+        ("failing", Some(failing)),
+        ("capability unsupported", Some(unsupported)),
+        ("other profile", Some(passing_report("gvisor"))),
+    ];
+    for (case, report) in reports {
+        let exec = env.executor(report);
+        let err = exec
+            .run(
+                env.spec("wi-5/cycle-1/worker-b", "echo ran > /out/ran"),
+                no_cancel(),
+            )
+            .await
+            .unwrap_err();
+        match &err {
+            ExecutorError::ProfileNotConformant { profile, .. } => assert_eq!(profile, "kata"),
+            other => panic!("{case}: expected a refusal, got {other}"),
+        }
+        assert!(exec.admit().is_err(), "{case}");
+    }
+    assert!(env.server.writes().is_empty(), "{:?}", env.server.writes());
+    assert!(env.pod_names().await.is_empty());
+    assert!(env.staged_dirs().is_empty());
+    assert!(!env.tmp.path().join("collected").exists());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_run_with_a_live_run_id_is_refused() {
+    let Some(env) = Env::start() else { return };
+    let exec = env.admitted();
+    let spec = env.spec("wi-6/cycle-1/worker-a", "sleep 60");
+    let name = run_name(&spec.run_id);
+    let (cancel_tx, cancel) = watch::channel(false);
+    let first = tokio::spawn({
+        let (exec, spec) = (exec.clone(), spec.clone());
+        async move { exec.run(spec, cancel).await }
+    });
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while env.pods().get_opt(&name).await.unwrap().is_none() {
+        assert!(
+            Instant::now() < deadline,
+            "the first run never created its pod"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let err = exec.run(spec, no_cancel()).await.unwrap_err();
+    assert!(matches!(err, ExecutorError::Start { .. }), "{err}");
+    assert!(err.to_string().contains("already executing"), "{err}");
+    cancel_tx.send_replace(true);
+    let out = first.await.unwrap().unwrap();
+    assert_eq!(out.termination, Termination::Cancelled);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn garbage_collection_removes_only_this_instances_leftovers() {
+    let Some(env) = Env::start() else { return };
+    let exec = env.admitted();
+    let leftover = |name: &str, instance: &str| {
+        let labels =
+            json!({LABEL_MANAGED_BY: "protobot", LABEL_EXECUTOR: instance, LABEL_RUN_ID: name});
+        env.server
+            .create_object(json!({
+                "apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": name, "namespace": NS, "labels": labels},
+                "spec": {"restartPolicy": "Never", "containers": [
+                    {"name": "sandbox", "image": "x", "command": ["sleep", "60"]}]}
+            }))
+            .unwrap();
+        env.server
+            .create_object(json!({
+                "apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+                "metadata": {"name": name, "namespace": NS, "labels": labels},
+                "spec": {"podSelector": {"matchLabels": {LABEL_RUN_ID: name}}, "policyTypes": ["Ingress", "Egress"]}
+            }))
+            .unwrap();
+    };
+    leftover("pb-crashed-run-0123456789", INSTANCE);
+    leftover("pb-other-replica-0123456789", "another-replica");
+    env.server
+        .create_object(json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": "unrelated", "namespace": NS},
+            "spec": {"restartPolicy": "Never", "containers": [
+                {"name": "c", "image": "x", "command": ["sleep", "60"]}]}
+        }))
+        .unwrap();
+    let stale = env
+        .staging
+        .join("runs")
+        .join(INSTANCE)
+        .join("pb-crashed-run-0123456789");
+    std::fs::create_dir_all(stale.join("out")).unwrap();
+    std::fs::write(stale.join("out/results.json"), "{}").unwrap();
+
+    // The pod first has to go; its staged directory goes once it has.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let mut removed = protobot_kube_executor::GcReport::default();
+    loop {
+        let r = exec.collect_garbage().await.unwrap();
+        removed.pods.extend(r.pods);
+        removed.network_policies.extend(r.network_policies);
+        removed.staging_dirs.extend(r.staging_dirs);
+        if !stale.exists() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the stale staging directory was never removed"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        removed
+            .pods
+            .contains(&"pb-crashed-run-0123456789".to_owned())
+    );
+    assert_eq!(removed.network_policies, ["pb-crashed-run-0123456789"]);
+    assert_eq!(removed.staging_dirs, ["pb-crashed-run-0123456789"]);
+    let mut pods = env.pod_names().await;
+    pods.sort();
+    assert_eq!(pods, ["pb-other-replica-0123456789", "unrelated"]);
+    assert_eq!(env.policy_names().await, ["pb-other-replica-0123456789"]);
+    assert_eq!(
+        exec.collect_garbage().await.unwrap(),
+        Default::default(),
+        "idempotent"
+    );
+}
