@@ -13,6 +13,11 @@
 //!   profile's fields and its NetworkPolicy exists while it runs);
 //! - `a_missing_or_failing_report_refuses_and_creates_nothing`;
 //! - `a_second_run_with_a_live_run_id_is_refused`;
+//! - `an_oom_killed_sandbox_exceeded_its_memory_limit` (a kubelet executor
+//!   reporting an OOM kill, as a node would);
+//! - `a_run_with_the_egress_proxy_gets_one_egress_rule_and_the_proxy_env`;
+//! - `a_failed_pod_create_leaves_nothing_behind`;
+//! - `a_pod_that_never_starts_hits_the_executor_deadline_and_is_deleted`;
 //! - `garbage_collection_removes_only_this_instances_leftovers`.
 
 use std::{
@@ -35,7 +40,10 @@ use protobot_kube_executor::{
     manifest::{LABEL_EXECUTOR, LABEL_MANAGED_BY, LABEL_RUN_ID},
     run_name,
 };
-use protobot_testkit::{ApiServer, BubblewrapContainerExecutor, Kubelet, Verb};
+use protobot_testkit::{
+    ApiServer, BubblewrapContainerExecutor, ContainerExecutor, ContainerExit, ContainerLaunch,
+    ExecFuture, FaultRule, KillSignal, Kubelet, Verb,
+};
 use serde_json::{Value, json};
 use tokio::sync::watch;
 
@@ -94,10 +102,11 @@ fn passing_report(profile: &str) -> ConformanceReport {
     }
 }
 
-/// One API double, one bubblewrap kubelet, a staging claim and an output root.
+/// One API double, one kubelet (bubblewrap unless said otherwise), a staging
+/// claim and an output root.
 struct Env {
     server: ApiServer,
-    _kubelet: Kubelet,
+    _kubelet: Option<Kubelet>,
     staging: PathBuf,
     tmp: tempfile::TempDir,
 }
@@ -105,16 +114,24 @@ struct Env {
 impl Env {
     fn start() -> Option<Env> {
         let bwrap = bwrap()?;
+        Some(Env::with_kubelet(Some(Arc::new(bwrap))))
+    }
+
+    /// With `None`, no kubelet: pods stay unscheduled.
+    fn with_kubelet(executor: Option<Arc<dyn ContainerExecutor>>) -> Env {
         let server = ApiServer::new();
-        let kubelet = Kubelet::start_with(&server, Arc::new(bwrap), "sandbox-node").unwrap();
-        let staging = kubelet.claim_dir(NS, CLAIM).unwrap();
         let tmp = tempfile::tempdir().unwrap();
-        Some(Env {
+        let kubelet = executor.map(|e| Kubelet::start_with(&server, e, "sandbox-node").unwrap());
+        let staging = match &kubelet {
+            Some(k) => k.claim_dir(NS, CLAIM).unwrap(),
+            None => tmp.path().join("unmounted-claim"),
+        };
+        Env {
             server,
             _kubelet: kubelet,
             staging,
             tmp,
-        })
+        }
     }
 
     fn config(&self) -> KubeExecutorConfig {
@@ -578,4 +595,131 @@ async fn garbage_collection_removes_only_this_instances_leftovers() {
         Default::default(),
         "idempotent"
     );
+}
+
+/// Reports every container as OOM-killed (exit 137), as a node does after a
+/// cgroup OOM kill; the bundled kubelet executors enforce no memory limit.
+struct OomKiller;
+
+impl ContainerExecutor for OomKiller {
+    fn run(&self, _launch: ContainerLaunch, _kill: KillSignal) -> ExecFuture {
+        Box::pin(async {
+            Ok(ContainerExit {
+                exit_code: 137,
+                killed: false,
+                oom_killed: true,
+            })
+        })
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_oom_killed_sandbox_exceeded_its_memory_limit() {
+    let env = Env::with_kubelet(Some(Arc::new(OomKiller)));
+    let out = env
+        .admitted()
+        .run(
+            env.spec("wi-7/cycle-1/worker-b", "allocate-everything"),
+            no_cancel(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        out.termination,
+        Termination::LimitExceeded {
+            limit: "memory".into()
+        }
+    );
+    assert!(env.pod_names().await.is_empty());
+    assert!(env.policy_names().await.is_empty());
+    assert!(env.staged_dirs().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_with_the_egress_proxy_gets_one_egress_rule_and_the_proxy_env() {
+    let Some(env) = Env::start() else { return };
+    let mut spec = env.spec(
+        "wi-8/cycle-1/worker-b",
+        "printf %s \"$HTTPS_PROXY\" > /out/proxy",
+    );
+    spec.egress_proxy = Some("http://10.96.0.42:3128".into());
+    let out = env.admitted().run(spec, no_cancel()).await.unwrap();
+    assert_eq!(
+        out.termination,
+        Termination::Exited { code: 0 },
+        "{}",
+        out.stderr_tail
+    );
+    assert_eq!(
+        std::fs::read_to_string(out.out_dir.join("proxy")).unwrap(),
+        "http://10.96.0.42:3128"
+    );
+    let np = &env.created("networkpolicies")[0];
+    assert_eq!(
+        np["spec"]["egress"],
+        json!([{
+            "to": [{
+                "namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "protobot-system"}},
+                "podSelector": {"matchLabels": {"app.kubernetes.io/name": "protobot-egress-proxy"}}
+            }],
+            "ports": [{"protocol": "TCP", "port": 3128}]
+        }])
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_pod_create_leaves_nothing_behind() {
+    let Some(env) = Env::start() else { return };
+    env.server.faults().inject(
+        FaultRule::on(Verb::Create)
+            .resource("pods")
+            .status(500)
+            .times(1),
+    );
+    let err = env
+        .admitted()
+        .run(env.spec("wi-9/cycle-1/worker-a", "true"), no_cancel())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, ExecutorError::Start { .. }), "{err}");
+    assert!(
+        err.to_string().contains("failed to create sandbox pod"),
+        "{err}"
+    );
+    assert!(
+        env.policy_names().await.is_empty(),
+        "the policy made for it is deleted"
+    );
+    assert!(env.pod_names().await.is_empty());
+    assert!(env.staged_dirs().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_that_never_starts_hits_the_executor_deadline_and_is_deleted() {
+    // No kubelet: the pod is never scheduled, so `activeDeadlineSeconds`
+    // never starts counting; the executor's own deadline must end the run.
+    let env = Env::with_kubelet(None);
+    let mut config = env.config();
+    config.start_allowance = Duration::from_secs(1);
+    let exec = KubernetesExecutor::new(
+        env.server.client(),
+        config,
+        profile(),
+        Some(passing_report("kata")),
+    )
+    .unwrap();
+    let mut spec = env.spec("wi-10/cycle-1/worker-a", "true");
+    spec.limits.wall_clock = Duration::from_secs(1);
+    let started = Instant::now();
+    let out = exec.run(spec, no_cancel()).await.unwrap();
+    assert_eq!(
+        out.termination,
+        Termination::LimitExceeded {
+            limit: "wall-clock".into()
+        }
+    );
+    assert!(started.elapsed() >= Duration::from_secs(2));
+    assert!(env.pod_names().await.is_empty());
+    assert!(env.policy_names().await.is_empty());
+    assert!(env.staged_dirs().is_empty());
 }

@@ -132,12 +132,12 @@ impl ContainerExecutor for BubblewrapContainerExecutor {
                     .unwrap_or(137)
             };
             tokio::select! {
-                status = child.wait() => Ok(ContainerExit { exit_code: code(status.map_err(spawn_err)?), killed: false }),
+                status = child.wait() => Ok(ContainerExit { exit_code: code(status.map_err(spawn_err)?), killed: false, oom_killed: false }),
                 () = kill.killed() => {
                     // bwrap dies with its session; its PID namespace takes every child along.
                     let _ = child.kill().await;
                     let status = child.wait().await.map_err(spawn_err)?;
-                    Ok(ContainerExit { exit_code: code(status), killed: true })
+                    Ok(ContainerExit { exit_code: code(status), killed: true, oom_killed: false })
                 }
             }
         })

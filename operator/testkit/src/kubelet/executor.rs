@@ -51,6 +51,12 @@ pub struct ContainerExit {
     pub exit_code: i32,
     /// Whether the kubelet killed it.
     pub killed: bool,
+    /// Whether it was killed for exceeding its memory limit: the kubelet
+    /// reports the container `terminated` with reason `OOMKilled`, as a
+    /// node does after a cgroup OOM kill. The bundled executors enforce no
+    /// memory limit and always say false; test executors set it to simulate
+    /// an OOM kill.
+    pub oom_killed: bool,
 }
 
 /// Failure to start or wait for a container.
@@ -188,7 +194,7 @@ impl ContainerExecutor for ProcessExecutor {
                     guard.0 = None;
                     let status = status.map_err(spawn_err)?;
                     let code = status.code().or_else(|| status.signal().map(|s| 128 + s)).unwrap_or(1);
-                    Ok(ContainerExit { exit_code: code, killed: false })
+                    Ok(ContainerExit { exit_code: code, killed: false, oom_killed: false })
                 }
                 () = kill.killed() => {
                     // Kill the whole process group so shells' children die too.
@@ -196,7 +202,7 @@ impl ContainerExecutor for ProcessExecutor {
                     let _ = child.kill().await;
                     let status = child.wait().await.map_err(spawn_err)?;
                     let code = status.code().or_else(|| status.signal().map(|s| 128 + s)).unwrap_or(137);
-                    Ok(ContainerExit { exit_code: code, killed: true })
+                    Ok(ContainerExit { exit_code: code, killed: true, oom_killed: false })
                 }
             }
         })

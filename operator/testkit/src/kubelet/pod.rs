@@ -252,7 +252,9 @@ impl PodRun {
                 match self.ctx.executor.run(launch.clone(), kill.clone()).await {
                     Ok(exit) => (
                         exit.exit_code,
-                        if exit.exit_code == 0 {
+                        if exit.oom_killed {
+                            "OOMKilled"
+                        } else if exit.exit_code == 0 {
                             "Completed"
                         } else {
                             "Error"

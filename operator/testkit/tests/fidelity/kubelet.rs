@@ -1,5 +1,6 @@
 //! The simulated kubelet: scheduling, phases, exit codes, `activeDeadlineSeconds`
-//! kills, emptyDir volumes shared between containers, logs and deletion.
+//! kills, OOM-kill reporting, emptyDir volumes shared between containers,
+//! claims with sub-paths, logs and deletion.
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams, LogParams, PostParams};
@@ -257,12 +258,18 @@ mod custom_executor {
 
     impl ContainerExecutor for Recording {
         fn run(&self, launch: ContainerLaunch, _kill: KillSignal) -> ExecFuture {
-            let code = if launch.container == "bad" { 42 } else { 0 };
+            let code = match launch.container.as_str() {
+                "bad" => 42,
+                "oom" => 137,
+                _ => 0,
+            };
+            let oom_killed = launch.container == "oom";
             self.0.lock().unwrap().push(launch);
             Box::pin(async move {
                 Ok(ContainerExit {
                     exit_code: code,
                     killed: false,
+                    oom_killed,
                 })
             })
         }
@@ -298,6 +305,90 @@ mod custom_executor {
         assert_eq!(good.mounts[0].container_path, "/work");
         assert!(good.mounts[0].read_only);
         assert!(good.mounts[0].host_path.is_dir());
+    }
+
+    #[tokio::test]
+    async fn an_executor_reporting_an_oom_kill_shows_as_oom_killed() {
+        let server = server();
+        let exec = Arc::new(Recording::default());
+        let _kubelet = Kubelet::start_with(&server, exec, "sandbox-node").unwrap();
+        let api: Api<Pod> = Api::default_namespaced(server.client());
+        let spec = json!({"restartPolicy": "Never", "containers": [
+            {"name": "oom", "image": "img", "command": ["allocate"]}
+        ]});
+        api.create(&PostParams::default(), &pod("oom", spec))
+            .await
+            .unwrap();
+        let done = await_phase(&api, "oom", &["Failed", "Succeeded"]).await;
+        assert_eq!(phase(&done), "Failed");
+        let terminated = done.status.unwrap().container_statuses.unwrap()[0]
+            .state
+            .clone()
+            .unwrap()
+            .terminated
+            .unwrap();
+        assert_eq!(terminated.reason.as_deref(), Some("OOMKilled"));
+        assert_eq!(terminated.exit_code, 137);
+    }
+}
+
+#[tokio::test]
+async fn a_claim_is_a_node_directory_that_outlives_pods_and_sub_paths_select_inside_it() {
+    let server = server();
+    let kubelet = Kubelet::start(&server).unwrap();
+    let api: Api<Pod> = Api::default_namespaced(server.client());
+    let claim = kubelet.claim_dir("default", "staging").unwrap();
+    std::fs::create_dir_all(claim.join("runs/a")).unwrap();
+    std::fs::write(claim.join("runs/a/input"), "from the operator").unwrap();
+    let spec = json!({
+        "restartPolicy": "Never",
+        "volumes": [{"name": "staging", "persistentVolumeClaim": {"claimName": "staging"}}],
+        "containers": [{"name": "main", "image": "busybox",
+            "command": ["sh", "-c", "cat /stage-in/input > /stage-out/copied && ls /stage-in > /stage-out/listing"],
+            "volumeMounts": [
+                {"name": "staging", "mountPath": "/stage-in", "subPath": "runs/a", "readOnly": true},
+                {"name": "staging", "mountPath": "/stage-out", "subPath": "runs/a-out"}
+            ]}]
+    });
+    api.create(&PostParams::default(), &pod("claims", spec))
+        .await
+        .unwrap();
+    let done = await_phase(&api, "claims", &["Failed", "Succeeded"]).await;
+    assert_eq!(phase(&done), "Succeeded", "{:?}", done.status);
+    assert_eq!(
+        std::fs::read_to_string(claim.join("runs/a-out/copied")).unwrap(),
+        "from the operator",
+        "the sub-path was created and the pod's writes landed in the claim"
+    );
+    assert_eq!(
+        std::fs::read_to_string(claim.join("runs/a-out/listing")).unwrap(),
+        "input\n",
+        "a sub-path mount shows only that sub-directory"
+    );
+    api.delete("claims", &DeleteParams::default())
+        .await
+        .unwrap();
+    assert!(
+        claim.join("runs/a-out/copied").exists(),
+        "the claim outlives the pod"
+    );
+
+    let escaping = json!({
+        "restartPolicy": "Never",
+        "volumes": [{"name": "staging", "persistentVolumeClaim": {"claimName": "staging"}}],
+        "containers": [{"name": "main", "image": "busybox", "command": ["true"],
+            "volumeMounts": [{"name": "staging", "mountPath": "/x", "subPath": "runs/../../etc"}]}]
+    });
+    let err = api
+        .create(&PostParams::default(), &pod("escaping", escaping))
+        .await
+        .unwrap_err();
+    match err {
+        kube::Error::Api(s) => {
+            assert_eq!(s.code, 422);
+            assert!(s.message.contains("subPath"), "{}", s.message);
+        }
+        other => panic!("expected 422, got {other}"),
     }
 }
 
