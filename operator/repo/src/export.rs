@@ -2,30 +2,37 @@
 //! with a synthetic, parentless root commit.
 //!
 //! Pipeline: read the source tree, manifest and catalog (git2) → plan (pure, [`crate::plan`])
-//! → write a fresh repository: exported blobs go straight to loose objects with stored deflate
-//! ([`crate::loose`]) and to the working tree, the index is built from the written files' stat
-//! data, and git2 writes the few trees and the commit. The new repository is created without
-//! templates (so without hooks), with `core.logAllRefUpdates=false` (no reflog), no remote and no
-//! alternates; only the exported blobs and the trees and commit built from them are written
-//! to its own object database. The root commit uses a fixed identity and time, so the same
-//! source files and role always give the same commit ID.
+//! → write a fresh repository. Workers read each exported blob once, write it to the working
+//! tree and encode it as a stored-deflate pack entry; one writer appends the entries, the trees
+//! and the root commit (encoded in memory, [`DirNode::encode`]) to a single packfile with its
+//! index ([`crate::pack`]), so the projection's object database is one sequential file, not a
+//! loose object per file. The index is built from the written files' stat data. The new
+//! repository is created without templates (so without hooks), with
+//! `core.logAllRefUpdates=false` (no reflog), no remote and no alternates; its own pack holds
+//! only the exported blobs and the trees and commit built from them. The root commit uses a
+//! fixed identity and time, so the same source files and role always give the same commit ID.
 //!
 //! The [`ProjectionRecord`] returned with the report is control-plane evidence: it lists the
 //! withheld paths and must never be placed inside the projection handed to a sandbox.
 
 use std::{
-    collections::{BTreeMap, BTreeSet},
+    collections::{BTreeMap, BTreeSet, HashSet},
     fs,
+    io::Write,
     path::{Path, PathBuf},
+    sync::{
+        atomic::{AtomicBool, AtomicUsize, Ordering},
+        mpsc,
+    },
 };
 
-use git2::{IndexEntry, IndexTime, Oid, Repository, RepositoryInitOptions, Signature, Time};
+use git2::{IndexEntry, IndexTime, ObjectType, Oid, Repository, RepositoryInitOptions};
 use serde::{Deserialize, Serialize};
 
 use crate::{
     catalog::{self, CATALOG_PATH, CatalogError, ChangeScope, TestSelection},
-    loose::write_loose_blob,
     manifest::{MANIFEST_PATH, ManifestError, PathClass, ProjectionManifest},
+    pack::{ObjectKind, PackEntry, PackWriter, encode_entry},
     plan::{SourceEntry, WithheldReason, plan_projection},
     role::Role,
     tree::{TreeFile, list_files, mode},
@@ -325,7 +332,7 @@ pub fn export_projection(request: &ExportRequest) -> Result<ExportReport, Export
     // On failure, leave the destination as it was found: no half-written projection.
     let result = (|| {
         let dest = init_projection_repo(&request.dest)?;
-        let objects_dir = dest.path().join("objects");
+        let pack_dir = dest.path().join("objects").join("pack");
         let workdir = dest
             .workdir()
             .map(Path::to_owned)
@@ -339,6 +346,32 @@ pub fn export_projection(request: &ExportRequest) -> Result<ExportReport, Export
             .iter()
             .map(|(position, planned)| (&files[*position], planned.path.as_str()))
             .collect();
+        // Trees and the root commit are built in memory first: their IDs and the object
+        // count are known before the pack header is written.
+        let mut root = DirNode::default();
+        let mut exported_by_class = BTreeMap::new();
+        let mut exported = BTreeSet::new();
+        for (position, planned) in &plan.include {
+            let file = &files[*position];
+            root.insert(&planned.path, file.id, file.mode);
+            *exported_by_class.entry(planned.class).or_insert(0) += 1;
+            exported.insert(planned.path.clone());
+        }
+        let mut trees = Vec::new();
+        let tree_id = root
+            .encode(&mut trees)
+            .map_err(git("hash the projection trees"))?;
+        let (root_commit, commit_bytes) = encode_root_commit(tree_id, request.role)?;
+        let mut unique: HashSet<Oid> = HashSet::with_capacity(jobs.len() + trees.len() + 1);
+        let owners: Vec<bool> = jobs.iter().map(|(f, _)| unique.insert(f.id)).collect();
+        unique.extend(trees.iter().map(|(id, _)| *id));
+        unique.insert(root_commit);
+        let count = u32::try_from(unique.len()).map_err(|_| ExportError::Io {
+            operation: "count the projection objects",
+            path: request.dest.clone(),
+            source: std::io::Error::other("more than 2^32 objects"),
+        })?;
+
         let mut dirs: BTreeSet<PathBuf> = BTreeSet::new();
         for (_, path) in &jobs {
             if let Some(parent) = workdir.join(path).parent() {
@@ -352,25 +385,35 @@ pub fn export_projection(request: &ExportRequest) -> Result<ExportReport, Export
                 source,
             })?;
         }
-        let written = write_blobs(&request.source_repo, &jobs, &objects_dir, &workdir)?;
+        let pack_io = |source| ExportError::Io {
+            operation: "write the projection pack",
+            path: pack_dir.clone(),
+            source,
+        };
+        let mut pack = PackWriter::create(&pack_dir, count).map_err(pack_io)?;
+        let written = write_blobs(&request.source_repo, &jobs, &owners, &workdir, &mut pack)?;
+        for (id, bytes) in &trees {
+            pack.append(&encode_entry(*id, ObjectKind::Tree, bytes))
+                .map_err(pack_io)?;
+        }
+        pack.append(&encode_entry(
+            root_commit,
+            ObjectKind::Commit,
+            &commit_bytes,
+        ))
+        .map_err(pack_io)?;
+        pack.finish().map_err(pack_io)?;
+
         let mut index = dest.index().map_err(git("open the projection index"))?;
-        let mut root = DirNode::default();
-        let mut exported_by_class = BTreeMap::new();
-        let mut exported = BTreeSet::new();
         for ((position, planned), meta) in plan.include.iter().zip(&written) {
             let file = &files[*position];
             index
                 .add(&index_entry(&planned.path, file.id, file.mode, meta))
                 .map_err(git("add a file to the projection index"))?;
-            root.insert(&planned.path, file.id, file.mode);
-            *exported_by_class.entry(planned.class).or_insert(0) += 1;
-            exported.insert(planned.path.clone());
         }
         index.write().map_err(git("write the projection index"))?;
-        let tree_id = root
-            .write(&dest)
-            .map_err(git("write the projection tree"))?;
-        let root_commit = write_root_commit(&dest, tree_id, request.role)?;
+        dest.reference(PROJECTION_BRANCH, root_commit, false, "projection root")
+            .map_err(git("point the projection branch at the synthetic root"))?;
         remove_if_present(&dest.path().join("hooks"))?;
         remove_if_present(&dest.path().join("logs"))?;
 
@@ -463,45 +506,73 @@ fn init_projection_repo(dest: &Path) -> Result<Repository, ExportError> {
     Ok(repo)
 }
 
-fn write_root_commit(repo: &Repository, tree_id: Oid, role: Role) -> Result<Oid, ExportError> {
-    let tree = repo
-        .find_tree(tree_id)
-        .map_err(git("find the projection tree"))?;
-    let signature = Signature::new(PROJECTOR_NAME, PROJECTOR_EMAIL, &Time::new(0, 0))
-        .map_err(git("build the projector signature"))?;
-    let message = format!("Projection root\n\nProjection-Role: {role}\n");
-    repo.commit(
-        Some(PROJECTION_BRANCH),
-        &signature,
-        &signature,
-        &message,
-        &tree,
-        &[],
-    )
-    .map_err(git("write the synthetic root commit"))
+/// The synthetic root commit (fixed identity and time, no parent) and its ID, encoded as
+/// libgit2 and Git write it.
+fn encode_root_commit(tree_id: Oid, role: Role) -> Result<(Oid, Vec<u8>), ExportError> {
+    let person = format!("{PROJECTOR_NAME} <{PROJECTOR_EMAIL}> 0 +0000");
+    let text = format!(
+        "tree {tree_id}\nauthor {person}\ncommitter {person}\n\nProjection root\n\nProjection-Role: {role}\n"
+    );
+    let bytes = text.into_bytes();
+    let id = Oid::hash_object(ObjectType::Commit, &bytes)
+        .map_err(git("hash the synthetic root commit"))?;
+    Ok((id, bytes))
 }
 
-/// Writes every job's blob as a loose object and as a working-tree file, spread over the
-/// available cores (each thread opens its own handle on the source repository); returns the
-/// metadata of each written file, in job order.
+/// Jobs a worker takes at once.
+const BATCH: usize = 16;
+
+/// Writes every job's blob to the working tree and, for the first job of each blob ID, into
+/// the pack. Workers (one per core, each with its own handle on the source repository) take
+/// jobs in small batches, read each blob once, write the file and encode its pack entry; this
+/// thread appends the entries to the pack as they come. Returns the metadata of each written
+/// file, in job order.
 fn write_blobs(
     source_repo: &Path,
     jobs: &[(&TreeFile, &str)],
-    objects_dir: &Path,
+    owners: &[bool],
     workdir: &Path,
+    pack: &mut PackWriter,
 ) -> Result<Vec<fs::Metadata>, ExportError> {
     let threads = std::thread::available_parallelism()
         .map_or(1, |n| n.get())
-        .clamp(1, 8);
-    let chunk = jobs.len().div_ceil(threads).max(1);
-    let results: Vec<Result<Vec<fs::Metadata>, ExportError>> = std::thread::scope(|scope| {
-        let handles: Vec<_> = jobs
-            .chunks(chunk)
-            .map(|part| {
-                scope.spawn(move || write_blob_chunk(source_repo, part, objects_dir, workdir))
+        .clamp(1, 8)
+        .min(jobs.len().div_ceil(BATCH).max(1));
+    let next = AtomicUsize::new(0);
+    let stop = AtomicBool::new(false);
+    let (sender, receiver) = mpsc::sync_channel::<PackEntry>(64);
+    let pack_dir = workdir.join(".git/objects/pack");
+    let (written, appended) = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..threads)
+            .map(|_| {
+                let sender = sender.clone();
+                let (next, stop) = (&next, &stop);
+                scope.spawn(move || {
+                    let result =
+                        write_blob_worker(source_repo, jobs, owners, workdir, next, stop, &sender);
+                    if result.is_err() {
+                        stop.store(true, Ordering::Relaxed);
+                    }
+                    result
+                })
             })
             .collect();
-        handles
+        drop(sender);
+        let mut appended: Result<(), ExportError> = Ok(());
+        for entry in &receiver {
+            if let Err(source) = pack.append(&entry) {
+                stop.store(true, Ordering::Relaxed);
+                appended = Err(ExportError::Io {
+                    operation: "write the projection pack",
+                    path: pack_dir.clone(),
+                    source,
+                });
+                break;
+            }
+        }
+        // Unblock workers still sending after a failure.
+        drop(receiver);
+        let written: Vec<Result<Vec<(usize, fs::Metadata)>, ExportError>> = handles
             .into_iter()
             .map(|h| {
                 h.join().unwrap_or_else(|_| {
@@ -512,21 +583,35 @@ fn write_blobs(
                     })
                 })
             })
-            .collect()
+            .collect();
+        (written, appended)
     });
+    // A worker's own failure is the root cause; report it before the writer's.
     let mut all = Vec::with_capacity(jobs.len());
-    for result in results {
+    for result in written {
         all.extend(result?);
     }
-    Ok(all)
+    appended?;
+    all.sort_unstable_by_key(|(position, _)| *position);
+    if all.len() != jobs.len() {
+        return Err(ExportError::Io {
+            operation: "write the projection files",
+            path: workdir.to_owned(),
+            source: std::io::Error::other("an export thread stopped early"),
+        });
+    }
+    Ok(all.into_iter().map(|(_, meta)| meta).collect())
 }
 
-fn write_blob_chunk(
+fn write_blob_worker(
     source_repo: &Path,
     jobs: &[(&TreeFile, &str)],
-    objects_dir: &Path,
+    owners: &[bool],
     workdir: &Path,
-) -> Result<Vec<fs::Metadata>, ExportError> {
+    next: &AtomicUsize,
+    stop: &AtomicBool,
+    sender: &mpsc::SyncSender<PackEntry>,
+) -> Result<Vec<(usize, fs::Metadata)>, ExportError> {
     let source = Repository::open(source_repo).map_err(|source| ExportError::OpenSource {
         path: source_repo.to_owned(),
         source,
@@ -534,38 +619,72 @@ fn write_blob_chunk(
     let odb = source
         .odb()
         .map_err(git("open the source object database"))?;
-    let mut out = Vec::with_capacity(jobs.len());
-    for (file, path) in jobs {
-        let io = |operation: &'static str, path: &Path| {
-            let path = path.to_owned();
-            move |source| ExportError::Io {
-                operation,
-                path,
-                source,
-            }
-        };
-        let object = odb.read(file.id).map_err(git("read a source blob"))?;
-        let content = object.data();
-        write_loose_blob(objects_dir, &file.id.to_string(), content)
-            .map_err(io("write a projection object", objects_dir))?;
-        let target = workdir.join(path);
-        fs::write(&target, content).map_err(io("write a projection file", &target))?;
-        if file.mode == mode::EXECUTABLE {
-            make_executable(&target).map_err(io("mark a projection file executable", &target))?;
+    let mut out = Vec::new();
+    loop {
+        if stop.load(Ordering::Relaxed) {
+            return Ok(out);
         }
-        out.push(fs::metadata(&target).map_err(io("stat a projection file", &target))?);
+        let start = next.fetch_add(BATCH, Ordering::Relaxed);
+        if start >= jobs.len() {
+            return Ok(out);
+        }
+        for position in start..(start + BATCH).min(jobs.len()) {
+            let (file, path) = jobs[position];
+            let io = |operation: &'static str, path: &Path| {
+                let path = path.to_owned();
+                move |source| ExportError::Io {
+                    operation,
+                    path,
+                    source,
+                }
+            };
+            let object = odb.read(file.id).map_err(git("read a source blob"))?;
+            if object.kind() != ObjectType::Blob {
+                return Err(ExportError::Io {
+                    operation: "read a source blob",
+                    path: PathBuf::from(path),
+                    source: std::io::Error::other(format!(
+                        "{} is a {}, not a blob",
+                        file.id,
+                        object.kind()
+                    )),
+                });
+            }
+            let content = object.data();
+            let target = workdir.join(path);
+            let mut handle =
+                fs::File::create(&target).map_err(io("write a projection file", &target))?;
+            handle
+                .write_all(content)
+                .map_err(io("write a projection file", &target))?;
+            if file.mode == mode::EXECUTABLE {
+                make_executable(&handle)
+                    .map_err(io("mark a projection file executable", &target))?;
+            }
+            let meta = handle
+                .metadata()
+                .map_err(io("stat a projection file", &target))?;
+            drop(handle);
+            out.push((position, meta));
+            if owners[position] {
+                let entry = encode_entry(file.id, ObjectKind::Blob, content);
+                if sender.send(entry).is_err() {
+                    // The pack writer failed and reports why.
+                    return Ok(out);
+                }
+            }
+        }
     }
-    Ok(out)
 }
 
 #[cfg(unix)]
-fn make_executable(path: &Path) -> std::io::Result<()> {
+fn make_executable(file: &fs::File) -> std::io::Result<()> {
     use std::os::unix::fs::PermissionsExt;
-    fs::set_permissions(path, fs::Permissions::from_mode(0o755))
+    file.set_permissions(fs::Permissions::from_mode(0o755))
 }
 
 #[cfg(not(unix))]
-fn make_executable(_path: &Path) -> std::io::Result<()> {
+fn make_executable(_file: &fs::File) -> std::io::Result<()> {
     Ok(())
 }
 
@@ -636,15 +755,103 @@ impl DirNode {
         }
     }
 
-    pub(crate) fn write(&self, repo: &Repository) -> Result<Oid, git2::Error> {
-        let mut builder = repo.treebuilder(None)?;
-        for (name, (id, file_mode)) in &self.files {
-            builder.insert(name, *id, *file_mode)?;
-        }
+    /// Encodes this directory's tree and, first, every subtree (with its ID, into `out`) exactly as Git writes them: entries sorted by name, directories
+    /// compared as if their name ended in `/`. Returns this tree's ID.
+    pub(crate) fn encode(&self, out: &mut Vec<(Oid, Vec<u8>)>) -> Result<Oid, git2::Error> {
+        let mut entries: Vec<(Vec<u8>, i32, &str, Oid)> =
+            Vec::with_capacity(self.files.len() + self.dirs.len());
         for (name, dir) in &self.dirs {
-            let id = dir.write(repo)?;
-            builder.insert(name, id, mode::TREE)?;
+            let id = dir.encode(out)?;
+            let mut key = name.as_bytes().to_vec();
+            key.push(b'/');
+            entries.push((key, mode::TREE, name, id));
         }
-        builder.write()
+        for (name, (id, file_mode)) in &self.files {
+            // A name that is also a directory: the directory wins, as with a tree builder.
+            if !self.dirs.contains_key(name) {
+                entries.push((name.as_bytes().to_vec(), *file_mode, name, *id));
+            }
+        }
+        entries.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        let mut bytes = Vec::with_capacity(entries.len() * 48);
+        for (_, entry_mode, name, id) in &entries {
+            bytes.extend_from_slice(format!("{entry_mode:o} {name}\0").as_bytes());
+            bytes.extend_from_slice(id.as_bytes());
+        }
+        let id = Oid::hash_object(ObjectType::Tree, &bytes)?;
+        // Identical subtrees repeat here; the pack writer keeps each object once.
+        out.push((id, bytes));
+        Ok(id)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use git2::{Signature, Time};
+
+    use super::*;
+
+    fn write_with_treebuilder(node: &DirNode, repo: &Repository) -> Oid {
+        let mut builder = repo.treebuilder(None).unwrap();
+        for (name, (id, file_mode)) in &node.files {
+            builder.insert(name, *id, *file_mode).unwrap();
+        }
+        for (name, dir) in &node.dirs {
+            let id = write_with_treebuilder(dir, repo);
+            builder.insert(name, id, mode::TREE).unwrap();
+        }
+        builder.write().unwrap()
+    }
+
+    #[test]
+    fn encoded_trees_and_root_commit_match_what_libgit2_writes() {
+        let dir = tempfile::TempDir::new().unwrap();
+        let repo = Repository::init_bare(dir.path()).unwrap();
+        let a = repo.blob(b"a\n").unwrap();
+        let b = repo.blob(b"b\n").unwrap();
+        let mut root = DirNode::default();
+        // Names whose order depends on directories sorting as `name/`.
+        for (path, id, file_mode) in [
+            ("a.b", a, mode::FILE),
+            ("a/x", b, mode::FILE),
+            ("a-b/y", a, mode::EXECUTABLE),
+            ("a0", b, mode::FILE),
+            ("ab/a", a, mode::FILE),
+            ("same1/f", a, mode::FILE),
+            ("same2/f", a, mode::FILE),
+            ("z", b, mode::EXECUTABLE),
+        ] {
+            root.insert(path, id, file_mode);
+        }
+        let mut trees = Vec::new();
+        let encoded = root.encode(&mut trees).unwrap();
+        assert_eq!(encoded, write_with_treebuilder(&root, &repo));
+        for (id, bytes) in &trees {
+            assert_eq!(repo.find_tree(*id).unwrap().id(), *id);
+            assert_eq!(Oid::hash_object(ObjectType::Tree, bytes).unwrap(), *id);
+        }
+        assert_eq!(
+            DirNode::default().encode(&mut Vec::new()).unwrap(),
+            repo.treebuilder(None).unwrap().write().unwrap()
+        );
+
+        let (commit, bytes) = encode_root_commit(encoded, Role::WorkerA).unwrap();
+        let signature = Signature::new(PROJECTOR_NAME, PROJECTOR_EMAIL, &Time::new(0, 0)).unwrap();
+        let tree = repo.find_tree(encoded).unwrap();
+        let expected = repo
+            .commit(
+                None,
+                &signature,
+                &signature,
+                "Projection root\n\nProjection-Role: worker-a\n",
+                &tree,
+                &[],
+            )
+            .unwrap();
+        assert_eq!(commit, expected);
+        assert_eq!(
+            repo.odb().unwrap().read(expected).unwrap().data(),
+            bytes.as_slice()
+        );
     }
 }

@@ -7,7 +7,7 @@
 //! | --- | --- | --- |
 //! | classify paths | [`manifest`], [`path`], [`role`] | |
 //! | select tests | [`catalog`] | |
-//! | export a role projection | [`plan`], [`loose::encode_loose_blob`] | [`export`], [`tree`] |
+//! | export a role projection | [`plan`], [`pack::encode_entry`] | [`export`], [`tree`] |
 //! | collect and validate a Worker's patch | [`validate`] | [`bundle`] |
 //! | apply and merge into `wi/` | [`trailers`] | [`integrate`] |
 //! | product digest | [`digest::encode_product_tree`] | [`digest::product_tree_digest`] |
@@ -30,6 +30,7 @@ pub mod integrate;
 pub mod land;
 pub mod loose;
 pub mod manifest;
+pub mod pack;
 pub mod path;
 pub mod plan;
 pub mod role;

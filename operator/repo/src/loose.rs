@@ -33,7 +33,7 @@ fn adler32(parts: &[&[u8]]) -> u32 {
 }
 
 /// Writes the zlib stream (stored blocks only) of the concatenation of `parts` to `out`.
-fn write_stored_zlib(out: &mut impl Write, parts: &[&[u8]]) -> io::Result<()> {
+pub(crate) fn write_stored_zlib(out: &mut impl Write, parts: &[&[u8]]) -> io::Result<()> {
     let total: usize = parts.iter().map(|p| p.len()).sum();
     let blocks = total.div_ceil(STORED_BLOCK).max(1);
     out.write_all(&[0x78, 0x01])?;

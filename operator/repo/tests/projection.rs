@@ -94,15 +94,32 @@ fn projection_is_isolated_from_the_canonical_repository() {
         .collect();
     assert_eq!(refs, vec!["refs/heads/main".to_string()]);
 
-    // No remote, alternates, reflog, hooks or packs.
+    // No remote, alternates, reflog, hooks or packed refs.
     assert!(repo.remotes().unwrap().is_empty());
     let git_dir = p.path.join(".git");
     assert!(!git_dir.join("objects/info/alternates").exists());
     assert!(!git_dir.join("logs").exists());
     assert!(!git_dir.join("hooks").exists());
     assert!(!git_dir.join("packed-refs").exists());
-    let packs = git_dir.join("objects/pack");
-    assert!(!packs.exists() || fs::read_dir(&packs).unwrap().next().is_none());
+    // The object database is the one pack the projector wrote: no loose objects, no other
+    // pack (nothing copied from the canonical repository's packs).
+    let mut objects: Vec<String> = fs::read_dir(git_dir.join("objects"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    objects.sort();
+    assert!(
+        objects.iter().all(|name| name == "info" || name == "pack"),
+        "{objects:?}"
+    );
+    let mut packs: Vec<String> = fs::read_dir(git_dir.join("objects/pack"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    packs.sort();
+    assert_eq!(packs.len(), 2, "{packs:?}");
+    let stem = packs[0].strip_suffix(".idx").unwrap();
+    assert_eq!(packs[1], format!("{stem}.pack"));
 
     // Forbidden current, historical, unreachable objects and the canonical commit are absent.
     let canon = &canonical.repo;
