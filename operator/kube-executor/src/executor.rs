@@ -27,7 +27,9 @@ use kube::{
     api::{DeleteParams, ListParams, LogParams, PostParams},
     runtime::wait::{await_condition, conditions},
 };
-use protobot_executors::{ConformanceReport, conformance::ensure_conformant};
+use protobot_executors::{
+    BackendIdentity, Capability, ConformanceReport, SandboxBackend, conformance::ensure_conformant,
+};
 use protobot_jobsite::executor::{Executor, ExecutorError, RunOutput, RunSpec, Termination};
 use tokio::{sync::watch, time::Instant};
 
@@ -187,6 +189,8 @@ pub fn read_report_file(path: &std::path::Path) -> Result<ConformanceReport, Rep
 
 struct Inner {
     client: Client,
+    /// `runs/<instance>` under the staging mount.
+    runs_dir: PathBuf,
     config: KubeExecutorConfig,
     profile: SandboxProfile,
     report: Option<ConformanceReport>,
@@ -281,6 +285,7 @@ impl KubernetesExecutor {
         let owner = config.owner.clone();
         Ok(KubernetesExecutor {
             inner: Arc::new(Inner {
+                runs_dir: staging::instance_dir(&config.staging.mount_path, &config.instance),
                 client,
                 config,
                 profile,
@@ -322,7 +327,36 @@ impl KubernetesExecutor {
                     self.inner.profile.spec().conformance.key
                 ),
             }),
-            Some(report) => ensure_conformant(report, profile),
+            Some(report) => {
+                ensure_conformant(report, profile)?;
+                // The report's own list of required capabilities could be
+                // shorter than what the profile demands: check the profile's.
+                let missing: Vec<&str> = self
+                    .inner
+                    .profile
+                    .spec()
+                    .required_capabilities
+                    .iter()
+                    .filter(|r| {
+                        !report
+                            .capabilities
+                            .iter()
+                            .any(|c| &c.name == *r && c.supported)
+                    })
+                    .map(String::as_str)
+                    .collect();
+                if missing.is_empty() {
+                    Ok(())
+                } else {
+                    Err(ExecutorError::ProfileNotConformant {
+                        profile: profile.to_owned(),
+                        reason: format!(
+                            "capabilities the profile requires are unsupported in its report: {}; autonomous execution disabled",
+                            missing.join(", ")
+                        ),
+                    })
+                }
+            }
         }
     }
 
@@ -344,10 +378,7 @@ impl KubernetesExecutor {
     }
 
     fn runs_dir(&self) -> PathBuf {
-        staging::instance_dir(
-            &self.inner.config.staging.mount_path,
-            &self.inner.config.instance,
-        )
+        self.inner.runs_dir.clone()
     }
 
     fn staging_owner(&self) -> Option<Owner> {
@@ -772,6 +803,58 @@ impl Executor for KubernetesExecutor {
         cancel: watch::Receiver<bool>,
     ) -> Result<RunOutput, ExecutorError> {
         self.run_checked(spec, cancel).await
+    }
+}
+
+/// What the conformance suite sees of this backend. The capabilities are an
+/// honest account of what this executor enforces by itself; the ones it
+/// cannot (no broker, no in-guest supervisor, no audit chain yet) are
+/// unsupported, so a report produced through it does not pass until they
+/// exist, and every run stays refused.
+impl SandboxBackend for KubernetesExecutor {
+    fn identity(&self) -> BackendIdentity {
+        BackendIdentity {
+            name: "protobot-kubernetes".into(),
+            version: env!("CARGO_PKG_VERSION").into(),
+        }
+    }
+
+    fn capabilities(&self) -> Vec<Capability> {
+        let p = self.inner.profile.spec();
+        vec![
+            Capability::supported(
+                "filesystem-isolation",
+                format!(
+                    "RuntimeClass {} with a read-only root; only the run's staged sub-paths (/workspace, /out, /task read-only) and a size-capped /tmp are mounted",
+                    p.runtime_class_name
+                ),
+            ),
+            Capability::supported(
+                "git-isolation",
+                "the workspace is a copy on the staging volume; projections with remotes, alternates or gitdir links are refused; reflogs scrubbed",
+            ),
+            Capability::supported(
+                "network-policy",
+                "one NetworkPolicy per run: all ingress denied, all egress (DNS included) denied except TCP to the profile's egress proxy; needs a CNI that enforces NetworkPolicy",
+            ),
+            Capability::unsupported(
+                "credential-broker",
+                "no credential broker yet: the egress proxy is L3/L4-fenced only",
+            ),
+            Capability::supported(
+                "lifecycle-cleanup",
+                "cancel and the deadline delete the pod; pod, NetworkPolicy and staged directory are removed after every run; collect_garbage removes leftovers by label",
+            ),
+            Capability::unsupported(
+                "resource-limits",
+                "wall clock (activeDeadlineSeconds), memory, CPU and ephemeral storage are enforced; CPU time, process count, file size and open files need an in-guest supervisor",
+            ),
+            Capability::unsupported("audit-chain", "no hash-chained sandbox audit events yet"),
+        ]
+    }
+
+    fn scratch_root(&self) -> &std::path::Path {
+        &self.inner.runs_dir
     }
 }
 

@@ -57,8 +57,25 @@
 //! The report is given at construction ([`KubernetesExecutor::new`]), read by
 //! the caller from the ConfigMap the profile names ([`read_report_configmap`])
 //! or from a file ([`read_report_file`]). Every run checks it first; a missing
-//! report, a report for another profile or contract, or one that does not
-//! pass refuses the run before any object or directory exists.
+//! report, a report for another profile or contract, one that does not pass,
+//! or one in which a capability the profile requires is unsupported refuses
+//! the run before any object or directory exists.
+//!
+//! The executor also implements `protobot_executors::SandboxBackend`, with an
+//! honest capability list: `credential-broker`, `resource-limits` (CPU time,
+//! processes, file size, open files) and `audit-chain` are unsupported today,
+//! so `run_conformance` through it fails closed and the executor stays
+//! refused until those exist or a report from a complete deployment is
+//! supplied.
+//!
+//! # Leftovers
+//!
+//! Objects are found by label, never by memory: if the operator dies or a
+//! run's future is dropped mid-run, its pod, NetworkPolicy and staged
+//! directory remain (the pod still ends at its `activeDeadlineSeconds`) until
+//! [`KubernetesExecutor::collect_garbage`] removes everything of its
+//! `instance` whose run is not live in this process, or Kubernetes collects
+//! them with the owner reference.
 
 pub mod config;
 pub mod executor;

@@ -12,6 +12,8 @@
 //! - `cancel_deletes_the_pod_and_reports_cancelled` (also: the pod carries the
 //!   profile's fields and its NetworkPolicy exists while it runs);
 //! - `a_missing_or_failing_report_refuses_and_creates_nothing`;
+//! - `the_conformance_suite_through_this_backend_fails_closed_and_refuses`;
+//! - `the_report_is_read_from_the_profiles_config_map`;
 //! - `a_second_run_with_a_live_run_id_is_refused`;
 //! - `an_oom_killed_sandbox_exceeded_its_memory_limit` (a kubelet executor
 //!   reporting an OOM kill, as a node would);
@@ -467,10 +469,20 @@ async fn a_missing_or_failing_report_refuses_and_creates_nothing() {
     failing.autonomous_execution = false;
     let mut unsupported = passing_report("kata");
     unsupported.capabilities[3] = Capability::unsupported("credential-broker", "no broker");
+    // A report that claims to pass because it left the capability out of its
+    // own required list: the profile still requires it.
+    let mut trimmed = unsupported.clone();
+    trimmed
+        .required_capabilities
+        .retain(|c| c != "credential-broker");
     let reports = [
         ("missing", None),
         ("failing", Some(failing)),
         ("capability unsupported", Some(unsupported)),
+        (
+            "capability left out of the report's required list",
+            Some(trimmed),
+        ),
         ("other profile", Some(passing_report("gvisor"))),
     ];
     for (case, report) in reports {
@@ -722,4 +734,76 @@ async fn a_pod_that_never_starts_hits_the_executor_deadline_and_is_deleted() {
     assert!(env.pod_names().await.is_empty());
     assert!(env.policy_names().await.is_empty());
     assert!(env.staged_dirs().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_conformance_suite_through_this_backend_fails_closed_and_refuses() {
+    let env = Env::with_kubelet(None);
+    let probe = env.executor(None);
+    let report = protobot_executors::run_conformance(&probe, "kata").await;
+    assert!(!report.passed());
+    let mut missing = report.missing_capabilities();
+    missing.sort();
+    assert_eq!(
+        missing,
+        ["audit-chain", "credential-broker", "resource-limits"]
+    );
+    assert!(
+        env.server.writes().is_empty(),
+        "failing closed runs no probe"
+    );
+    let exec = env.executor(Some(report));
+    let err = exec
+        .run(env.spec("wi-11/cycle-1/worker-a", "true"), no_cancel())
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("credential-broker"), "{err}");
+    assert!(env.server.writes().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_report_is_read_from_the_profiles_config_map() {
+    let env = Env::with_kubelet(None);
+    let client = env.server.client();
+    let kata = profile();
+    let read = || protobot_kube_executor::read_report_configmap(client.clone(), NS, &kata);
+    assert_eq!(read().await.unwrap(), None, "no ConfigMap: no report");
+    let report = passing_report("kata");
+    env.server
+        .create_object(json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "protobot-conformance-kata", "namespace": NS},
+            "data": {"report.json": serde_json::to_string(&report).unwrap()}
+        }))
+        .unwrap();
+    assert_eq!(read().await.unwrap(), Some(report.clone()));
+    let exec = env.executor(read().await.unwrap());
+    assert!(exec.admit().is_ok());
+
+    env.server
+        .create_object(json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "protobot-conformance-gvisor", "namespace": NS},
+            "data": {"report.json": "{not json"}
+        }))
+        .unwrap();
+    let gvisor = SandboxProfile::load(Path::new(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../sandbox-profiles/gvisor.yaml"
+    )))
+    .unwrap();
+    let err = protobot_kube_executor::read_report_configmap(client.clone(), NS, &gvisor)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, protobot_kube_executor::ReportError::Parse { .. }),
+        "{err}"
+    );
+
+    let file = env.tmp.path().join("report.json");
+    std::fs::write(&file, serde_json::to_vec(&report).unwrap()).unwrap();
+    assert_eq!(
+        protobot_kube_executor::read_report_file(&file).unwrap(),
+        report
+    );
 }
