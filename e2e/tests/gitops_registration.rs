@@ -66,9 +66,11 @@ async fn an_applied_change_set_materializes_one_ready_build_work_item() {
     let cluster = Cluster::connect("gitops").await;
     let (repo, merge) = spec_repo("cli-sync");
     apply(&cluster, repo.path(), &merge).await;
-    let controller = tokio::spawn(protobot_controller::changeset::run(
+    let cache = tempfile::tempdir().unwrap();
+    let controller = tokio::spawn(protobot_controller::changeset::run_with(
         cluster.client.clone(),
         Some(cluster.namespace.clone()),
+        cache.path().to_path_buf(),
     ));
     let change_sets: Api<ChangeSet> = Api::namespaced(cluster.client.clone(), &cluster.namespace);
     assert_eq!(
@@ -106,9 +108,11 @@ async fn a_wrong_merge_commit_is_reported_and_materializes_nothing() {
     let cluster = Cluster::connect("wrong-merge").await;
     let (repo, _merge) = spec_repo("cli-sync");
     apply(&cluster, repo.path(), &"a".repeat(40)).await;
-    let controller = tokio::spawn(protobot_controller::changeset::run(
+    let cache = tempfile::tempdir().unwrap();
+    let controller = tokio::spawn(protobot_controller::changeset::run_with(
         cluster.client.clone(),
         Some(cluster.namespace.clone()),
+        cache.path().to_path_buf(),
     ));
     let change_sets: Api<ChangeSet> = Api::namespaced(cluster.client.clone(), &cluster.namespace);
     assert_eq!(

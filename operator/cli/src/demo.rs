@@ -26,7 +26,7 @@ use clap::{Args, ValueEnum};
 use jiff::{SignedDuration, Timestamp};
 use protobot_executors::{BubblewrapConfig, LocalExecutor};
 use protobot_jobsite::{
-    authoring::{AuthoringError, ears, git},
+    authoring::git,
     contract::{BuildContract, Intake, build},
     engine::{BuildReport, Engine, EngineConfig, WorkerClass},
     executor::Limits,
@@ -39,10 +39,7 @@ use protobot_lifecycle::{AuthorizationContext, State};
 use protobot_stores::{AdapterConfig, SqliteStore, WorkStore};
 use serde::Serialize;
 
-const PROJECT: &str = "cli-sync";
-const WORKER_A: &str = include_str!("../../../examples/cli-sync/workers/worker-a.sh");
-const WORKER_B: &str = include_str!("../../../examples/cli-sync/workers/worker-b.sh");
-const INTEGRATION: &str = include_str!("../../../examples/cli-sync/workers/integration.sh");
+use protobot_jobsite::example::{INTEGRATION, PROJECT, WORKER_A, WORKER_B, author};
 
 /// Report format.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -98,7 +95,7 @@ struct Evidence {
 #[derive(Debug, thiserror::Error)]
 enum DemoError {
     #[error(transparent)]
-    Authoring(#[from] AuthoringError),
+    Example(#[from] protobot_jobsite::example::ExampleError),
     #[error("failed to prepare {path}: {source}")]
     Io {
         path: PathBuf,
@@ -116,18 +113,6 @@ enum DemoError {
     Engine(#[from] protobot_jobsite::engine::EngineError),
 }
 
-fn write(root: &Path, rel: &str, content: &str) -> Result<(), DemoError> {
-    let path = root.join(rel);
-    let io = |source| DemoError::Io {
-        path: path.clone(),
-        source,
-    };
-    if let Some(parent) = path.parent() {
-        std::fs::create_dir_all(parent).map_err(io)?;
-    }
-    std::fs::write(&path, content).map_err(io)
-}
-
 fn context(role: &str, subject: &str, actions: &[&str]) -> AuthorizationContext {
     AuthorizationContext {
         subject: subject.into(),
@@ -139,212 +124,6 @@ fn context(role: &str, subject: &str, actions: &[&str]) -> AuthorizationContext 
         policy_version: "protobot-demo/v1".into(),
         ..AuthorizationContext::default()
     }
-}
-
-/// Authors the example project and approves CS-00001; returns the merge commit.
-fn author(work: &Path, origin: &Path) -> Result<String, DemoError> {
-    std::fs::create_dir_all(work).map_err(|source| DemoError::Io {
-        path: work.to_path_buf(),
-        source,
-    })?;
-    git(
-        work.parent().unwrap_or(work),
-        &[
-            "init",
-            "-q",
-            "--bare",
-            "-b",
-            "main",
-            &origin.display().to_string(),
-        ],
-    )?;
-    git(work, &["init", "-q", "-b", "main"])?;
-    write(
-        work,
-        "README.md",
-        "# cli-sync\n\nA local project-sync command-line tool.\n",
-    )?;
-    write(
-        work,
-        "docs/vision.md",
-        "# Vision\n\nGive an operator a local tool that copies project files into a destination, with a preview that does not write.\n",
-    )?;
-    write(
-        work,
-        "docs/architecture.md",
-        "# Architecture\n\nOne POSIX sh script, `src/sync.sh`, invoked as `sync [--dry-run] SRC DST`.\n",
-    )?;
-    git(work, &["add", "-A"])?;
-    git(
-        work,
-        &["commit", "-q", "-m", "cli-sync: vision and architecture"],
-    )?;
-    ears(
-        work,
-        &[
-            "project",
-            "init",
-            "--id",
-            PROJECT,
-            "--name",
-            "Project-sync CLI",
-            "--canonical-remote",
-            "https://example.invalid/cli-sync.git",
-            "--review-mode",
-            "single-player",
-        ],
-    )?;
-    // Reviewed projection policy: what each role may see and write.
-    let projection = work.join(".protobot/projection.yaml");
-    let mut manifest = std::fs::read_to_string(&projection).map_err(|source| DemoError::Io {
-        path: projection.clone(),
-        source,
-    })?;
-    manifest.push_str("  - path: src/\n    class: implementation\n  - path: tests/\n    class: test\n  - path: .protobot/test-catalog.jsonl\n    class: shared\n");
-    std::fs::write(&projection, manifest).map_err(|source| DemoError::Io {
-        path: projection.clone(),
-        source,
-    })?;
-    write(
-        work,
-        ".protobot/test-catalog.jsonl",
-        concat!(
-            "{\"test_id\":\"test_dry_run\",\"paths\":[\"tests/test_dry_run.sh\"],\"verifies\":[\"REQ-CLI-00001\"]}\n",
-            "{\"test_id\":\"test_apply\",\"paths\":[\"tests/test_apply.sh\"],\"verifies\":[\"REQ-CLI-00002\"]}\n",
-            "{\"test_id\":\"test_refuse\",\"paths\":[\"tests/test_refuse.sh\"],\"verifies\":[\"REQ-CLI-00003\"]}\n",
-        ),
-    )?;
-    git(work, &["add", "-A"])?;
-    git(
-        work,
-        &[
-            "commit",
-            "-q",
-            "-m",
-            "cli-sync: project init and projection policy",
-        ],
-    )?;
-    git(
-        work,
-        &["remote", "add", "origin", &origin.display().to_string()],
-    )?;
-    git(work, &["push", "-q", "origin", "main"])?;
-    ears(
-        work,
-        &[
-            "change-set",
-            "create",
-            "--intent",
-            "Sync files with a dry-run preview",
-            "--affected-scope",
-            "cli",
-            "--implementation-required",
-            "true",
-            "--created",
-            "2026-09-29T00:00:00Z",
-        ],
-    )?;
-    ears(
-        work,
-        &[
-            "interface",
-            "add",
-            "--change-set",
-            "CS-00001",
-            "--id",
-            "cli-sync",
-            "--name",
-            "Project-sync CLI",
-            "--type",
-            "cli",
-            "--spec-approach",
-            "prose",
-            "--created",
-            "2026-09-29T00:00:00Z",
-        ],
-    )?;
-    ears(
-        work,
-        &[
-            "change-set",
-            "update",
-            "--change-set",
-            "CS-00001",
-            "--affected-interface",
-            "cli-sync",
-        ],
-    )?;
-    let requirements = [
-        (
-            "REQ-CLI-00001",
-            "event-driven",
-            "When an operator invokes sync --dry-run with a valid source directory and a destination inside the project, the command-line tool shall report the files that would change and shall not modify the project.",
-        ),
-        (
-            "REQ-CLI-00002",
-            "event-driven",
-            "When an operator invokes sync without --dry-run with a valid source directory and a destination inside the project, the command-line tool shall copy the planned files into the destination.",
-        ),
-        (
-            "REQ-CLI-00003",
-            "unwanted-behavior",
-            "If the destination is missing or is not a directory, then the command-line tool shall refuse the run and shall not modify the project.",
-        ),
-    ];
-    for (id, kind, text) in requirements {
-        ears(
-            work,
-            &[
-                "requirement",
-                "add",
-                "--change-set",
-                "CS-00001",
-                "--id",
-                id,
-                "--type",
-                kind,
-                "--text",
-                text,
-                "--interface",
-                "cli-sync",
-                "--scope",
-                "cli",
-                "--verification-mode",
-                "isolated-interface",
-                "--provenance",
-                "user-authored",
-                "--created",
-                "2026-09-29T00:00:00Z",
-            ],
-        )?;
-    }
-    ears(work, &["check", "--change-set", "CS-00001"])?;
-    let branch = git(work, &["branch", "--show-current"])?;
-    git(work, &["add", "-A"])?;
-    git(
-        work,
-        &[
-            "commit",
-            "-q",
-            "-m",
-            "CS-00001: sync with a dry-run preview",
-        ],
-    )?;
-    // Approval: a person merges the change-set pull request with a merge commit.
-    git(work, &["checkout", "-q", "main"])?;
-    git(
-        work,
-        &[
-            "merge",
-            "-q",
-            "--no-ff",
-            "-m",
-            "Merge CS-00001: sync with a dry-run preview",
-            &branch,
-        ],
-    )?;
-    git(work, &["push", "-q", "origin", "main"])?;
-    Ok(git(work, &["rev-parse", "HEAD"])?)
 }
 
 async fn run(

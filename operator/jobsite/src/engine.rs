@@ -187,6 +187,12 @@ pub struct InspectionReport {
     pub run_id: String,
     /// Candidate inspected.
     pub candidate: String,
+    /// Its product-tree digest.
+    pub product_tree_digest: String,
+    /// The contract version the run was made for.
+    pub contract_version: u64,
+    /// Ledger sequence when the run started.
+    pub ledger_sequence_at_start: u64,
     /// Producers that completed.
     pub producers: Vec<String>,
     /// Findings recorded in the run.
@@ -1349,6 +1355,8 @@ impl<S: WorkStore, E: Executor> Engine<S, E> {
             }
         }
         let prior = std::mem::take(&mut progress.prior_findings);
+        let sequence_at_start = progress.ledger.sequence;
+        let candidate_digest = self.digest(item, head)?;
         let verdict = record_run(&mut progress.ledger, &run_id, &candidate, &reports, &prior)
             .map_err(|e| EngineError::Output {
                 role: "inspection",
@@ -1366,6 +1374,9 @@ impl<S: WorkStore, E: Executor> Engine<S, E> {
         progress.inspections.push(InspectionReport {
             run_id: run_id.clone(),
             candidate: candidate.clone(),
+            product_tree_digest: candidate_digest,
+            contract_version: claim.held().map(|h| h.contract_version).unwrap_or_default(),
+            ledger_sequence_at_start: sequence_at_start,
             producers: reports.iter().map(|(p, _)| p.clone()).collect(),
             findings,
             verdict: verdict.clone(),

@@ -17,6 +17,7 @@ pub mod contract;
 pub mod dispatch;
 pub mod engine;
 pub mod escalation;
+pub mod example;
 pub mod executor;
 pub mod inspection;
 pub mod lease;

@@ -92,6 +92,8 @@ impl Error {
 pub struct Context {
     /// The client.
     pub client: Client,
+    /// The repository cache.
+    pub workdir: PathBuf,
 }
 
 /// Where a Project's repository lives on this machine: a path or `file://` URL.
@@ -120,7 +122,7 @@ pub async fn reconcile(cs: Arc<ChangeSet>, ctx: Arc<Context>) -> Result<Action, 
         .namespace()
         .ok_or_else(|| Error::MissingNamespace(name.clone()))?;
     let now = Timestamp::now();
-    let outcome = verify_and_materialize(&cs, &ns, &ctx.client, now).await?;
+    let outcome = verify_and_materialize(&cs, &ns, &ctx.client, &ctx.workdir, now).await?;
     let status = decide::status(cs.status.as_ref(), &outcome, cs.metadata.generation, now);
     if cs.status.as_ref() != Some(&status) {
         let api: Api<ChangeSet> = Api::namespaced(ctx.client.clone(), &ns);
@@ -151,10 +153,15 @@ pub async fn reconcile(cs: Arc<ChangeSet>, ctx: Arc<Context>) -> Result<Action, 
     })
 }
 
+fn ctx_workdir(workdir: &std::path::Path, ns: &str, project: &str) -> PathBuf {
+    workdir.join(ns).join(project).join("registry")
+}
+
 async fn verify_and_materialize(
     cs: &ChangeSet,
     ns: &str,
     client: &Client,
+    workdir: &std::path::Path,
     now: Timestamp,
 ) -> Result<Outcome, Error> {
     let projects: Api<Project> = Api::namespaced(client.clone(), ns);
@@ -173,12 +180,27 @@ async fn verify_and_materialize(
             });
         }
     };
-    let Some(repo) = local_repository(&project.spec.repo_url) else {
-        return Ok(Outcome::RepositoryUnavailable(format!(
-            "repository {} is not a local path; remote repositories need the repository cache (not yet available)",
-            project.spec.repo_url
-        )));
-    };
+    // Read through the operator's repository cache: a working clone whose default
+    // branch mirrors the project's remote (the remote itself may be bare).
+    let repo = ctx_workdir(workdir, ns, &project_name);
+    {
+        let (url, branch, dir) = (
+            crate::repo_cache::clone_url(&project.spec.repo_url),
+            project.spec.default_branch.clone(),
+            repo.clone(),
+        );
+        let mirrored =
+            tokio::task::spawn_blocking(move || crate::repo_cache::mirror(&url, &branch, &dir))
+                .await
+                .map_err(|e| e.to_string())
+                .and_then(|r| r);
+        if let Err(reason) = mirrored {
+            return Ok(Outcome::RepositoryUnavailable(format!(
+                "repository {} could not be mirrored: {reason}",
+                project.spec.repo_url
+            )));
+        }
+    }
     let registration = Registration {
         project_id: project_name.clone(),
         change_set_id: cs.spec.change_set_id.clone(),
@@ -249,11 +271,21 @@ pub fn error_policy(cs: Arc<ChangeSet>, error: &Error, _ctx: Arc<Context>) -> Ac
 
 /// Runs the controller until the stream ends (shutdown).
 pub async fn run(client: Client, namespace: Option<String>) {
+    run_with(
+        client,
+        namespace,
+        std::env::temp_dir().join("protobot-repositories"),
+    )
+    .await;
+}
+
+/// [`run`] with the repository cache under `workdir`.
+pub async fn run_with(client: Client, namespace: Option<String>, workdir: PathBuf) {
     let api: Api<ChangeSet> = match &namespace {
         Some(ns) => Api::namespaced(client.clone(), ns),
         None => Api::all(client.clone()),
     };
-    let ctx = Arc::new(Context { client });
+    let ctx = Arc::new(Context { client, workdir });
     Controller::new(api, watcher::Config::default())
         .run(reconcile, error_policy, ctx)
         .for_each(|r| async move {

@@ -1,0 +1,453 @@
+//! The Job Site in the cluster: the same engine and loop as on one machine
+//! ([`protobot_jobsite::site::JobSite`]), over the Kubernetes work store and a
+//! cluster Executor.
+//!
+//! Every replica runs passes — on any `BuildWorkItem` change and on a timer —
+//! over every `Project` it can see: reconcile expired leases, resume the items
+//! its identity still leases, claim ready items within the project's WIP limit
+//! and build them. Claims are compare-and-swap on the item's status, so any
+//! number of replicas run this without leader election. Each replica keeps its
+//! own integration clone per project under its work directory; everything it
+//! needs to resume lives in the store and on the remote.
+//!
+//! Pipeline per project, one step each: read (Project, worker classes) →
+//! prepare (clone/fetch) → decide and apply (the Job Site pass) → publish
+//! (`InspectionRun` objects for the runs a build produced, owned by their
+//! `BuildWorkItem`).
+
+use std::{collections::BTreeMap, path::PathBuf, sync::Arc, time::Duration};
+
+use futures::StreamExt;
+use jiff::{SignedDuration, Timestamp};
+use kube::{
+    Api, Client, Resource, ResourceExt,
+    api::{Patch, PatchParams},
+    runtime::{WatchStreamExt, watcher},
+};
+use protobot_api::{BuildWorkItem, InspectionRun, Project};
+use protobot_jobsite::{
+    engine::{BuildReport, Engine, EngineConfig, Producer, WorkerClass},
+    executor::{Executor, Limits},
+    inspection::{ProducerKind, Verdict},
+    lease::SystemClock,
+    site::{JobSite, RegisteredContracts, SiteAction},
+    triage::HeuristicTriage,
+};
+use protobot_lifecycle::AuthorizationContext;
+use protobot_stores::{AdapterConfig, KubeStore, kubernetes::item_name};
+use serde::Deserialize;
+
+use crate::changeset::{MATERIALIZER_SUBJECT, POLICY_VERSION};
+
+/// Field manager of the Job Site's server-side applies.
+pub const FIELD_MANAGER: &str = "protobot/jobsite";
+
+/// One replica's Job Site settings.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// The replica's trusted subject (its pod name): leases are held under it.
+    pub identity: String,
+    /// Integration clones and scratch space.
+    pub workdir: PathBuf,
+    /// Longest time between passes.
+    pub interval: Duration,
+    /// Sandbox limits per run.
+    pub limits: Limits,
+}
+
+/// The harnesses of a project: the `ConfigMap` named by `spec.workerClassesRef`,
+/// keys `worker-a`, `worker-b`, `integration` (each `{"command": [...], "image": ...}`)
+/// and optionally `inspectors` (a list of `{"name", "kind", "class"}`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WorkerClasses {
+    /// Worker A.
+    pub worker_a: WorkerClass,
+    /// Worker B.
+    pub worker_b: WorkerClass,
+    /// Integration runner.
+    pub integration: WorkerClass,
+    /// Inspection producers.
+    pub producers: Vec<Producer>,
+}
+
+/// Why a project cannot be driven (reported, retried on the next pass).
+#[derive(Debug, thiserror::Error)]
+pub enum ProjectError {
+    /// The project names no worker classes, or they are malformed.
+    #[error(
+        "project {project}: {reason}; create the ConfigMap named by spec.workerClassesRef with worker-a, worker-b and integration"
+    )]
+    WorkerClasses {
+        /// Project.
+        project: String,
+        /// Why.
+        reason: String,
+    },
+    /// The repository cannot be cloned or fetched.
+    #[error("project {project}: repository {url}: {reason}")]
+    Repository {
+        /// Project.
+        project: String,
+        /// URL.
+        url: String,
+        /// Why.
+        reason: String,
+    },
+    /// The API failed.
+    #[error("project {project}: {source}")]
+    Api {
+        /// Project.
+        project: String,
+        /// Cause.
+        #[source]
+        source: kube::Error,
+    },
+    /// The pass failed outside any one build.
+    #[error("project {project}: {reason}")]
+    Pass {
+        /// Project.
+        project: String,
+        /// Why.
+        reason: String,
+    },
+}
+
+#[derive(Deserialize)]
+struct ProducerEntry {
+    name: String,
+    kind: ProducerKind,
+    class: WorkerClass,
+}
+
+/// Parses the worker-classes `ConfigMap` data (pure).
+pub fn worker_classes(
+    project: &str,
+    data: &BTreeMap<String, String>,
+) -> Result<WorkerClasses, ProjectError> {
+    let bad = |reason: String| ProjectError::WorkerClasses {
+        project: project.into(),
+        reason,
+    };
+    let class = |key: &str| -> Result<WorkerClass, ProjectError> {
+        let raw = data
+            .get(key)
+            .ok_or_else(|| bad(format!("key {key} is missing")))?;
+        let class: WorkerClass =
+            serde_json::from_str(raw).map_err(|e| bad(format!("key {key}: {e}")))?;
+        if class.command.is_empty() {
+            return Err(bad(format!("key {key}: command is empty")));
+        }
+        Ok(class)
+    };
+    let producers = match data.get("inspectors") {
+        None => Vec::new(),
+        Some(raw) => serde_json::from_str::<Vec<ProducerEntry>>(raw)
+            .map_err(|e| bad(format!("key inspectors: {e}")))?
+            .into_iter()
+            .map(|p| Producer {
+                name: p.name,
+                kind: p.kind,
+                class: p.class,
+            })
+            .collect(),
+    };
+    Ok(WorkerClasses {
+        worker_a: class("worker-a")?,
+        worker_b: class("worker-b")?,
+        integration: class("integration")?,
+        producers,
+    })
+}
+
+fn context(subject: &str, role: &str, project: &str, actions: &[&str]) -> AuthorizationContext {
+    AuthorizationContext {
+        subject: subject.into(),
+        role: role.into(),
+        project_id: project.into(),
+        allowed_actions: actions.iter().map(|s| s.to_string()).collect(),
+        allowed_refs: vec![format!("project:{project}")],
+        expires_at: Some(Timestamp::now() + SignedDuration::from_hours(1)),
+        policy_version: POLICY_VERSION.into(),
+        ..AuthorizationContext::default()
+    }
+}
+
+/// What one pass did, per project.
+pub type PassReport = Vec<(String, Result<Vec<SiteAction>, String>)>;
+
+/// One pass over every project in `namespace` (or all namespaces).
+pub async fn pass<E: Executor + 'static>(
+    client: &Client,
+    namespace: Option<&str>,
+    settings: &Settings,
+    executor: Arc<E>,
+) -> PassReport {
+    let projects: Api<Project> = match namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    };
+    let list = match projects.list(&Default::default()).await {
+        Ok(l) => l.items,
+        Err(e) => return vec![(String::new(), Err(e.to_string()))],
+    };
+    let mut report = Vec::new();
+    for project in list {
+        let name = project.name_any();
+        let result = drive_project(client, &project, settings, executor.clone())
+            .await
+            .map_err(|e| e.to_string());
+        if let Err(e) = &result {
+            tracing::warn!(project = %name, error = %e, "job site pass failed");
+        }
+        report.push((name, result));
+    }
+    report
+}
+
+async fn drive_project<E: Executor + 'static>(
+    client: &Client,
+    project: &Project,
+    settings: &Settings,
+    executor: Arc<E>,
+) -> Result<Vec<SiteAction>, ProjectError> {
+    let name = project.name_any();
+    let ns = project.namespace().unwrap_or_default();
+    let spec = &project.spec;
+    let classes = match &spec.worker_classes_ref {
+        None => {
+            return Err(ProjectError::WorkerClasses {
+                project: name,
+                reason: "spec.workerClassesRef is not set".into(),
+            });
+        }
+        Some(r) => {
+            let maps: Api<k8s_openapi::api::core::v1::ConfigMap> =
+                Api::namespaced(client.clone(), &ns);
+            let map = maps
+                .get_opt(&r.name)
+                .await
+                .map_err(|source| ProjectError::Api {
+                    project: name.clone(),
+                    source,
+                })?
+                .ok_or_else(|| ProjectError::WorkerClasses {
+                    project: name.clone(),
+                    reason: format!("ConfigMap {} does not exist", r.name),
+                })?;
+            worker_classes(&name, &map.data.unwrap_or_default())?
+        }
+    };
+    let url = crate::repo_cache::clone_url(&spec.repo_url);
+    let home = settings.workdir.join(&ns).join(&name);
+    let clone = home.join("repo");
+    {
+        let (url, branch, clone) = (url.clone(), spec.default_branch.clone(), clone.clone());
+        tokio::task::spawn_blocking(move || crate::repo_cache::mirror(&url, &branch, &clone))
+            .await
+            .map_err(|e| e.to_string())
+            .and_then(|r| r)
+            .map_err(|reason| ProjectError::Repository {
+                project: name.clone(),
+                url: spec.repo_url.clone(),
+                reason,
+            })?;
+    }
+    let store = Arc::new(KubeStore::new(
+        client.clone(),
+        &ns,
+        &name,
+        AdapterConfig {
+            materializer_subject: MATERIALIZER_SUBJECT.into(),
+            lease_seconds: i64::from(spec.lease_duration_seconds),
+        },
+    ));
+    let mut config = EngineConfig::new(
+        classes.worker_a,
+        classes.worker_b,
+        classes.integration,
+        home.join("scratch"),
+    );
+    config.producers = classes.producers;
+    config.limits = settings.limits.clone();
+    config.target_branch = spec.default_branch.clone();
+    let engine = Engine {
+        store,
+        executor,
+        clock: Arc::new(SystemClock),
+        triage: Arc::new(HeuristicTriage),
+        context: context(
+            &settings.identity,
+            "job-site",
+            &name,
+            &[
+                "claim",
+                "renew-lease",
+                "tests-pass",
+                "raise-spec-question",
+                "return-to-building",
+                "begin-merge",
+                "merge-conflict",
+                "record-merge",
+            ],
+        ),
+        config,
+        on_stage: None,
+        faults: None,
+    };
+    let site = JobSite {
+        engine: Arc::new(engine),
+        reconciler: context(
+            &format!("{}-reconciler", settings.identity),
+            "reconciler",
+            &name,
+            &[
+                "recover-lease",
+                "record-merge",
+                "merge-not-applied",
+                "merge-conflict",
+            ],
+        ),
+        contracts: Arc::new(RegisteredContracts {
+            repo: clone.clone(),
+            default_branch: spec.default_branch.clone(),
+        }),
+        repo_dir: clone,
+        wip_limit: usize::try_from(spec.wip_limit).unwrap_or(1),
+    };
+    // The engine holds git handles across awaits (not Send): it runs on a
+    // blocking thread of its own, driving the store through this runtime.
+    let handle = tokio::runtime::Handle::current();
+    let actions = tokio::task::spawn_blocking(move || handle.block_on(site.run_once()))
+        .await
+        .map_err(|e| ProjectError::Pass {
+            project: name.clone(),
+            reason: e.to_string(),
+        })?
+        .map_err(|e| ProjectError::Pass {
+            project: name.clone(),
+            reason: e.to_string(),
+        })?;
+    for action in &actions {
+        if let SiteAction::Built { report } = action {
+            publish_inspections(client, &ns, report).await;
+        }
+    }
+    Ok(actions)
+}
+
+/// The `InspectionRun` objects of a build (pure): one per run, owned by the item.
+pub fn inspection_runs(item: &BuildWorkItem, report: &BuildReport) -> Vec<serde_json::Value> {
+    let owner = item.controller_owner_ref(&());
+    report
+        .inspections
+        .iter()
+        .map(|run| {
+            let name = item_name(&run.run_id);
+            let sealed = match &run.verdict {
+                Verdict::Sealed { watermark } => {
+                    Some(serde_json::json!({"highWatermark": watermark, "at": Timestamp::now().to_string()}))
+                }
+                _ => None,
+            };
+            serde_json::json!({
+                "apiVersion": "protobot.dev/v1alpha1",
+                "kind": "InspectionRun",
+                "metadata": {
+                    "name": name,
+                    "labels": {
+                        "app.kubernetes.io/managed-by": "protobot",
+                        "protobot.dev/work-item": item.name_any(),
+                    },
+                    "ownerReferences": owner.iter().collect::<Vec<_>>(),
+                },
+                "spec": {
+                    "workItemRef": {"name": item.name_any()},
+                    "contractVersion": run.contract_version,
+                    "candidateCommit": run.candidate,
+                    "productTreeDigest": run.product_tree_digest,
+                    "requiredProducers": run.producers,
+                    "ledgerSequenceAtStart": run.ledger_sequence_at_start,
+                },
+                "status": {
+                    "producersCompleted": run.producers.iter().map(|p| serde_json::json!({
+                        "producer": p, "findings": run.findings, "completedTime": Timestamp::now().to_string(),
+                    })).collect::<Vec<_>>(),
+                    "sealed": sealed,
+                },
+            })
+        })
+        .collect()
+}
+
+async fn publish_inspections(client: &Client, ns: &str, report: &BuildReport) {
+    let items: Api<BuildWorkItem> = Api::namespaced(client.clone(), ns);
+    let Ok(item) = items.get(&item_name(&report.work_item_id)).await else {
+        return;
+    };
+    let runs: Api<InspectionRun> = Api::namespaced(client.clone(), ns);
+    for body in inspection_runs(&item, report) {
+        let name = body["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        let params = PatchParams::apply(FIELD_MANAGER).force();
+        let mut spec_only = body.clone();
+        if let Some(o) = spec_only.as_object_mut() {
+            o.remove("status");
+        }
+        let status = serde_json::json!({
+            "apiVersion": "protobot.dev/v1alpha1",
+            "kind": "InspectionRun",
+            "status": body["status"],
+        });
+        let written = match runs.patch(&name, &params, &Patch::Apply(&spec_only)).await {
+            Ok(_) => runs
+                .patch_status(&name, &params, &Patch::Apply(&status))
+                .await
+                .map(|_| ()),
+            Err(e) => Err(e),
+        };
+        if let Err(e) = written {
+            tracing::warn!(inspection_run = %name, error = %e, "could not publish the inspection run");
+        }
+    }
+}
+
+/// Runs passes forever: on every `BuildWorkItem` change and at least every
+/// `settings.interval`.
+pub async fn run<E: Executor + 'static>(
+    client: Client,
+    namespace: Option<String>,
+    settings: Settings,
+    executor: Arc<E>,
+) {
+    let items: Api<BuildWorkItem> = match &namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    };
+    let mut changes = watcher(items, watcher::Config::default())
+        .default_backoff()
+        .applied_objects()
+        .boxed();
+    let mut tick = tokio::time::interval(settings.interval);
+    loop {
+        tokio::select! {
+            _ = tick.tick() => {}
+            change = changes.next() => {
+                if change.is_none() {
+                    return;
+                }
+            }
+        }
+        let report = pass(&client, namespace.as_deref(), &settings, executor.clone()).await;
+        for (project, result) in report {
+            match result {
+                Ok(actions) if !actions.is_empty() => {
+                    tracing::info!(project = %project, actions = actions.len(), "job site pass");
+                }
+                Ok(_) => {}
+                Err(e) => tracing::warn!(project = %project, error = %e, "job site pass failed"),
+            }
+        }
+    }
+}
