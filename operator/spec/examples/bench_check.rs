@@ -221,11 +221,26 @@ fn main() {
     let diags = protobot_spec::validate::validate(&snap, &Default::default());
     let t_validate = t.elapsed();
     assert!(diags.is_empty());
+    let t = Instant::now();
+    let git = protobot_spec::git::Git::discover(&root).unwrap();
+    let refs = git.approval_refs(&snap.project).unwrap();
+    let dir = snap
+        .project
+        .store_dir(protobot_spec::model::StoreKind::ChangeSets);
+    for r in &refs {
+        git.dir_names_in_commit(*r, &dir).unwrap();
+    }
+    let t_git = t.elapsed();
+    let t = Instant::now();
+    drop(snap);
+    let t_drop = t.elapsed();
     println!(
-        "phases: read {:.1} ms, decode {:.1} ms, validate {:.1} ms",
+        "phases: read {:.1} ms, decode {:.1} ms, validate {:.1} ms, git {:.1} ms, drop {:.1} ms",
         t_load.as_secs_f64() * 1e3,
         t_decode.as_secs_f64() * 1e3,
-        t_validate.as_secs_f64() * 1e3
+        t_validate.as_secs_f64() * 1e3,
+        t_git.as_secs_f64() * 1e3,
+        t_drop.as_secs_f64() * 1e3
     );
     println!("store: {n_req} requirements, {n_if} interfaces, {n_cs} change sets ({bytes} bytes)");
     let ms = |v: &[f64]| {

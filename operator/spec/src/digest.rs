@@ -43,7 +43,20 @@ pub fn canonical_text(bytes: &[u8]) -> Result<Vec<u8>, TextError> {
 
 /// `sha256:<hex>` of raw bytes.
 pub fn sha256(bytes: &[u8]) -> String {
-    format!("sha256:{}", hex::encode(Sha256::digest(bytes)))
+    prefixed_hex(&Sha256::digest(bytes))
+}
+
+/// `sha256:` and lowercase hex, built without intermediate strings (store
+/// digests format one of these per file).
+fn prefixed_hex(digest: &[u8]) -> String {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut out = String::with_capacity(7 + 2 * digest.len());
+    out.push_str("sha256:");
+    for b in digest {
+        out.push(char::from(HEX[usize::from(b >> 4)]));
+        out.push(char::from(HEX[usize::from(b & 0xF)]));
+    }
+    out
 }
 
 /// The v1 canonical text digest.
@@ -84,7 +97,7 @@ pub fn store_digest<'a>(
         h.update(d.as_bytes());
         h.update([0]);
     }
-    Ok(format!("sha256:{}", hex::encode(h.finalize())))
+    Ok(prefixed_hex(&h.finalize()))
 }
 
 #[cfg(test)]
@@ -93,6 +106,10 @@ mod tests {
 
     #[test]
     fn contract_examples() {
+        assert_eq!(
+            sha256(b""),
+            format!("sha256:{}", hex::encode(Sha256::digest(b"")))
+        );
         assert_eq!(
             text_digest(b"# Fixture Vision\n").unwrap(),
             "sha256:d50b23aec93611c3905fe3a7ba150e2d3c049732032d455d29e4c75fab27c514"

@@ -2,7 +2,7 @@
 //! validation (§13) and all elementary cycles for compare (§21). Pure and
 //! deterministic: vertices and successors are visited in sorted order.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 /// For each back edge found by a DFS in sorted order: the vertex where it
 /// was found, and the cycle it closes (`A, B, …, A`, in DFS path order).
@@ -13,7 +13,9 @@ pub fn back_edge_cycles(edges: &BTreeMap<String, Vec<String>>) -> Vec<(String, V
         Active,
         Done,
     }
-    let mut marks: BTreeMap<&str, Mark> = edges.keys().map(|k| (k.as_str(), Mark::New)).collect();
+    // Only looked up, never iterated: a hash map keeps the order-free part
+    // cheap on large stores.
+    let mut marks: HashMap<&str, Mark> = edges.keys().map(|k| (k.as_str(), Mark::New)).collect();
     let mut out = Vec::new();
     for start in edges.keys() {
         if marks.get(start.as_str()) != Some(&Mark::New) {

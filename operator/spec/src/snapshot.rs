@@ -3,7 +3,10 @@
 //! manifest and the computed store digests. Pure; load problems become
 //! diagnostics so that they aggregate with semantic ones (target contract).
 
-use std::collections::{BTreeMap, HashMap};
+use std::{
+    collections::{BTreeMap, HashMap},
+    sync::Arc,
+};
 
 use serde::de::DeserializeOwned;
 use serde_yaml_ng::Value;
@@ -55,8 +58,9 @@ pub struct Snapshot {
     pub digests: BTreeMap<StoreKind, Option<String>>,
     /// The projection manifest.
     pub projection: ProjectionState,
-    /// The files everything was decoded from.
-    pub vfs: Vfs,
+    /// The files everything was decoded from (shared with the session that
+    /// read them, so opening a project copies no file contents).
+    pub vfs: Arc<Vfs>,
     /// ID → position in `requirements` (first occurrence).
     req_index: HashMap<String, usize>,
     /// ID → position in `interfaces` (first occurrence).
@@ -172,7 +176,8 @@ fn scrub(msg: &str) -> String {
 
 /// Decodes everything. Fails only when the configuration itself cannot be
 /// decoded; everything else becomes diagnostics.
-pub fn open(vfs: Vfs) -> Result<Snapshot, Failure> {
+pub fn open(vfs: impl Into<Arc<Vfs>>) -> Result<Snapshot, Failure> {
+    let vfs: Arc<Vfs> = vfs.into();
     let project = decode_project(&vfs.project_yaml)?;
     let mut load_diags = Vec::new();
     let mut digests = BTreeMap::new();

@@ -1,7 +1,7 @@
 //! `artifact put | get` (§17): registered opaque text artifacts tracked by
 //! digest, and the `shared` projection entry a new path needs.
 
-use std::collections::BTreeSet;
+use std::{collections::BTreeSet, sync::Arc};
 
 use super::{
     Env, Success,
@@ -117,7 +117,9 @@ pub fn put(opts: &Opts, env: &mut Env<'_>) -> Result<Success, Failure> {
     let root = session.git.root.clone();
     if !session.vfs.artifacts.contains_key(&path) {
         let now = fsio::read_file(&root, &path);
-        session.vfs.artifacts.insert(path.clone(), now);
+        Arc::make_mut(&mut session.vfs)
+            .artifacts
+            .insert(path.clone(), now);
     }
     if matches!(session.vfs.artifacts.get(&path), Some(FileState::Symlink)) {
         return Err(Failure::new(

@@ -3,7 +3,7 @@
 //! with recomputed store digests, validate the staged project, and commit
 //! atomically with a post-write reload (§23).
 
-use std::{collections::BTreeSet, path::Path};
+use std::{collections::BTreeSet, path::Path, sync::Arc};
 
 use git2::Oid;
 
@@ -27,8 +27,8 @@ pub type Writes = Vec<(String, Vec<u8>)>;
 pub struct Session {
     /// Repository and root.
     pub git: Git,
-    /// Files as read.
-    pub vfs: Vfs,
+    /// Files as read (the same files the snapshot decoded).
+    pub vfs: Arc<Vfs>,
     /// Decoded records.
     pub snap: Snapshot,
     /// HEAD when the files were read.
@@ -58,8 +58,8 @@ impl Session {
     /// Loads (or reloads) the project of an opened repository.
     pub fn load(git: Git, faults: Faults) -> Result<Session, Failure> {
         let head = git.head();
-        let vfs = fsio::load_vfs(&git.root)?;
-        let snap = snapshot::open(vfs.clone())?;
+        let vfs = Arc::new(fsio::load_vfs(&git.root)?);
+        let snap = snapshot::open(Arc::clone(&vfs))?;
         Ok(Session {
             git,
             vfs,
@@ -192,7 +192,7 @@ impl Session {
             mut project,
             projection,
         } = staged;
-        let mut vfs = self.vfs.clone();
+        let mut vfs = Vfs::clone(&self.vfs);
         for (p, b) in &writes {
             vfs.overlay(p, b.clone());
         }

@@ -75,26 +75,36 @@ pub(super) fn decode<T: DeserializeOwned>(text: &str) -> Option<T> {
 }
 
 fn tree(text: &str) -> Option<Node<'_>> {
-    // Printable ASCII and LF only: no tabs, CR, control or non-ASCII
-    // characters, which all have reader-level rules of their own.
-    if !text
-        .bytes()
-        .all(|b| b == b'\n' || (b' '..=b'~').contains(&b))
-    {
-        return None;
-    }
-    let mut lines = Vec::with_capacity(32);
-    for raw in text.split_terminator('\n') {
-        if raw.starts_with('#') {
-            continue;
+    // One pass over the bytes: split lines, measure indentation, and accept
+    // printable ASCII and LF only (no tabs, CR, control or non-ASCII
+    // characters, which all have reader-level rules of their own).
+    let b = text.as_bytes();
+    let mut lines = Vec::with_capacity(b.len() / 20 + 1);
+    let mut i = 0;
+    while i < b.len() {
+        let start = i;
+        while i < b.len() && b[i] == b' ' {
+            i += 1;
         }
-        let body = raw.trim_start_matches(' ');
-        if body.is_empty() || body.starts_with('#') || body.ends_with(' ') {
-            return None;
+        let body = i;
+        while i < b.len() && b[i] != b'\n' {
+            if !(b' '..=b'~').contains(&b[i]) {
+                return None;
+            }
+            i += 1;
+        }
+        let end = i;
+        i += 1;
+        match b.get(body) {
+            // A full-line comment at column 0.
+            Some(b'#') if body == start => continue,
+            // Blank, indented-comment or trailing-space lines.
+            _ if body == end || b[body] == b'#' || b[end - 1] == b' ' => return None,
+            _ => {}
         }
         lines.push(Line {
-            indent: raw.len() - body.len(),
-            text: body,
+            indent: body - start,
+            text: text.get(body..end)?,
         });
     }
     let first = lines.first()?;
@@ -165,8 +175,10 @@ impl<'a> Parser<'a> {
             }
             let (key, rest) = split_key(line.text)?;
             // Keys resolve like values: `true:` is a boolean key, and
-            // `null:` a null one.
-            if !matches!(plain(key)?, Node::Str(_)) || is_null(key) {
+            // `null:` a null one. (A simple key is otherwise always a plain
+            // string: it starts with a letter or `_`.)
+            if is_null(key) || matches!(key, "true" | "True" | "TRUE" | "false" | "False" | "FALSE")
+            {
                 return None;
             }
             self.at += 1;
@@ -266,13 +278,16 @@ fn plain(text: &str) -> Option<Node<'_>> {
     if !(first.is_ascii_alphabetic() || first == b'_' || first == b'/') {
         return None;
     }
-    if !b
-        .iter()
-        .all(|c| c.is_ascii_alphanumeric() || b" _-./,()'?;=+%:".contains(c))
-    {
-        return None;
+    // One pass: only the emitter's plain-safe characters (no `#`), and no
+    // `: ` inside or `:` at the end (which would start a mapping value).
+    let mut prev = 0u8;
+    for &c in b {
+        if !PLAIN_SAFE[usize::from(c)] || (prev == b':' && c == b' ') {
+            return None;
+        }
+        prev = c;
     }
-    if text.ends_with(':') || text.contains(": ") || text.contains(" #") {
+    if prev == b':' {
         return None;
     }
     Some(match text {
@@ -281,6 +296,24 @@ fn plain(text: &str) -> Option<Node<'_>> {
         _ => Node::Str(Cow::Borrowed(text)),
     })
 }
+
+/// ASCII letters, digits and ` _-./,()'?;=+%:` (the writer's plain set).
+static PLAIN_SAFE: [bool; 256] = {
+    let mut t = [false; 256];
+    let mut c = 0;
+    while c < 256 {
+        let b = c as u8;
+        t[c] = b.is_ascii_alphanumeric();
+        c += 1;
+    }
+    let extra = b" _-./,()'?;=+%:";
+    let mut i = 0;
+    while i < extra.len() {
+        t[extra[i] as usize] = true;
+        i += 1;
+    }
+    t
+};
 
 /// `"…"` closed on the same line, with nothing after the closing quote.
 /// Escapes: the JSON set; anything rarer goes to the full parser.
@@ -318,23 +351,12 @@ fn double_quoted(text: &str) -> Option<Cow<'_, str>> {
     Some(Cow::Owned(out))
 }
 
-/// `'…'` closed on the same line (`''` is a quote), nothing after it.
+/// `'…'` closed on the same line, nothing after it. An escaped quote (`''`)
+/// is left to the full path: the lexical anchor scan reads such lines
+/// differently, and only the full path reproduces that.
 fn single_quoted(text: &str) -> Option<Cow<'_, str>> {
     let inner = text.strip_prefix('\'')?.strip_suffix('\'')?;
-    if !inner.contains('\'') {
-        return Some(Cow::Borrowed(inner));
-    }
-    let mut out = String::with_capacity(inner.len());
-    let mut rest = inner;
-    while let Some(i) = rest.find('\'') {
-        if rest.as_bytes().get(i + 1) != Some(&b'\'') {
-            return None;
-        }
-        out.push_str(&rest[..=i]);
-        rest = &rest[i + 2..];
-    }
-    out.push_str(rest);
-    Some(Cow::Owned(out))
+    (!inner.contains('\'')).then_some(Cow::Borrowed(inner))
 }
 
 /// Why the fast typed decode gave up (never shown: the full path reruns).
@@ -607,18 +629,20 @@ mod tests {
         serde_yaml_ng::from_str::<Value>(text).ok()
     }
 
-    /// The fast path either declines or agrees with the full parser.
+    /// The fast path either declines, or agrees with the full parser and
+    /// the document passes the lexical anchor scan (which the typed fast
+    /// decode therefore skips).
     fn agrees(text: &str) -> bool {
         match parse(text) {
             None => true,
-            Some(v) => full(text).as_ref() == Some(&v),
+            Some(v) => full(text).as_ref() == Some(&v) && super::super::check_anchors(text).is_ok(),
         }
     }
 
     const CANONICAL: &[&str] = &[
         "# managed by ears-manager; do not edit by hand\nid: REQ-CLI-00001\ntype: event-driven\ntext: When x arrives, the CLI shall answer.\napplies_to:\n  interfaces:\n    - cli\n  scopes:\n    - scope-1\nverification:\n  mode: isolated-interface\nprovenance: user-authored\ncreated: \"2026-09-15T12:00:00Z\"\nrelationships:\n  - type: depends-on\n    target: REQ-CLI-00002\n  - type: related-to\n    target: REQ-CLI-00003\nstatus: active\n",
         "id: CS-00001\noperations: []\naffected_interfaces: []\nimplementation_required: true\nimpact_assessment:\n  - requirement_id: REQ-A-00001\n    disposition: applicable\n    rationale: \"Tab\\there, quote \\\" and \\u00e9 \\u0085\"\n    origin: candidate\nmeta: {}\n",
-        "schema_versions:\n    specification: 1\n    project: 1\nrepository:\n    canonical_remote: https://h/x\n    default_branch: main\napplies_to:\n    interfaces:\n        - cli\n        - web\nlist:\n- a\n- 'it''s'\nafter: x\n",
+        "schema_versions:\n    specification: 1\n    project: 1\nrepository:\n    canonical_remote: https://h/x\n    default_branch: main\napplies_to:\n    interfaces:\n        - cli\n        - web\nlist:\n- a\n- 'its'\nafter: x\n",
         "- a\n- b: c\n  d: e\n- f\n",
         "k: True\nn: 0\nm: 12345\nq: FALSE\nz: /root/x\nw: a:b\n",
     ];
@@ -664,6 +688,9 @@ mod tests {
             "a: 1.5\n",
             "true: x\n",
             "null: x\n",
+            "- 'it''s: *x'\n",
+            "a: 'it''s'\n",
+            "a: b#c\n",
         ] {
             assert!(parse(doc).is_none(), "accepted {doc:?}");
         }
@@ -722,7 +749,7 @@ mod tests {
             None => true,
             Some(fast) => {
                 let full: Option<T> = full(text).and_then(|v| serde_yaml_ng::from_value(v).ok());
-                full.as_ref() == Some(&fast)
+                full.as_ref() == Some(&fast) && super::super::check_anchors(text).is_ok()
             }
         }
     }
