@@ -13,6 +13,8 @@
 //!   profile's fields and its NetworkPolicy exists while it runs);
 //! - `a_missing_or_failing_report_refuses_and_creates_nothing`;
 //! - `the_conformance_suite_through_this_backend_fails_closed_and_refuses`;
+//! - `a_failed_watch_is_retried_until_the_run_ends`;
+//! - `a_pod_deleted_by_someone_else_is_a_collect_error`;
 //! - `the_report_is_read_from_the_profiles_config_map`;
 //! - `a_second_run_with_a_live_run_id_is_refused`;
 //! - `an_oom_killed_sandbox_exceeded_its_memory_limit` (a kubelet executor
@@ -806,4 +808,78 @@ async fn the_report_is_read_from_the_profiles_config_map() {
         protobot_kube_executor::read_report_file(&file).unwrap(),
         report
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_watch_is_retried_until_the_run_ends() {
+    let Some(env) = Env::start() else { return };
+    // The first watch on pods answers 500: the executor must watch again.
+    env.server.faults().inject(
+        FaultRule::on(Verb::Watch)
+            .resource("pods")
+            .status(500)
+            .times(1),
+    );
+    let out = env
+        .admitted()
+        .run(
+            env.spec(
+                "wi-12/cycle-1/worker-b",
+                "sleep 1; echo ok > /out/results.json",
+            ),
+            no_cancel(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        out.termination,
+        Termination::Exited { code: 0 },
+        "{}",
+        out.stderr_tail
+    );
+    assert!(out.out_dir.join("results.json").is_file());
+    let watches: Vec<u16> = env
+        .server
+        .requests()
+        .iter()
+        .filter(|r| r.verb == Verb::Watch && r.plural == "pods")
+        .map(|r| r.code)
+        .collect();
+    assert_eq!(watches.first(), Some(&500), "{watches:?}");
+    assert!(
+        watches.len() >= 2,
+        "the executor watched again: {watches:?}"
+    );
+    assert!(env.pod_names().await.is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_deleted_by_someone_else_is_a_collect_error() {
+    let Some(env) = Env::start() else { return };
+    let exec = env.admitted();
+    let spec = env.spec("wi-13/cycle-1/worker-a", "sleep 60");
+    let name = run_name(&spec.run_id);
+    let run = tokio::spawn({
+        let exec = exec.clone();
+        async move { exec.run(spec, no_cancel()).await }
+    });
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while env.pods().get_opt(&name).await.unwrap().is_none() {
+        assert!(Instant::now() < deadline, "the run never created its pod");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    env.pods()
+        .delete(&name, &kube::api::DeleteParams::default().grace_period(0))
+        .await
+        .unwrap();
+    let err = tokio::time::timeout(Duration::from_secs(20), run)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap_err();
+    assert!(matches!(err, ExecutorError::Collect { .. }), "{err}");
+    assert!(err.to_string().contains("deleted before it ended"), "{err}");
+    assert!(env.policy_names().await.is_empty());
+    assert!(env.staged_dirs().is_empty());
+    assert!(exec.live_runs().is_empty());
 }
