@@ -9,6 +9,7 @@
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
+use unicode_normalization::{IsNormalized, UnicodeNormalization, is_nfc_quick};
 
 /// Why a path is not acceptable as a project path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -77,14 +78,49 @@ pub fn is_under(path: &str, dir: &str) -> bool {
         || (path.len() > dir.len() && path.starts_with(dir) && path.as_bytes()[dir.len()] == b'/')
 }
 
-/// The key used to detect paths that collide on a case-insensitive filesystem.
+/// The key used to detect paths that collide on a case-insensitive filesystem. Case-insensitive
+/// filesystems that matter here (APFS, HFS+) are also normalization-insensitive, so the key is
+/// taken over the canonical composition: `Café` (NFC) and `cafe\u{301}` (NFD) share it.
 pub fn case_fold_key(path: &str) -> String {
-    path.to_lowercase()
+    normalization_key(&normalization_key(path).to_lowercase())
+}
+
+/// The key used to detect paths that collide on a normalization-insensitive filesystem (APFS,
+/// HFS+, which store or compare names decomposed): the canonical composition (NFC) of the path.
+/// Two different paths with the same key are canonically equivalent Unicode, such as `café`
+/// written precomposed (NFC) and decomposed (NFD).
+pub fn normalization_key(path: &str) -> String {
+    if is_nfc_quick(path.chars()) == IsNormalized::Yes {
+        path.to_owned()
+    } else {
+        path.nfc().collect()
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn normalization_and_case_fold_keys_see_through_composition() {
+        let nfc = "tests/caf\u{e9}.rs";
+        let nfd = "tests/cafe\u{301}.rs";
+        assert_ne!(nfc, nfd);
+        assert_eq!(normalization_key(nfc), nfc);
+        assert_eq!(normalization_key(nfd), nfc);
+        assert_eq!(normalization_key("src/lib.rs"), "src/lib.rs");
+        assert_ne!(
+            normalization_key("tests/Caf\u{e9}.rs"),
+            normalization_key(nfd)
+        );
+        assert_eq!(case_fold_key("tests/CAFE\u{301}.rs"), case_fold_key(nfc));
+        assert_eq!(
+            case_fold_key("tests/Valid.rs"),
+            case_fold_key("tests/valid.rs")
+        );
+        // Compatibility forms are different names on every filesystem: not folded.
+        assert_ne!(normalization_key("\u{fb01}.rs"), normalization_key("fi.rs"));
+    }
 
     #[test]
     fn canonical_paths_pass_and_hostile_paths_name_their_problem() {

@@ -13,7 +13,7 @@ use crate::{
     bundle::{BUNDLE_FORMAT, ChangeOp, PatchBundle},
     export::ProjectionRecord,
     manifest::PathClass,
-    path::{PathProblem, case_fold_key, check_project_path},
+    path::{PathProblem, case_fold_key, check_project_path, normalization_key},
     role::Role,
 };
 
@@ -77,8 +77,12 @@ pub enum ViolationCode {
     NotWritableByRole,
     /// The path exists at the source commit but was withheld from this projection.
     WithheldPath,
-    /// Two paths collide on a case-insensitive filesystem.
+    /// Two paths collide on a case-insensitive filesystem (and are not merely differently
+    /// normalized spellings of one name, which is [`ViolationCode::NormalizationCollision`]).
     CaseFoldCollision,
+    /// Two paths are canonically equivalent Unicode (e.g. `café` precomposed, NFC, and
+    /// decomposed, NFD): one name on a normalization-insensitive filesystem (APFS, HFS+).
+    NormalizationCollision,
     /// A file and a directory would share a name.
     PathConflict,
     /// Content is missing, not hex, or present where it must not be; or the op contradicts the
@@ -403,17 +407,53 @@ pub fn check_bundle(
     let mut all: BTreeSet<&str> = present.iter().map(String::as_str).collect();
     all.extend(record.withheld.iter().map(String::as_str));
     let mut folded: BTreeMap<String, Vec<&str>> = BTreeMap::new();
+    let mut normalized: BTreeMap<String, Vec<&str>> = BTreeMap::new();
     for path in &all {
         folded.entry(case_fold_key(path)).or_default().push(path);
+        normalized
+            .entry(normalization_key(path))
+            .or_default()
+            .push(path);
     }
     for path in &touched {
         if !present.contains(path) {
             continue;
         }
-        if let Some(group) = folded.get(&case_fold_key(path))
-            && group.len() > 1
-        {
-            let others: Vec<&str> = group.iter().copied().filter(|o| o != path).collect();
+        let key = normalization_key(path);
+        let equivalent: Vec<&str> = normalized
+            .get(&key)
+            .map(|group| group.iter().copied().filter(|o| o != path).collect())
+            .unwrap_or_default();
+        if !equivalent.is_empty() {
+            push(
+                ViolationCode::NormalizationCollision,
+                None,
+                Some(path),
+                format!(
+                    "`{}` is the same name as {} under Unicode normalization (NFC `{}`)",
+                    path.escape_default(),
+                    equivalent
+                        .iter()
+                        .map(|o| format!("`{}`", o.escape_default()))
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                    key.escape_default()
+                ),
+            );
+        }
+        // Paths that fold together only through case (possibly with a different
+        // normalization too); pure normalization variants are reported above.
+        let others: Vec<&str> = folded
+            .get(&case_fold_key(path))
+            .map(|group| {
+                group
+                    .iter()
+                    .copied()
+                    .filter(|o| o != path && normalization_key(o) != key)
+                    .collect()
+            })
+            .unwrap_or_default();
+        if !others.is_empty() {
             push(
                 ViolationCode::CaseFoldCollision,
                 None,

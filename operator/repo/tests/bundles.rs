@@ -40,6 +40,22 @@ fn hostile(bundle: &PatchBundle, edit: impl FnOnce(&mut Change)) -> PatchBundle 
     PatchBundle::new(bundle.role, bundle.base.clone(), commits)
 }
 
+/// `tests/café.rs` precomposed (NFC) and decomposed (NFD): different bytes, one name on
+/// APFS and HFS+.
+const NFC_CAFE: &str = "tests/caf\u{e9}.rs";
+const NFD_CAFE: &str = "tests/cafe\u{301}.rs";
+
+/// The clean bundle's first change written at `first` and again at `second`, resealed.
+fn both(bundle: &PatchBundle, first: &str, second: &str) -> PatchBundle {
+    let mut commits = bundle.commits.clone();
+    let mut a = commits[0].changes[0].clone();
+    a.path = first.to_owned();
+    let mut b = a.clone();
+    b.path = second.to_owned();
+    commits[0].changes = vec![a, b];
+    PatchBundle::new(bundle.role, bundle.base.clone(), commits)
+}
+
 #[test]
 fn a_clean_worker_a_bundle_is_accepted() {
     let (_c, p, bundle) = clean_worker_a();
@@ -114,6 +130,11 @@ fn hostile_corpus_is_rejected_with_a_specific_code_each() {
             "case-fold collision",
             hostile(&clean, set("tests/Valid.rs")),
             ViolationCode::CaseFoldCollision,
+        ),
+        (
+            "NFC/NFD collision",
+            both(&clean, NFC_CAFE, NFD_CAFE),
+            ViolationCode::NormalizationCollision,
         ),
         (
             "symlink",
@@ -369,5 +390,61 @@ fn inspectors_are_read_only_every_change_is_rejected() {
     assert_eq!(
         report.violations.iter().map(|v| v.code).collect::<Vec<_>>(),
         vec![ViolationCode::NotWritableByRole]
+    );
+}
+
+#[test]
+fn paths_equal_under_unicode_normalization_are_rejected_with_their_own_code() {
+    let canonical = canonical();
+    let p = project(canonical.path(), Role::WorkerA);
+    let before = dir_fingerprint(&canonical.path().join(".git"));
+    let limits = Limits::default();
+    // A real Worker commit that adds both spellings.
+    let test = b"#[test] fn t() {}\n".to_vec();
+    worker_commit(
+        &p.path,
+        &[
+            (NFC_CAFE, Some(test.clone()), FILE),
+            (NFD_CAFE, Some(test.clone()), FILE),
+        ],
+        "add caf\u{e9} twice",
+    );
+    let bundle = collect_bundle(&p.path, &p.record, &limits).unwrap();
+    let report = check_bundle(&bundle, &p.record, &limits);
+    let found: Vec<(ViolationCode, Option<&str>)> = report
+        .violations
+        .iter()
+        .map(|v| (v.code, v.path.as_deref()))
+        .collect();
+    assert_eq!(
+        found,
+        vec![
+            (ViolationCode::NormalizationCollision, Some(NFD_CAFE)),
+            (ViolationCode::NormalizationCollision, Some(NFC_CAFE)),
+        ],
+        "a pure normalization variant is not also a case-fold collision"
+    );
+    assert!(
+        report.violations[1].detail.contains("cafe\\u{301}.rs"),
+        "the detail shows the decomposed spelling: {}",
+        report.violations[1].detail
+    );
+    assert!(accept_bundle(bundle, &p.record, &limits).is_err());
+
+    // Case and normalization together (`Café` NFC against `café` NFD) fold to one name on a
+    // case-insensitive, normalization-insensitive filesystem: a case-fold collision.
+    let (_c, p2, clean) = clean_worker_a();
+    let mixed = both(&clean, "tests/Caf\u{e9}.rs", NFD_CAFE);
+    let codes_found = codes(&mixed, &p2, &limits);
+    assert_eq!(codes_found, vec![ViolationCode::CaseFoldCollision]);
+
+    // One spelling alone is a fine name.
+    let single = hostile(&clean, |c| c.path = NFD_CAFE.to_owned());
+    assert!(check_bundle(&single, &p2.record, &limits).accepted);
+
+    assert_eq!(
+        before,
+        dir_fingerprint(&canonical.path().join(".git")),
+        "integration repo changed"
     );
 }
