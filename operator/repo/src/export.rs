@@ -372,19 +372,6 @@ pub fn export_projection(request: &ExportRequest) -> Result<ExportReport, Export
             source: std::io::Error::other("more than 2^32 objects"),
         })?;
 
-        let mut dirs: BTreeSet<PathBuf> = BTreeSet::new();
-        for (_, path) in &jobs {
-            if let Some(parent) = workdir.join(path).parent() {
-                dirs.insert(parent.to_owned());
-            }
-        }
-        for dir in &dirs {
-            fs::create_dir_all(dir).map_err(|source| ExportError::Io {
-                operation: "create a projection directory",
-                path: dir.clone(),
-                source,
-            })?;
-        }
         let pack_io = |source| ExportError::Io {
             operation: "write the projection pack",
             path: pack_dir.clone(),
@@ -653,7 +640,7 @@ fn write_blob_worker(
             let content = object.data();
             let target = workdir.join(path);
             let mut handle =
-                fs::File::create(&target).map_err(io("write a projection file", &target))?;
+                create_file(&target).map_err(io("write a projection file", &target))?;
             handle
                 .write_all(content)
                 .map_err(io("write a projection file", &target))?;
@@ -674,6 +661,20 @@ fn write_blob_worker(
                 }
             }
         }
+    }
+}
+
+/// Creates (truncates) a working-tree file, creating its missing parent directories on the
+/// first miss, as a checkout does: no separate pass over the directories.
+fn create_file(target: &Path) -> std::io::Result<fs::File> {
+    match fs::File::create(target) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            if let Some(parent) = target.parent() {
+                fs::create_dir_all(parent)?;
+            }
+            fs::File::create(target)
+        }
+        other => other,
     }
 }
 
