@@ -739,6 +739,114 @@ mod tests {
         assert!(accepted > 400, "only {accepted} mutated documents parsed");
     }
 
+    /// What ears-manager itself writes (ASCII content) takes the fast path
+    /// and reads back as written: the benchmark's speed depends on it.
+    #[test]
+    fn records_the_tool_writes_take_the_fast_path() {
+        use crate::model::{
+            AppliesTo, Artifact, Assessment, ChangeSet, Interface, InterfaceOp, Project,
+            Relationship, Requirement, RequirementOp, Verification,
+        };
+        use crate::yaml::emit_managed;
+        fn round_trip<T>(record: &T, node: &crate::node::Node)
+        where
+            T: DeserializeOwned + PartialEq + std::fmt::Debug,
+        {
+            let text = emit_managed(node);
+            assert_eq!(decode::<T>(&text).as_ref(), Some(record), "{text}");
+        }
+        let texts = [
+            "When a request arrives, the CLI shall answer.",
+            "The CLI shall print \"ok\": always, #1 and 'quoted'; 100% = done?",
+            "true",
+            "null",
+            "123",
+            "- dash: colon",
+            "trailing colon:",
+            "back\\slash\ttab\nnewline",
+        ];
+        for (i, text) in texts.iter().enumerate() {
+            let mut r = Requirement {
+                id: format!("REQ-CLI-{:05}", i + 1),
+                kind: "event-driven".into(),
+                text: (*text).to_owned(),
+                applies_to: Some(AppliesTo {
+                    interfaces: vec!["cli".into()],
+                    scopes: vec!["project".into(), (*text).to_owned()],
+                }),
+                verification: Some(Verification {
+                    mode: "implementation-aware".into(),
+                    rationale: (*text).to_owned(),
+                }),
+                provenance: "user-authored".into(),
+                created: "2026-09-15T12:00:00Z".into(),
+                relationships: vec![Relationship {
+                    kind: "depends-on".into(),
+                    target: "REQ-CLI-00042".into(),
+                }],
+                status: String::new(),
+            };
+            r.canonicalize();
+            round_trip(&r, &r.to_node());
+            let mut it = Interface {
+                id: "cli".into(),
+                name: (*text).to_owned(),
+                kind: "cli".into(),
+                spec_approach: "OpenAPI 3.1".into(),
+                description: (*text).to_owned(),
+                created: "2026-09-15T12:00:00Z".into(),
+                ..Interface::default()
+            };
+            it.canonicalize();
+            round_trip(&it, &it.to_node());
+            let base = "0123456789abcdef0123456789abcdef01234567".to_owned();
+            let mut cs = ChangeSet {
+                id: "CS-00001".into(),
+                base_commit: base.clone(),
+                intent: (*text).to_owned(),
+                operations: Some(vec![RequirementOp {
+                    action: "revise".into(),
+                    requirement_id: "REQ-CLI-00001".into(),
+                    rationale: (*text).to_owned(),
+                }]),
+                interface_operations: vec![InterfaceOp {
+                    action: "add".into(),
+                    interface_id: "cli".into(),
+                    rationale: String::new(),
+                }],
+                affected_interfaces: Some(vec![]),
+                affected_scopes: vec!["project".into()],
+                implementation_required: Some(false),
+                implementation_rationale: (*text).to_owned(),
+                impact_assessment: vec![Assessment {
+                    requirement_id: "REQ-CLI-00002".into(),
+                    disposition: "applicable".into(),
+                    rationale: (*text).to_owned(),
+                    origin: "mechanical".into(),
+                }],
+                impact_assessment_base_commit: base,
+                created: "2026-09-15T12:00:00Z".into(),
+                ..ChangeSet::default()
+            };
+            cs.canonicalize();
+            round_trip(&cs, &cs.to_node());
+        }
+        let mut project: Project = serde_yaml_ng::from_str(
+            "schema_versions:\n  specification: 1\n  project: 1\nproject:\n  id: demo\n  name: Demo\nrepository:\n  canonical_remote: https://example.invalid/demo.git\n  review_mode: single-player\n",
+        )
+        .expect("project fixture");
+        project.artifacts.push(Artifact {
+            id: "vision".into(),
+            kind: "vision".into(),
+            path: "docs/vision.md".into(),
+            digest: format!("sha256:{}", "a".repeat(64)),
+            owner: "user".into(),
+            validator: String::new(),
+        });
+        project.canonicalize();
+        round_trip(&project, &project.to_node());
+    }
+
     /// The typed decode either declines or yields what `from_value` over the
     /// full parser's tree yields.
     fn decode_agrees<T>(text: &str) -> bool
