@@ -17,6 +17,7 @@
 //! - `a_pod_deleted_by_someone_else_is_a_collect_error`;
 //! - `the_report_is_read_from_the_profiles_config_map`;
 //! - `a_second_run_with_a_live_run_id_is_refused`;
+//! - `a_run_cancelled_before_it_starts_creates_nothing`;
 //! - `an_oom_killed_sandbox_exceeded_its_memory_limit` (a kubelet executor
 //!   reporting an OOM kill, as a node would);
 //! - `a_run_with_the_egress_proxy_gets_one_egress_rule_and_the_proxy_env`;
@@ -882,4 +883,21 @@ async fn a_pod_deleted_by_someone_else_is_a_collect_error() {
     assert!(env.policy_names().await.is_empty());
     assert!(env.staged_dirs().is_empty());
     assert!(exec.live_runs().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_cancelled_before_it_starts_creates_nothing() {
+    let env = Env::with_kubelet(None);
+    let (tx, cancel) = watch::channel(true);
+    let out = env
+        .admitted()
+        .run(env.spec("wi-14/cycle-1/worker-a", "true"), cancel)
+        .await
+        .unwrap();
+    drop(tx);
+    assert_eq!(out.termination, Termination::Cancelled);
+    assert!(out.out_dir.is_dir());
+    assert_eq!(std::fs::read_dir(&out.out_dir).unwrap().count(), 0);
+    assert!(env.server.writes().is_empty());
+    assert!(env.staged_dirs().is_empty());
 }
