@@ -76,8 +76,10 @@ pub(super) fn decode<T: DeserializeOwned>(text: &str) -> Option<T> {
 
 fn tree(text: &str) -> Option<Node<'_>> {
     // One pass over the bytes: split lines, measure indentation, and accept
-    // printable ASCII and LF only (no tabs, CR, control or non-ASCII
-    // characters, which all have reader-level rules of their own).
+    // printable characters and LF only (no tabs, CR, control characters,
+    // NEL/LS/PS or BOMs, which all have reader-level rules of their own).
+    // Non-ASCII characters can only end up in quoted scalars: keys and plain
+    // scalars are ASCII.
     let b = text.as_bytes();
     let mut lines = Vec::with_capacity(b.len() / 20 + 1);
     let mut i = 0;
@@ -88,10 +90,17 @@ fn tree(text: &str) -> Option<Node<'_>> {
         }
         let body = i;
         while i < b.len() && b[i] != b'\n' {
-            if !(b' '..=b'~').contains(&b[i]) {
-                return None;
+            if (b' '..=b'~').contains(&b[i]) {
+                i += 1;
+            } else {
+                // Non-ASCII: only characters the YAML reader accepts as
+                // printable and that are not line breaks or a BOM to it.
+                let c = text.get(i..)?.chars().next()?;
+                if !printable_non_ascii(c) {
+                    return None;
+                }
+                i += c.len_utf8();
             }
-            i += 1;
         }
         let end = i;
         i += 1;
@@ -114,6 +123,13 @@ fn tree(text: &str) -> Option<Node<'_>> {
     let mut p = Parser { lines, at: 0 };
     let value = p.node(0)?;
     (p.at == p.lines.len()).then_some(value)
+}
+
+/// libyaml's printable set above ASCII, minus what it treats as a line
+/// break (NEL, LS, PS) or a byte-order mark.
+fn printable_non_ascii(c: char) -> bool {
+    matches!(u32::from(c), 0xA0..=0xD7FF | 0xE000..=0xFFFD | 0x1_0000..)
+        && !matches!(c, '\u{2028}' | '\u{2029}' | '\u{feff}')
 }
 
 struct Parser<'a> {
@@ -645,6 +661,7 @@ mod tests {
         "schema_versions:\n    specification: 1\n    project: 1\nrepository:\n    canonical_remote: https://h/x\n    default_branch: main\napplies_to:\n    interfaces:\n        - cli\n        - web\nlist:\n- a\n- 'its'\nafter: x\n",
         "- a\n- b: c\n  d: e\n- f\n",
         "k: True\nn: 0\nm: 12345\nq: FALSE\nz: /root/x\nw: a:b\n",
+        "# é — comment\ntext: \"Caf\u{e9} \u{2265} 5 \u{1F600} \u{a0}x\"\nq: 'na\u{ef}ve \u{2014} ok'\n",
     ];
 
     #[test]
@@ -691,10 +708,33 @@ mod tests {
             "- 'it''s: *x'\n",
             "a: 'it''s'\n",
             "a: b#c\n",
+            "a: caf\u{e9}\n",
+            "a: \"x\u{85}y\"\n",
+            "a: \"x\u{2028}y\"\n",
+            "a: \"\u{feff}y\"\n",
+            "a: \"x\u{fffe}\"\n",
+            "\u{e9}: x\n",
         ] {
             assert!(parse(doc).is_none(), "accepted {doc:?}");
         }
     }
+
+    /// Non-ASCII characters for the mutations: accepted ones, YAML line
+    /// breaks, a BOM, a non-character and a C1 control.
+    const WIDE: &[&str] = &[
+        "\u{e9}",
+        "\u{2014}",
+        "\u{2265}",
+        "\u{1F600}",
+        "\u{a0}",
+        "\u{e000}",
+        "\u{85}",
+        "\u{2028}",
+        "\u{2029}",
+        "\u{feff}",
+        "\u{fffe}",
+        "\u{9f}",
+    ];
 
     /// xorshift64*, as in the crate's property tests.
     struct Rng(u64);
@@ -714,16 +754,20 @@ mod tests {
     fn mutated_documents_never_disagree_with_the_full_parser() {
         let alphabet: &[u8] = b" \n-:#'\"\\[]{}&*!|>?,.%@`0123456789aeZnulltrue_/\t";
         let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
-        let mut accepted = 0usize;
+        let (mut accepted, mut accepted_wide) = (0usize, 0usize);
         for round in 0..15_000 {
             let mut doc = CANONICAL[round % CANONICAL.len()].as_bytes().to_vec();
             for _ in 0..=rng.below(3) {
                 let at = rng.below(doc.len() + 1);
-                match rng.below(3) {
+                match rng.below(4) {
                     0 if at < doc.len() => {
                         doc.remove(at);
                     }
                     1 if at < doc.len() => doc[at] = alphabet[rng.below(alphabet.len())],
+                    2 => {
+                        let wide = WIDE[rng.below(WIDE.len())];
+                        doc.splice(at..at, wide.bytes());
+                    }
                     _ => doc.insert(at, alphabet[rng.below(alphabet.len())]),
                 }
             }
@@ -732,15 +776,23 @@ mod tests {
             };
             if parse(text).is_some() {
                 accepted += 1;
+                if !text.is_ascii() {
+                    accepted_wide += 1;
+                }
             }
             assert!(agrees(text), "disagreement on {text:?}");
         }
-        // The mutations must exercise the accepting path too.
+        // The mutations must exercise the accepting path too, also with
+        // non-ASCII text.
         assert!(accepted > 400, "only {accepted} mutated documents parsed");
+        assert!(
+            accepted_wide > 200,
+            "only {accepted_wide} non-ASCII documents parsed"
+        );
     }
 
-    /// What ears-manager itself writes (ASCII content) takes the fast path
-    /// and reads back as written: the benchmark's speed depends on it.
+    /// What ears-manager itself writes takes the fast path and reads back as
+    /// written: the benchmark's speed depends on it.
     #[test]
     fn records_the_tool_writes_take_the_fast_path() {
         use crate::model::{
@@ -764,6 +816,8 @@ mod tests {
             "- dash: colon",
             "trailing colon:",
             "back\\slash\ttab\nnewline",
+            "Caf\u{e9} \u{2265} 5 \u{2014} ok \u{1F600}",
+            "line\u{2028}sep\u{85}nel\u{feff}bom",
         ];
         for (i, text) in texts.iter().enumerate() {
             let mut r = Requirement {
