@@ -24,6 +24,8 @@ pub mod lease;
 pub mod ledger;
 pub mod materializer;
 pub mod sanitizer;
+#[cfg(feature = "test-support")]
+pub mod scripted;
 pub mod site;
 #[cfg(feature = "test-support")]
 pub mod testing;

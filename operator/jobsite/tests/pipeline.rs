@@ -6,439 +6,48 @@
 //! escalation resumed from the persisted attempts.
 
 use std::{
-    collections::BTreeMap,
-    path::{Path, PathBuf},
+    path::Path,
     sync::{
         Arc, Mutex,
         atomic::{AtomicUsize, Ordering},
     },
 };
 
-use jiff::{SignedDuration, Timestamp};
 use protobot_jobsite::{
-    contract::BuildContract,
-    engine::{Engine, EngineConfig, FaultHook, Producer, WorkerClass, read_trace},
+    engine::read_trace,
     executor::SandboxRole,
-    inspection::ProducerKind,
-    lease::{Claim, Clock, Held},
-    site::{JobSite, KnownContracts, SiteAction},
-    testing::{InProcessExecutor, Script, ScriptRun, copy_tree, git},
-    triage::HeuristicTriage,
+    lease::{Claim, Held},
+    scripted::{Behaviour, LEASE, SiteOptions, World, ids, merges_on_main, site},
+    site::{JobSite, SiteAction},
+    testing::{InProcessExecutor, git},
 };
-use protobot_lifecycle::{AuthorizationContext, Readiness, State, WorkItemRecord};
-use protobot_stores::{AdapterConfig, Import, MemoryStore, Observation, WorkStore};
+use protobot_lifecycle::{State, WorkItemRecord};
+use protobot_stores::{AdapterConfig, MemoryStore, Observation, WorkStore};
 
-const REQ: &str = "REQ-SYNC-001";
-const LEASE: i64 = 900;
+type Site = JobSite<MemoryStore, InProcessExecutor>;
 
-#[derive(Clone)]
-struct ManualClock(Arc<Mutex<Timestamp>>);
-
-impl ManualClock {
-    fn advance(&self, secs: i64) {
-        let mut t = self.0.lock().unwrap();
-        *t += SignedDuration::from_secs(secs);
-    }
-}
-
-impl Clock for ManualClock {
-    fn now(&self) -> Timestamp {
-        *self.0.lock().unwrap()
-    }
-}
-
-fn task(run: &ScriptRun<'_>) -> serde_json::Value {
-    run.spec.task.clone()
-}
-
-fn commit_and_hand_back(run: &ScriptRun<'_>, who: &str) -> Result<i32, String> {
-    let ws = run.workspace;
-    git(ws, &["add", "-A"]);
-    let status = git(ws, &["status", "--porcelain"]);
-    if !status.is_empty() {
-        git(
-            ws,
-            &[
-                "-c",
-                &format!("user.name={who}"),
-                "-c",
-                &format!("user.email={who}@example.invalid"),
-                "commit",
-                "-qm",
-                &format!("{who} work"),
-            ],
-        );
-    }
-    copy_tree(ws, &run.out.join("worker")).map_err(|e| e.to_string())?;
-    Ok(0)
-}
-
-/// How the scripted roles behave.
-#[derive(Clone, Default)]
-struct Behaviour {
-    /// Worker B writes a wrong implementation for cycles up to this number.
-    wrong_until_cycle: u32,
-    /// The Inspector reports an implementation defect on the first inspection of each item.
-    inspector_objects_once: bool,
-    /// Worker B's first run fails as an executor error (transient).
-    transient_first: bool,
-}
-
-fn executor(root: &Path, b: Behaviour) -> InProcessExecutor {
-    let worker_a: Script = Arc::new(|run| {
-        let id = task(run)["work_item_id"]
-            .as_str()
-            .unwrap_or_default()
-            .to_string();
-        let path = run.workspace.join("tests").join(format!("{id}.sh"));
-        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-        std::fs::write(&path, "expect hello\n").unwrap();
-        commit_and_hand_back(run, "worker-a")
-    });
-    let transient_done = Arc::new(AtomicUsize::new(0));
-    let wrong_until = b.wrong_until_cycle;
-    let transient_first = b.transient_first;
-    let worker_b: Script = Arc::new(move |run| {
-        if transient_first && transient_done.fetch_add(1, Ordering::SeqCst) == 0 {
-            return Err("simulated node failure".into());
-        }
-        let t = task(run);
-        let id = t["work_item_id"].as_str().unwrap_or_default().to_string();
-        let cycle = t["cycle"].as_u64().unwrap_or(1) as u32;
-        let word = if cycle <= wrong_until {
-            "helo"
-        } else {
-            "hello"
-        };
-        let path = run.workspace.join("src").join(format!("{id}.sh"));
-        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-        std::fs::write(&path, format!("echo {word}\n")).unwrap();
-        commit_and_hand_back(run, "worker-b")
-    });
-    let integration: Script = Arc::new(|run| {
-        let mut results = Vec::new();
-        if let Ok(entries) = std::fs::read_dir(run.workspace.join("tests")) {
-            for e in entries.flatten() {
-                let name = e.file_name().to_string_lossy().to_string();
-                let Some(stem) = name.strip_suffix(".sh") else {
-                    continue;
-                };
-                let src = std::fs::read_to_string(run.workspace.join("src").join(&name))
-                    .unwrap_or_default();
-                let pass = src.trim() == "echo hello";
-                results.push(serde_json::json!({
-                    "test_id": format!("T-{stem}"),
-                    "requirement_ids": [REQ],
-                    "status": if pass { "pass" } else { "fail" },
-                    "baseline": false,
-                }));
-            }
-        }
-        std::fs::write(
-            run.out.join("results.json"),
-            serde_json::json!({ "results": results }).to_string(),
-        )
-        .unwrap();
-        Ok(0)
-    });
-    let objected: Arc<Mutex<std::collections::BTreeSet<String>>> = Arc::default();
-    let objects = b.inspector_objects_once;
-    let inspector: Script = Arc::new(move |run| {
-        let id = task(run)["work_item_id"]
-            .as_str()
-            .unwrap_or_default()
-            .to_string();
-        let mut lines = String::new();
-        if objects && objected.lock().unwrap().insert(id.clone()) {
-            lines = serde_json::json!({
-                "subject": format!("src/{id}.sh:error-handling"),
-                "category": "conformance",
-                "severity": "major",
-                "requirement_ids": [REQ],
-                "disposition": "implementation-defect",
-                "paths": [format!("src/{id}.sh"), format!("tests/{id}.sh")],
-                "summary": "expected `hello` on stderr too; assertion at tests line 1",
-            })
-            .to_string();
-            lines.push('\n');
-        }
-        std::fs::write(run.out.join("findings.jsonl"), lines).unwrap();
-        Ok(0)
-    });
-    InProcessExecutor::new(root)
-        .with(SandboxRole::WorkerA, worker_a)
-        .with(SandboxRole::WorkerB, worker_b)
-        .with(SandboxRole::IntegrationRunner, integration)
-        .with(SandboxRole::Inspector, inspector)
-}
-
-struct World {
-    _tmp: tempfile::TempDir,
-    root: PathBuf,
-    origin: PathBuf,
-    store: Arc<MemoryStore>,
-    clock: ManualClock,
-    contracts: Arc<KnownContracts>,
-}
-
-fn ids(n: usize) -> Vec<String> {
-    (1..=n).map(|i| format!("wi-{i:02}")).collect()
-}
-
-fn world(items: &[String]) -> World {
-    let tmp = tempfile::tempdir().unwrap();
-    let root = tmp.path().to_path_buf();
-    let origin = root.join("origin.git");
-    let seed = root.join("seed");
-    std::fs::create_dir_all(&seed).unwrap();
-    git(
-        &root,
-        &[
-            "init",
-            "-q",
-            "--bare",
-            "-b",
-            "main",
-            origin.to_str().unwrap(),
-        ],
-    );
-    git(&seed, &["init", "-q", "-b", "main"]);
-    let write = |p: &str, c: &str| {
-        let path = seed.join(p);
-        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-        std::fs::write(path, c).unwrap();
-    };
-    write(
-        ".protobot/projection.yaml",
-        "version: 1\npaths:\n  - path: docs/\n    class: shared\n  - path: src/\n    class: implementation\n  - path: tests/\n    class: test\n  - path: .protobot/projection.yaml\n    class: shared\n  - path: .protobot/test-catalog.jsonl\n    class: shared\n",
-    );
-    let catalog: String = items
-        .iter()
-        .map(|id| {
-            format!("{{\"test_id\":\"T-{id}\",\"paths\":[\"tests/{id}.sh\"],\"verifies\":[\"{REQ}\"]}}\n")
-        })
-        .collect();
-    write(".protobot/test-catalog.jsonl", &catalog);
-    write(
-        "docs/spec.md",
-        "REQ-SYNC-001: When the user runs greet, the CLI shall print hello.\n",
-    );
-    git(&seed, &["add", "-A"]);
-    git(
-        &seed,
-        &[
-            "-c",
-            "user.name=maintainer",
-            "-c",
-            "user.email=m@example.invalid",
-            "commit",
-            "-qm",
-            "spec",
-        ],
-    );
-    git(&seed, &["push", "-q", origin.to_str().unwrap(), "main"]);
-    let spec_commit = git(&seed, &["rev-parse", "HEAD"]);
-    let store = Arc::new(MemoryStore::new(
+fn memory() -> Arc<MemoryStore> {
+    Arc::new(MemoryStore::new(
         "demo",
         AdapterConfig {
             materializer_subject: "m".into(),
             lease_seconds: LEASE,
         },
-    ));
-    let mut contracts = BTreeMap::new();
-    let mut records = Vec::new();
-    for (n, id) in items.iter().enumerate() {
-        let mut record = WorkItemRecord::new(id, "demo", State::ReadyForBuilding, 1);
-        record.readiness = Readiness::complete();
-        record.priority = if n % 5 == 0 { "high" } else { "normal" }.into();
-        records.push(record);
-        contracts.insert(
-            id.clone(),
-            BuildContract {
-                work_item_id: id.clone(),
-                materialization_key: format!("demo/{id}"),
-                spec_commit: spec_commit.clone(),
-                change_type: "undefined".into(),
-                changed_requirement_ids: vec![REQ.into()],
-                retired_requirement_ids: vec![],
-                applicable_requirement_ids: vec![REQ.into()],
-                impact: vec![],
-                implementation_required: true,
-                readiness: Readiness::complete(),
-                dependencies: vec![],
-                priority: "normal".into(),
-            },
-        );
-    }
-    // Seed from a thread of its own: callers may already be inside a runtime.
-    std::thread::scope(|scope| {
-        scope
-            .spawn(|| {
-                let rt = tokio::runtime::Builder::new_current_thread()
-                    .build()
-                    .unwrap();
-                for record in records {
-                    rt.block_on(store.import(Import::Record(record))).unwrap();
-                }
-            })
-            .join()
-            .unwrap();
-    });
-    World {
-        _tmp: tmp,
-        root,
-        origin,
-        store,
-        clock: ManualClock(Arc::new(Mutex::new(Timestamp::now()))),
-        contracts: Arc::new(KnownContracts(contracts)),
-    }
+    ))
 }
 
-fn context(subject: &str, role: &str, actions: &[&str], now: Timestamp) -> AuthorizationContext {
-    AuthorizationContext {
-        subject: subject.into(),
-        role: role.into(),
-        project_id: "demo".into(),
-        allowed_actions: actions.iter().map(|s| s.to_string()).collect(),
-        allowed_refs: vec!["project:demo".into(), "main".into()],
-        expires_at: Some(now + SignedDuration::from_hours(24)),
-        policy_version: "v1".into(),
-        ..AuthorizationContext::default()
-    }
+async fn world(items: &[String]) -> World<MemoryStore> {
+    protobot_jobsite::scripted::world(memory(), items).await
 }
 
-const JOB_SITE_ACTIONS: &[&str] = &[
-    "claim",
-    "renew-lease",
-    "tests-pass",
-    "raise-spec-question",
-    "return-to-building",
-    "begin-merge",
-    "merge-conflict",
-    "record-merge",
-];
-
-struct SiteOptions {
-    subject: &'static str,
-    behaviour: Behaviour,
-    faults: Option<FaultHook>,
-    inspector: bool,
-    max_cycles: u32,
-    /// Reuse this Job Site home (its integration clone) instead of cloning anew.
-    home: Option<PathBuf>,
-}
-
-impl Default for SiteOptions {
-    fn default() -> Self {
-        SiteOptions {
-            subject: "js-1",
-            behaviour: Behaviour::default(),
-            faults: None,
-            inspector: true,
-            max_cycles: 4,
-            home: None,
-        }
-    }
-}
-
-type Site = JobSite<MemoryStore, InProcessExecutor>;
-
-fn site(w: &World, o: SiteOptions) -> Site {
-    let home = o
-        .home
-        .clone()
-        .unwrap_or_else(|| w.root.join(format!("{}-{}", o.subject, uuidish())));
-    let clone = home.join("repo");
-    if !clone.exists() {
-        std::fs::create_dir_all(&home).unwrap();
-        git(
-            &home,
-            &[
-                "clone",
-                "-q",
-                w.origin.to_str().unwrap(),
-                clone.to_str().unwrap(),
-            ],
-        );
-    }
-    let now = w.clock.now();
-    let class = || WorkerClass {
-        command: vec!["scripted".into()],
-        image: None,
-    };
-    let mut config = EngineConfig::new(class(), class(), class(), home.join("scratch"));
-    config.max_cycles = o.max_cycles;
-    if o.inspector {
-        config.producers = vec![Producer {
-            name: "inspector-1".into(),
-            kind: ProducerKind::Inspector,
-            class: class(),
-        }];
-    }
-    let engine = Engine {
-        store: w.store.clone(),
-        executor: Arc::new(executor(&home.join("runs"), o.behaviour)),
-        clock: Arc::new(w.clock.clone()),
-        triage: Arc::new(HeuristicTriage),
-        context: context(o.subject, "job-site", JOB_SITE_ACTIONS, now),
-        config,
-        on_stage: None,
-        faults: o.faults,
-    };
-    JobSite {
-        engine: Arc::new(engine),
-        reconciler: context(
-            "reconciler-1",
-            "reconciler",
-            &[
-                "recover-lease",
-                "record-merge",
-                "merge-not-applied",
-                "merge-conflict",
-            ],
-            now,
-        ),
-        contracts: w.contracts.clone(),
-        repo_dir: clone,
-        wip_limit: 1,
-    }
-}
-
-fn uuidish() -> u64 {
-    static N: AtomicUsize = AtomicUsize::new(0);
-    N.fetch_add(1, Ordering::SeqCst) as u64
-}
-
-/// Merge commits on origin's main first-parent history, by Work-Item trailer.
-fn merges_on_main(origin: &Path) -> Vec<String> {
-    let log = git(
-        origin,
-        &[
-            "log",
-            "--first-parent",
-            "--merges",
-            "--format=%(trailers:key=Work-Item,valueonly)",
-            "main",
-        ],
-    );
-    let mut ids: Vec<String> = log
-        .lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty())
-        .map(str::to_string)
-        .collect();
-    ids.sort();
-    ids
-}
-
-async fn record(w: &World, id: &str) -> WorkItemRecord {
+async fn record(w: &World<MemoryStore>, id: &str) -> WorkItemRecord {
     w.store.get(id).await.unwrap().unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_change_set_is_built_triaged_inspected_reworked_attested_and_merged() {
     let items = ids(1);
-    let w = world(&items);
+    let w = world(&items).await;
     let js = site(
         &w,
         SiteOptions {
@@ -544,7 +153,7 @@ async fn a_change_set_is_built_triaged_inspected_reworked_attested_and_merged() 
 /// Every boundary name of one clean build, in order.
 async fn boundaries_of_a_clean_build() -> Vec<String> {
     let items = ids(1);
-    let w = world(&items);
+    let w = world(&items).await;
     let seen: Arc<Mutex<Vec<String>>> = Arc::default();
     let log = seen.clone();
     let js = site(
@@ -591,7 +200,7 @@ async fn a_crash_at_every_effect_boundary_then_a_restart_completes_exactly_once(
         // comes back; the lease expires and another Job Site recovers the item.
         let same_site = k % 2 == 0;
         let items = ids(1);
-        let w = world(&items);
+        let w = world(&items).await;
         let calls = Arc::new(AtomicUsize::new(0));
         let counter = calls.clone();
         let crashing = site(
@@ -683,7 +292,10 @@ async fn a_crash_at_every_effect_boundary_then_a_restart_completes_exactly_once(
 #[test]
 fn two_job_sites_racing_over_twenty_change_sets_claim_and_merge_each_once() {
     let items = ids(20);
-    let w = world(&items);
+    let w = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap()
+        .block_on(world(&items));
     let sites: Vec<Arc<Site>> = ["js-1", "js-2"]
         .into_iter()
         .map(|subject| {
@@ -764,7 +376,7 @@ fn two_job_sites_racing_over_twenty_change_sets_claim_and_merge_each_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paused_job_site_whose_lease_was_recovered_has_every_write_rejected() {
     let items = ids(1);
-    let w = world(&items);
+    let w = world(&items).await;
     // js-1 stops (as if paused) right after tests-pass.
     let paused = site(
         &w,
@@ -842,7 +454,7 @@ async fn a_paused_job_site_whose_lease_was_recovered_has_every_write_rejected() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn escalation_ignores_transient_failures_and_a_restart_resumes_at_the_persisted_tier() {
     let items = ids(1);
-    let w = world(&items);
+    let w = world(&items).await;
     // Worker B is wrong for three cycles; its very first run is an executor failure.
     // js-1 crashes right after recording cycle 2.
     let behaviour = Behaviour {
