@@ -89,6 +89,12 @@ pub fn store_digest<'a>(
     for (path, bytes) in files {
         entries.push((path, text_digest(bytes)?));
     }
+    Ok(store_digest_of(entries))
+}
+
+/// Store digest from `(root-relative path, text digest)` pairs whose file
+/// digests were already computed (for example in parallel).
+pub fn store_digest_of(mut entries: Vec<(&str, String)>) -> String {
     entries.sort_by(|a, b| a.0.as_bytes().cmp(b.0.as_bytes()));
     let mut h = Sha256::new();
     for (path, d) in entries {
@@ -97,7 +103,7 @@ pub fn store_digest<'a>(
         h.update(d.as_bytes());
         h.update([0]);
     }
-    Ok(prefixed_hex(&h.finalize()))
+    prefixed_hex(&h.finalize())
 }
 
 #[cfg(test)]

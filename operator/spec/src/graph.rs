@@ -2,11 +2,17 @@
 //! validation (§13) and all elementary cycles for compare (§21). Pure and
 //! deterministic: vertices and successors are visited in sorted order.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::{
+    borrow::Borrow,
+    collections::{BTreeMap, BTreeSet, HashMap},
+};
 
 /// For each back edge found by a DFS in sorted order: the vertex where it
 /// was found, and the cycle it closes (`A, B, …, A`, in DFS path order).
-pub fn back_edge_cycles(edges: &BTreeMap<String, Vec<String>>) -> Vec<(String, Vec<String>)> {
+pub fn back_edge_cycles<K>(edges: &BTreeMap<K, Vec<K>>) -> Vec<(String, Vec<String>)>
+where
+    K: Borrow<str> + Ord,
+{
     #[derive(Clone, Copy, PartialEq)]
     enum Mark {
         New,
@@ -15,10 +21,11 @@ pub fn back_edge_cycles(edges: &BTreeMap<String, Vec<String>>) -> Vec<(String, V
     }
     // Only looked up, never iterated: a hash map keeps the order-free part
     // cheap on large stores.
-    let mut marks: HashMap<&str, Mark> = edges.keys().map(|k| (k.as_str(), Mark::New)).collect();
+    let mut marks: HashMap<&str, Mark> = edges.keys().map(|k| (k.borrow(), Mark::New)).collect();
     let mut out = Vec::new();
     for start in edges.keys() {
-        if marks.get(start.as_str()) != Some(&Mark::New) {
+        let start: &str = start.borrow();
+        if marks.get(start) != Some(&Mark::New) {
             continue;
         }
         // Iterative DFS with an explicit path stack.
@@ -26,7 +33,7 @@ pub fn back_edge_cycles(edges: &BTreeMap<String, Vec<String>>) -> Vec<(String, V
         let succ = |v: &str| -> Vec<&str> {
             let mut s: Vec<&str> = edges
                 .get(v)
-                .map(|t| t.iter().map(String::as_str).collect())
+                .map(|t| t.iter().map(Borrow::borrow).collect())
                 .unwrap_or_default();
             s.sort_unstable();
             s.dedup();

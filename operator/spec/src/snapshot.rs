@@ -227,13 +227,9 @@ pub fn open(vfs: impl Into<Arc<Vfs>>) -> Result<Snapshot, Failure> {
                 readable = false;
             }
         }
-        let computed = if readable {
-            digest::store_digest(files.iter().map(|(p, b)| (p.as_str(), *b))).ok()
-        } else {
-            None
-        };
-        digests.insert(kind, computed);
-        match kind {
+        // Decoding also computes each file's text digest, in the same
+        // parallel pass, and returns the store digest that combines them.
+        let store_digest = match kind {
             StoreKind::Requirements => {
                 let check = |r: &Requirement, name: &str| {
                     filename_ok(
@@ -243,7 +239,7 @@ pub fn open(vfs: impl Into<Arc<Vfs>>) -> Result<Snapshot, Failure> {
                         name,
                     )
                 };
-                decode_all(files, check, &mut requirements, &mut load_diags);
+                decode_all(files, check, &mut requirements, &mut load_diags)
             }
             StoreKind::Interfaces => {
                 let check = |r: &Interface, name: &str| {
@@ -254,7 +250,7 @@ pub fn open(vfs: impl Into<Arc<Vfs>>) -> Result<Snapshot, Failure> {
                         name,
                     )
                 };
-                decode_all(files, check, &mut interfaces, &mut load_diags);
+                decode_all(files, check, &mut interfaces, &mut load_diags)
             }
             StoreKind::ChangeSets => {
                 let check = |r: &ChangeSet, name: &str| {
@@ -265,9 +261,11 @@ pub fn open(vfs: impl Into<Arc<Vfs>>) -> Result<Snapshot, Failure> {
                         name,
                     )
                 };
-                decode_all(files, check, &mut change_sets, &mut load_diags);
+                decode_all(files, check, &mut change_sets, &mut load_diags)
             }
-        }
+        };
+        let computed = if readable { store_digest } else { None };
+        digests.insert(kind, computed);
     }
     let projection = match &vfs.projection_yaml {
         FileState::Absent => ProjectionState::Absent,
@@ -308,13 +306,16 @@ fn filename_ok(id: &str, valid: bool, expected: &str, actual: &str) -> Option<(S
 }
 
 /// Decodes the files of one store, in parallel chunks when there are many
-/// (decoding dominates `check` on large stores), keeping file order.
+/// (decoding dominates `check` on large stores), keeping file order. Each
+/// file's text digest is computed in the same pass; returns the store digest
+/// over them (`None` when some file is not canonical text).
 fn decode_all<T, F>(
     files: Vec<(String, &[u8])>,
     check: F,
     out: &mut Vec<Rec<T>>,
     diags: &mut Vec<Diagnostic>,
-) where
+) -> Option<String>
+where
     T: DeserializeOwned + Send,
     F: Fn(&T, &str) -> Option<(String, String)> + Sync,
 {
@@ -322,18 +323,13 @@ fn decode_all<T, F>(
         let mut d = Vec::new();
         let name = path.rsplit('/').next().unwrap_or_default();
         let rec = decode_record(path, bytes, &mut d, |r: &T| check(r, name));
-        (
-            rec.map(|record| Rec {
-                path: path.clone(),
-                record,
-            }),
-            d,
-        )
+        (rec, d, digest::text_digest(bytes).ok())
     };
     let threads = std::thread::available_parallelism()
         .map_or(1, |n| n.get())
         .min(8);
-    let results: Vec<(Option<Rec<T>>, Vec<Diagnostic>)> = if files.len() < 256 || threads < 2 {
+    type One<T> = (Option<T>, Vec<Diagnostic>, Option<String>);
+    let mut results: Vec<One<T>> = if files.len() < 256 || threads < 2 {
         files.iter().map(one).collect()
     } else {
         let chunk = files.len().div_ceil(threads);
@@ -350,10 +346,18 @@ fn decode_all<T, F>(
                 .collect()
         })
     };
-    for (rec, d) in results {
+    let store = results
+        .iter_mut()
+        .zip(&files)
+        .map(|((_, _, d), (p, _))| d.take().map(|d| (p.as_str(), d)))
+        .collect::<Option<Vec<_>>>()
+        .map(digest::store_digest_of);
+    // The paths move into the records: no copies.
+    for ((rec, d, _), (path, _)) in results.into_iter().zip(files) {
         diags.extend(d);
-        out.extend(rec);
+        out.extend(rec.map(|record| Rec { path, record }));
     }
+    store
 }
 
 fn decode_record<T: DeserializeOwned>(

@@ -2,7 +2,7 @@
 //! [`Snapshot`] to diagnostics. Which change sets get the full impact check
 //! is decided by the caller (§18 approval rule lives in the shell).
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 
 use crate::{
     diag::Diagnostic,
@@ -735,18 +735,18 @@ fn requirements(snap: &Snapshot, d: &mut Vec<Diagnostic>) {
 }
 
 fn relationship_graph(snap: &Snapshot, d: &mut Vec<Diagnostic>) {
-    let ids: BTreeSet<&str> = snap
+    let ids: HashSet<&str> = snap
         .requirements
         .iter()
         .map(|r| r.record.id.as_str())
         .collect();
     for kind in ["depends-on", "supersedes"] {
-        let mut edges: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        let mut edges: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
         for rec in &snap.requirements {
-            let entry = edges.entry(rec.record.id.clone()).or_default();
+            let entry = edges.entry(rec.record.id.as_str()).or_default();
             for rel in &rec.record.relationships {
                 if rel.kind == kind && ids.contains(rel.target.as_str()) {
-                    entry.push(rel.target.clone());
+                    entry.push(rel.target.as_str());
                 }
             }
         }

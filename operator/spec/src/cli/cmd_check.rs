@@ -1,7 +1,5 @@
 //! `check [--change-set CS]` (§22) and `impact --change-set CS` (§20).
 
-use std::collections::BTreeSet;
-
 use super::{
     Env, Success,
     args::Opts,
@@ -73,14 +71,20 @@ pub fn check(opts: &Opts, env: &mut Env<'_>) -> Result<Success, Failure> {
     if let Some(f) = outcome::wrap(validate::validate(snap, &scope), false) {
         return Err(f);
     }
-    let mut paths: BTreeSet<String> = BTreeSet::from([PROJECT_YAML.to_owned()]);
+    // Sorted and unique (one sort of a vector: the stores are large).
+    let mut paths: Vec<String> = Vec::with_capacity(
+        snap.requirements.len() + snap.interfaces.len() + snap.change_sets.len() + 8,
+    );
+    paths.push(PROJECT_YAML.to_owned());
     paths.extend(snap.requirements.iter().map(|r| r.path.clone()));
     paths.extend(snap.interfaces.iter().map(|r| r.path.clone()));
     paths.extend(snap.change_sets.iter().map(|r| r.path.clone()));
     paths.extend(snap.project.artifacts.iter().map(|a| a.path.clone()));
     if !matches!(snap.vfs.projection_yaml, FileState::Absent) {
-        paths.insert(PROJECTION_YAML.to_owned());
+        paths.push(PROJECTION_YAML.to_owned());
     }
+    paths.sort_unstable();
+    paths.dedup();
     let counts = Node::map()
         .with("requirements", Node::Int(snap.requirements.len() as i64))
         .with("interfaces", Node::Int(snap.interfaces.len() as i64))
