@@ -4,11 +4,12 @@
 
 use std::{
     borrow::Borrow,
-    collections::{BTreeMap, BTreeSet, HashMap},
+    collections::{BTreeMap, BTreeSet},
 };
 
 /// For each back edge found by a DFS in sorted order: the vertex where it
 /// was found, and the cycle it closes (`A, B, …, A`, in DFS path order).
+/// Targets that are not keys are ignored.
 pub fn back_edge_cycles<K>(edges: &BTreeMap<K, Vec<K>>) -> Vec<(String, Vec<String>)>
 where
     K: Borrow<str> + Ord,
@@ -19,51 +20,53 @@ where
         Active,
         Done,
     }
-    // Only looked up, never iterated: a hash map keeps the order-free part
-    // cheap on large stores.
-    let mut marks: HashMap<&str, Mark> = edges.keys().map(|k| (k.borrow(), Mark::New)).collect();
-    let mut out = Vec::new();
-    for start in edges.keys() {
-        let start: &str = start.borrow();
-        if marks.get(start) != Some(&Mark::New) {
-            continue;
-        }
-        // Iterative DFS with an explicit path stack.
-        let mut stack: Vec<(&str, Vec<&str>, usize)> = Vec::new();
-        let succ = |v: &str| -> Vec<&str> {
-            let mut s: Vec<&str> = edges
-                .get(v)
-                .map(|t| t.iter().map(Borrow::borrow).collect())
-                .unwrap_or_default();
+    // Vertices by index in sorted order (the map's order), successors as
+    // sorted, deduplicated indices: the DFS itself then neither hashes nor
+    // allocates per step.
+    let keys: Vec<&str> = edges.keys().map(Borrow::borrow).collect();
+    let succ: Vec<Vec<usize>> = edges
+        .values()
+        .map(|targets| {
+            let mut s: Vec<usize> = targets
+                .iter()
+                .filter_map(|t| keys.binary_search(&t.borrow()).ok())
+                .collect();
             s.sort_unstable();
             s.dedup();
             s
-        };
-        marks.insert(start, Mark::Active);
-        stack.push((start, succ(start), 0));
-        while let Some((v, next, idx)) = stack.last_mut() {
-            if *idx >= next.len() {
-                marks.insert(v, Mark::Done);
+        })
+        .collect();
+    let mut marks = vec![Mark::New; keys.len()];
+    let mut out = Vec::new();
+    // Iterative DFS with an explicit path stack of (vertex, next successor).
+    let mut stack: Vec<(usize, usize)> = Vec::new();
+    for start in 0..keys.len() {
+        if marks[start] != Mark::New {
+            continue;
+        }
+        marks[start] = Mark::Active;
+        stack.push((start, 0));
+        while let Some((v, idx)) = stack.last_mut() {
+            let v = *v;
+            let Some(&w) = succ[v].get(*idx) else {
+                marks[v] = Mark::Done;
                 stack.pop();
                 continue;
-            }
-            let w = next[*idx];
+            };
             *idx += 1;
-            let v = *v;
-            match marks.get(w).copied().unwrap_or(Mark::Done) {
+            match marks[w] {
                 Mark::New => {
-                    marks.insert(w, Mark::Active);
-                    let s = succ(w);
-                    stack.push((w, s, 0));
+                    marks[w] = Mark::Active;
+                    stack.push((w, 0));
                 }
                 Mark::Active => {
-                    let pos = stack.iter().position(|(x, _, _)| *x == w).unwrap_or(0);
+                    let pos = stack.iter().position(|(x, _)| *x == w).unwrap_or(0);
                     let mut cycle: Vec<String> = stack[pos..]
                         .iter()
-                        .map(|(x, _, _)| (*x).to_owned())
+                        .map(|(x, _)| keys[*x].to_owned())
                         .collect();
-                    cycle.push(w.to_owned());
-                    out.push((v.to_owned(), cycle));
+                    cycle.push(keys[w].to_owned());
+                    out.push((keys[v].to_owned(), cycle));
                 }
                 Mark::Done => {}
             }
@@ -151,6 +154,21 @@ mod tests {
             )]
         );
         assert!(back_edge_cycles(&g(&[("A", "B"), ("A", "C"), ("B", "C")])).is_empty());
+        // Targets that are not vertices are ignored; duplicates count once.
+        let mut m: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
+        m.insert("A", vec!["Z", "B", "B"]);
+        m.insert("B", vec!["A"]);
+        m.insert("C", vec!["C", "A"]);
+        assert_eq!(
+            back_edge_cycles(&m),
+            vec![
+                (
+                    "B".to_owned(),
+                    vec!["A".to_owned(), "B".to_owned(), "A".to_owned()]
+                ),
+                ("C".to_owned(), vec!["C".to_owned(), "C".to_owned()]),
+            ]
+        );
     }
 
     #[test]
