@@ -4,7 +4,7 @@
 //! Pipeline: read the source tree, manifest and catalog (git2) → plan (pure, [`crate::plan`])
 //! → write a fresh repository. Workers read each exported blob once, write it to the working
 //! tree and encode it as a stored-deflate pack entry; one writer appends the entries, the trees
-//! and the root commit (encoded in memory, [`DirNode::encode`]) to a single packfile with its
+//! and the root commit (encoded in memory) to a single packfile with its
 //! index ([`crate::pack`]), so the projection's object database is one sequential file, not a
 //! loose object per file. The index is built from the written files' stat data. The new
 //! repository is created without templates (so without hooks), with

@@ -9,7 +9,7 @@ use protobot_repo::{
     role::Role,
 };
 
-use crate::util::{SECRET_IMPL, canonical, project, scope, worktree_files};
+use crate::util::{FILE, SECRET_IMPL, canonical, commit_files, project, scope, worktree_files};
 
 fn paths(files: &std::collections::BTreeMap<String, Vec<u8>>) -> BTreeSet<&str> {
     files.keys().map(String::as_str).collect()
@@ -380,4 +380,91 @@ fn a_failed_export_leaves_no_half_written_projection() {
     assert_eq!(err.category(), "git", "{err}");
     assert!(!dest.exists());
     assert!(!protobot_repo::export::record_path_for(&dest).exists());
+}
+
+#[test]
+fn repeated_content_identical_directories_large_and_executable_files_make_one_valid_pack() {
+    let dir = tempfile::TempDir::new().unwrap();
+    let repo = Repository::init(dir.path()).unwrap();
+    let manifest = b"version: 1\npaths:\n  - path: src/\n    class: shared\n  - path: .protobot/projection.yaml\n    class: shared\n";
+    // Larger than one stored deflate block and than the pack's size nibble.
+    let big: Vec<u8> = (0..300_000u32).map(|i| (i * 13 % 251) as u8).collect();
+    let files: Vec<(&str, Vec<u8>, i32)> = vec![
+        (".protobot/projection.yaml", manifest.to_vec(), FILE),
+        ("src/a/same.txt", b"same\n".to_vec(), FILE),
+        ("src/b/same.txt", b"same\n".to_vec(), FILE),
+        ("src/empty", Vec::new(), FILE),
+        ("src/big.bin", big, FILE),
+        ("src/run.sh", b"#!/bin/sh\necho hi\n".to_vec(), 0o100755),
+    ];
+    let changes: Vec<(&str, Option<Vec<u8>>, i32)> = files
+        .iter()
+        .map(|(path, content, mode)| (*path, Some(content.clone()), *mode))
+        .collect();
+    commit_files(&repo, "refs/heads/main", &changes, "fixture", 1);
+    repo.set_head("refs/heads/main").unwrap();
+
+    let p = project(dir.path(), Role::WorkerB);
+    let written = worktree_files(&p.path);
+    assert_eq!(written.len(), files.len());
+    for (path, content, _) in &files {
+        assert_eq!(written.get(*path), Some(content), "{path}");
+    }
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = |path: &str| {
+            fs::metadata(p.path.join(path))
+                .unwrap()
+                .permissions()
+                .mode()
+        };
+        assert_eq!(mode("src/run.sh") & 0o111, 0o111);
+        assert_eq!(mode("src/empty") & 0o111, 0);
+    }
+
+    // Five distinct blobs, four distinct trees (root, .protobot, src, a = b) and the commit,
+    // each once.
+    let projection = Repository::open(&p.path).unwrap();
+    let mut count = 0;
+    projection
+        .odb()
+        .unwrap()
+        .foreach(|_| {
+            count += 1;
+            true
+        })
+        .unwrap();
+    assert_eq!(count, 5 + 4 + 1);
+    let head = projection.head().unwrap().peel_to_commit().unwrap();
+    assert_eq!(head.id().to_string(), p.record.root_commit);
+    let tree = head.tree().unwrap();
+    assert_eq!(
+        tree.get_path("src/a".as_ref()).unwrap().id(),
+        tree.get_path("src/b".as_ref()).unwrap().id()
+    );
+
+    if let Some(version) = git_in(&p.path, &["--version"]) {
+        assert!(version.status.success());
+        let fsck = git_in(&p.path, &["fsck", "--strict", "--no-dangling", "--full"]).unwrap();
+        assert!(
+            fsck.status.success(),
+            "{}",
+            String::from_utf8_lossy(&fsck.stderr)
+        );
+        let packs: Vec<_> = fs::read_dir(p.path.join(".git/objects/pack"))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|path| path.extension().is_some_and(|e| e == "idx"))
+            .collect();
+        assert_eq!(packs.len(), 1);
+        let verify = git_in(&p.path, &["verify-pack", "-v", packs[0].to_str().unwrap()]).unwrap();
+        assert!(
+            verify.status.success(),
+            "{}",
+            String::from_utf8_lossy(&verify.stderr)
+        );
+        let status = git_in(&p.path, &["status", "--porcelain"]).unwrap();
+        assert!(status.stdout.is_empty(), "checkout matches the root commit");
+    }
 }
