@@ -83,6 +83,13 @@
 //!   positions on top of `serde_yaml_ng`, which exposes no event stream;
 //!   duplicate keys, several documents and non-string keys are refused by
 //!   the parser or the tree walk.
+//! - **Reading records fast** (issue 3 benchmark): files in the canonical
+//!   layout (what ears-manager and Go's yaml.v3 write) are parsed by a small
+//!   line-based parser (`yaml::canonical`) and decoded straight into the
+//!   record types. It declines anything outside that subset or any typed
+//!   decode error, and the full `serde_yaml_ng` path then runs as before, so
+//!   results and error messages do not change; property tests check it
+//!   against the full parser on mutated documents.
 
 pub mod cli;
 pub mod compare;

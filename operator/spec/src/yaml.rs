@@ -5,6 +5,9 @@
 //! tags, merge keys, non-string keys, explicit nulls and (lexically) anchors
 //! and aliases. Duplicate keys are refused by `serde_yaml_ng` itself.
 //!
+//! Canonical record files take a fast path first (`canonical`), which
+//! declines anything it is not sure about; the full path above then decides.
+//!
 //! Writing is our own small emitter: 2-space indentation, block sequences,
 //! strings plain when that is unambiguous and JSON-style double-quoted
 //! otherwise, LF line ends and exactly one final newline. Two writes of the
