@@ -115,27 +115,15 @@ pub fn read_dir(root: &Path, rel: &str) -> DirState {
         };
         listed.push((name, None, state));
     }
-    let read_part = |part: &mut [(String, Option<PathBuf>, FileState)]| {
-        for (_, path, state) in part {
-            if let Some(p) = path {
-                *state = read_regular(p);
-            }
+    // Large stores are read on a few threads (the page cache serves most of
+    // it, so this is CPU-bound in the kernel).
+    let read: Vec<Option<FileState>> = crate::par::map(&listed, 512, 4, |(_, path, _)| {
+        path.as_deref().map(read_regular)
+    });
+    for (entry, state) in listed.iter_mut().zip(read) {
+        if let Some(state) = state {
+            entry.2 = state;
         }
-    };
-    let threads = std::thread::available_parallelism()
-        .map_or(1, |n| n.get())
-        .min(4);
-    if listed.len() < 512 || threads < 2 {
-        read_part(&mut listed);
-    } else {
-        // Large stores: read in parallel (the page cache serves most of it,
-        // so this is CPU-bound in the kernel).
-        let chunk = listed.len().div_ceil(threads);
-        std::thread::scope(|scope| {
-            for part in listed.chunks_mut(chunk) {
-                scope.spawn(|| read_part(part));
-            }
-        });
     }
     let entries: BTreeMap<String, FileState> = listed
         .into_iter()

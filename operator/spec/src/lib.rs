@@ -104,6 +104,7 @@ pub mod impact;
 pub mod model;
 pub mod node;
 pub mod outcome;
+mod par;
 pub mod projection;
 pub mod rules;
 pub mod snapshot;

@@ -325,27 +325,9 @@ where
         let rec = decode_record(path, bytes, &mut d, |r: &T| check(r, name));
         (rec, d, digest::text_digest(bytes).ok())
     };
-    let threads = std::thread::available_parallelism()
-        .map_or(1, |n| n.get())
-        .min(8);
-    type One<T> = (Option<T>, Vec<Diagnostic>, Option<String>);
-    let mut results: Vec<One<T>> = if files.len() < 256 || threads < 2 {
-        files.iter().map(one).collect()
-    } else {
-        let chunk = files.len().div_ceil(threads);
-        std::thread::scope(|scope| {
-            let handles: Vec<_> = files
-                .chunks(chunk)
-                .map(|part| scope.spawn(|| part.iter().map(one).collect::<Vec<_>>()))
-                .collect();
-            // The decoder does not panic on any input (see the fuzz test);
-            // if it ever did, behave exactly as the single-threaded path.
-            handles
-                .into_iter()
-                .flat_map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
-                .collect()
-        })
-    };
+    // The decoder does not panic on any input (see the fuzz test); if it
+    // ever did, the panic surfaces on this thread as in a sequential loop.
+    let mut results = crate::par::map(&files, 256, 8, one);
     let store = results
         .iter_mut()
         .zip(&files)
