@@ -125,6 +125,42 @@ fn time(f: impl FnOnce()) -> Duration {
     start.elapsed()
 }
 
+/// CPU time (user + system) of this process (all threads) and of its waited-for children,
+/// from `/proc/self/stat` (Linux; zero elsewhere). Less sensitive than wall time to other
+/// load on a shared machine.
+fn cpu() -> (Duration, Duration) {
+    let Ok(stat) = fs::read_to_string("/proc/self/stat") else {
+        return (Duration::ZERO, Duration::ZERO);
+    };
+    // Fields after the `(comm)`: state is field 3, utime 14, stime 15, cutime 16, cstime 17.
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let fields: Vec<u64> = rest
+        .split_whitespace()
+        .skip(11)
+        .take(4)
+        .map(|f| f.parse().unwrap_or(0))
+        .collect();
+    // /proc reports clock ticks of USER_HZ, 100 on Linux.
+    let ticks = |n: u64| Duration::from_millis(n * 10);
+    match fields.as_slice() {
+        [utime, stime, cutime, cstime] => (ticks(utime + stime), ticks(cutime + cstime)),
+        _ => (Duration::ZERO, Duration::ZERO),
+    }
+}
+
+/// Wall time and CPU time of `f`; `children` picks the CPU of waited-for child processes.
+fn measure(children: bool, f: impl FnOnce()) -> (Duration, Duration) {
+    let before = cpu();
+    let wall = time(f);
+    let after = cpu();
+    let used = if children {
+        after.1.saturating_sub(before.1)
+    } else {
+        after.0.saturating_sub(before.0)
+    };
+    (wall, used)
+}
+
 fn main() {
     let files = env_usize("PROTOBOT_BENCH_FILES", 20_000);
     let total = env_usize("PROTOBOT_BENCH_MB", 200) * 1024 * 1024;
@@ -152,12 +188,14 @@ fn main() {
     let mut export = Vec::with_capacity(runs);
     let mut pipeline = Vec::with_capacity(runs);
     let mut copy = Vec::with_capacity(runs);
+    let (mut faster_rounds, mut floor_rounds) = (Vec::new(), Vec::new());
+    let (mut faster_cpu, mut floor_cpu) = (Vec::new(), Vec::new());
     for run in 1..=runs {
         // Each step starts with the page cache flushed of the previous step's writes and
         // writes into a fresh directory.
         let export_dest = work.path().join("export");
         sh("sync", work.path());
-        export.push(time(|| {
+        let (export_wall, export_cpu) = measure(false, || {
             export_projection(&ExportRequest {
                 source_repo: source.clone(),
                 at: "main".into(),
@@ -166,14 +204,15 @@ fn main() {
                 scope: ChangeScope::default(),
             })
             .unwrap();
-        }));
+        });
+        export.push(export_wall);
 
         let pipeline_dest = work.path().join("pipeline");
         fs::create_dir_all(&pipeline_dest).unwrap();
         sh("sync", work.path());
         // Auto gc is off: a `git gc --auto` detached after the commit would run into the
         // next measurements (and the removal below).
-        pipeline.push(time(|| {
+        let (pipeline_wall, pipeline_cpu) = measure(true, || {
             sh(
                 &format!(
                     "git -C {src} archive main | tar -x -C {dst} && cd {dst} && git init -q && git add -A && git -c gc.auto=0 -c maintenance.auto=false commit -q -m projection",
@@ -182,23 +221,36 @@ fn main() {
                 ),
                 work.path(),
             )
-        }));
+        });
+        pipeline.push(pipeline_wall);
 
         let copy_dest = work.path().join("copy");
         sh("sync", work.path());
-        copy.push(time(|| {
+        let (copy_wall, copy_cpu) = measure(true, || {
             sh(
                 &format!("cp -r {} {}", checkout.display(), copy_dest.display()),
                 work.path(),
             )
-        }));
+        });
+        copy.push(copy_wall);
 
-        let (e, p, c) = (export[run - 1], pipeline[run - 1], copy[run - 1]);
+        let ratio = |a: Duration, b: Duration| a.as_secs_f64() / b.as_secs_f64().max(1e-9);
+        let (e, p, c) = (export_wall, pipeline_wall, copy_wall);
+        faster_rounds.push(ratio(p, e));
+        floor_rounds.push(ratio(e, c));
+        faster_cpu.push(ratio(pipeline_cpu, export_cpu));
+        floor_cpu.push(ratio(export_cpu, copy_cpu));
         println!(
-            "run {run}/{runs}: export {e:>8.2?}  pipeline {p:>8.2?}  copy {c:>8.2?}  \
+            "run {run}/{runs}: wall export {e:>8.2?}  pipeline {p:>8.2?}  copy {c:>8.2?}  \
              pipeline/export {:.2}x  export/copy {:.2}x",
-            p.as_secs_f64() / e.as_secs_f64(),
-            e.as_secs_f64() / c.as_secs_f64()
+            ratio(p, e),
+            ratio(e, c)
+        );
+        println!(
+            "           cpu  export {export_cpu:>8.2?}  pipeline {pipeline_cpu:>8.2?}  copy {copy_cpu:>8.2?}  \
+             pipeline/export {:.2}x  export/copy {:.2}x",
+            ratio(pipeline_cpu, export_cpu),
+            ratio(export_cpu, copy_cpu)
         );
         for dir in [&export_dest, &pipeline_dest, &copy_dest] {
             fs::remove_dir_all(dir).unwrap();
@@ -224,6 +276,27 @@ fn main() {
         "copy     {c:>10.2?}  export is {floor:.2}x the copy (goal <= 2x: {})",
         verdict(floor <= 2.0)
     );
+    let (fr, lr) = (
+        median_f64(&mut faster_rounds),
+        median_f64(&mut floor_rounds),
+    );
+    println!(
+        "median of the per-round ratios: export is {fr:.2}x faster than the pipeline (goal >= 3x: {}), \
+         {lr:.2}x the copy (goal <= 2x: {})",
+        verdict(fr >= 3.0),
+        verdict(lr <= 2.0)
+    );
+    println!(
+        "median CPU-time ratios (user+sys, less sensitive to other load): pipeline/export {:.2}x, \
+         export/copy {:.2}x",
+        median_f64(&mut faster_cpu),
+        median_f64(&mut floor_cpu)
+    );
+}
+
+fn median_f64(samples: &mut [f64]) -> f64 {
+    samples.sort_by(f64::total_cmp);
+    samples[samples.len() / 2]
 }
 
 fn median(samples: &mut [Duration]) -> Duration {
