@@ -4,10 +4,10 @@
 //!
 //! Size: `PROTOBOT_BENCH_FILES` (default 20000) files totalling `PROTOBOT_BENCH_MB` (default
 //! 200) MiB; `PROTOBOT_BENCH_RUNS` (default 3) rounds of the three steps, each step after a
-//! `sync` into a fresh directory. Prints every round and the medians, the two ratios of the
-//! medians and whether each goal is met. Run: `cargo bench -p protobot-repo --bench export`
-//! (needs `git`, `tar`, `cp`, `sync`). Goal (issue 4): export ≥ 3× faster than the pipeline
-//! and ≤ 2× the copy.
+//! `sync` into a fresh directory. Prints every round (wall and CPU time), the medians, the two
+//! ratios of the medians and of the rounds, and whether each goal is met.
+//! Run: `cargo bench -p protobot-repo --bench export` (needs `git`, `tar`, `cp`, `sync`).
+//! Goal (issue 4): export ≥ 3× faster than the pipeline and ≤ 2× the copy.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, missing_docs)]
 
