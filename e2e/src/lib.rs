@@ -40,8 +40,16 @@ pub fn timeout() -> Duration {
 }
 
 impl Cluster {
-    /// A real cluster when `KUBECONFIG` is set, else the API double.
+    /// A real cluster when `KUBECONFIG` is set, else the API double. Logs go to
+    /// the test output, filtered by `RUST_LOG` (default: warnings).
     pub async fn connect(scenario: &str) -> Cluster {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(
+                tracing_subscriber::EnvFilter::try_from_default_env()
+                    .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+            )
+            .with_test_writer()
+            .try_init();
         if std::env::var_os("KUBECONFIG").is_some() {
             let client = Client::try_default()
                 .await
@@ -80,6 +88,11 @@ impl Cluster {
             real: false,
             _double: Some(double),
         }
+    }
+
+    /// The in-process double, when not on a real cluster (to start kubelets on it).
+    pub fn double(&self) -> Option<&protobot_testkit::server::ApiServer> {
+        self._double.as_ref()
     }
 
     /// Deletes a real cluster's scenario namespace (unless `PROTOBOT_E2E_KEEP=1`).

@@ -40,14 +40,16 @@ where
     api.create(&PostParams::default(), &object).await.unwrap();
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_applied_change_set_is_built_inspected_and_merged_by_the_operator() {
-    if !bwrap() {
-        return;
-    }
-    let cluster = Cluster::connect("jobsite").await;
+/// Applies the example's Project, worker classes and ChangeSet, runs the
+/// registration controller and the Job Site with `executor`, and checks the
+/// item completes with one sealed InspectionRun and one merge on main.
+async fn scenario<E: protobot_jobsite::executor::Executor + 'static>(
+    cluster: &Cluster,
+    tmp: &tempfile::TempDir,
+    executor: Arc<E>,
+    sandbox_profile: &str,
+) {
     let ns = cluster.namespace.clone();
-    let tmp = tempfile::tempdir().unwrap();
     let (work, origin) = (tmp.path().join("work"), tmp.path().join("origin.git"));
     let merge = author(&work, &origin).unwrap();
     let client = cluster.client.clone();
@@ -71,7 +73,7 @@ async fn an_applied_change_set_is_built_inspected_and_merged_by_the_operator() {
             "metadata": {"name": "cli-sync", "namespace": ns},
             "spec": {
                 "repoUrl": format!("file://{}", origin.display()),
-                "sandboxProfile": "local",
+                "sandboxProfile": sandbox_profile,
                 "workerClassesRef": {"name": "cli-sync-workers"},
             },
         }),
@@ -90,10 +92,6 @@ async fn an_applied_change_set_is_built_inspected_and_merged_by_the_operator() {
         client.clone(),
         Some(ns.clone()),
         tmp.path().join("registry"),
-    ));
-    let executor = Arc::new(LocalExecutor::new(
-        BubblewrapConfig::under(&tmp.path().join("sandbox")),
-        false,
     ));
     let job_site = tokio::spawn(run(
         client.clone(),
@@ -127,9 +125,14 @@ async fn an_applied_change_set_is_built_inspected_and_merged_by_the_operator() {
             i.and_then(|i| i.status.as_ref())
                 .is_some_and(|s| s.state == LifecycleState::Completed)
         })
-        .await
-        .unwrap_or_else(|e| panic!("{name} did not complete: {e}"))
-        .unwrap();
+        .await;
+    let completed = match completed {
+        Ok(Some(item)) => item,
+        other => {
+            let now = items.get(&name).await.ok().and_then(|i| i.status);
+            panic!("{name} did not complete ({other:?}); its status: {now:#?}")
+        }
+    };
     assert_eq!(
         items.list(&Default::default()).await.unwrap().items.len(),
         1,
@@ -195,5 +198,157 @@ async fn an_applied_change_set_is_built_inspected_and_merged_by_the_operator() {
     );
     job_site.abort();
     registration.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_applied_change_set_is_built_inspected_and_merged_by_the_operator() {
+    if !bwrap() {
+        return;
+    }
+    let cluster = Cluster::connect("jobsite").await;
+    let tmp = tempfile::tempdir().unwrap();
+    let executor = Arc::new(LocalExecutor::new(
+        BubblewrapConfig::under(&tmp.path().join("sandbox")),
+        false,
+    ));
+    scenario(&cluster, &tmp, executor, "local").await;
     cluster.cleanup().await;
+}
+
+/// The same scenario with every role in a pod from the `kata` sandbox profile,
+/// run by the double's kubelet in bubblewrap. The double stands in for a
+/// conformant Kata deployment: its conformance report is given, not measured
+/// (the suite itself fails closed on this backend, see protobot-kube-executor).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_operator_runs_every_role_in_pods_from_the_sandbox_profile() {
+    use k8s_openapi::api::core::v1::Pod;
+    use protobot_kube_executor::{
+        KubeExecutorConfig, KubernetesExecutor, SandboxProfile, StagingOwnership, StagingVolume,
+    };
+    let Some(bwrap) = protobot_testkit::BubblewrapContainerExecutor::from_path() else {
+        assert!(std::env::var_os("PROTOBOT_REQUIRE_BWRAP").is_none());
+        eprintln!("skipping: bubblewrap is not installed");
+        return;
+    };
+    let cluster = Cluster::connect("jobsite-pods").await;
+    let Some(double) = cluster.double() else {
+        eprintln!(
+            "skipping on a real cluster: the executor's staging claim must be mounted by an in-cluster operator"
+        );
+        return;
+    };
+    let ns = cluster.namespace.clone();
+    let kubelet =
+        protobot_testkit::Kubelet::start_with(double, Arc::new(bwrap), "sandbox-node").unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let mut config = KubeExecutorConfig::new(
+        &ns,
+        StagingVolume {
+            claim_name: "protobot-staging".into(),
+            mount_path: kubelet.claim_dir(&ns, "protobot-staging").unwrap(),
+        },
+        tmp.path().join("collected"),
+    );
+    config.default_image = Some("registry.example.invalid/worker:e2e".into());
+    // The double's kubelet runs containers as this test's uid.
+    config.staging_ownership = StagingOwnership::Keep;
+    let profile = SandboxProfile::load(std::path::Path::new(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../sandbox-profiles/kata.yaml"
+    )))
+    .unwrap();
+    let report = conformant_report("kata");
+    let executor = Arc::new(
+        KubernetesExecutor::new(cluster.client.clone(), config, profile, Some(report)).unwrap(),
+    );
+    // Record every pod the operator creates.
+    let pods: Api<Pod> = Api::namespaced(cluster.client.clone(), &ns);
+    let seen = Arc::new(std::sync::Mutex::new(Vec::<Pod>::new()));
+    let recorder = {
+        let seen = seen.clone();
+        tokio::spawn(
+            kube::runtime::watcher(pods, Default::default())
+                .applied_objects()
+                .for_each(move |p| {
+                    if let Ok(p) = p {
+                        seen.lock().unwrap().push(p);
+                    }
+                    async {}
+                }),
+        )
+    };
+    scenario(&cluster, &tmp, executor, "kata").await;
+    recorder.abort();
+    let seen = seen.lock().unwrap().clone();
+    let mut roles = std::collections::BTreeSet::new();
+    assert!(!seen.is_empty(), "the operator created no pods");
+    for pod in &seen {
+        let spec = pod.spec.as_ref().unwrap();
+        let name = kube::ResourceExt::name_any(pod);
+        assert_eq!(spec.runtime_class_name.as_deref(), Some("kata"), "{name}");
+        assert_eq!(spec.automount_service_account_token, Some(false), "{name}");
+        assert_eq!(spec.restart_policy.as_deref(), Some("Never"), "{name}");
+        assert!(
+            spec.active_deadline_seconds.is_some_and(|d| d > 0),
+            "{name}"
+        );
+        for c in &spec.containers {
+            let sc = c.security_context.as_ref().unwrap();
+            assert_eq!(sc.run_as_non_root, Some(true), "{name}");
+            assert_eq!(sc.read_only_root_filesystem, Some(true), "{name}");
+            assert_eq!(sc.allow_privilege_escalation, Some(false), "{name}");
+            let limits = c
+                .resources
+                .as_ref()
+                .and_then(|r| r.limits.as_ref())
+                .unwrap();
+            assert!(
+                limits.contains_key("memory") && limits.contains_key("cpu"),
+                "{name}"
+            );
+        }
+        if let Some(role) = kube::ResourceExt::labels(pod).get("protobot.dev/role") {
+            roles.insert(role.clone());
+        }
+    }
+    for role in ["worker-a", "worker-b", "integration-runner"] {
+        assert!(roles.contains(role), "no {role} pod in {roles:?}");
+    }
+    drop(kubelet);
+    cluster.cleanup().await;
+}
+
+fn conformant_report(profile: &str) -> protobot_executors::ConformanceReport {
+    use protobot_executors::{
+        BackendIdentity, Capability, ConformanceCheck, ConformanceReport,
+        conformance::{ALL_CAPABILITIES, ResourceLimitsReport},
+    };
+    ConformanceReport {
+        contract_version: protobot_executors::CONTRACT_VERSION.into(),
+        profile: profile.into(),
+        backend: BackendIdentity {
+            name: "testkit-kubelet".into(),
+            version: "e2e".into(),
+        },
+        policy_version: 0,
+        policy_digest: String::new(),
+        executable_digests: Default::default(),
+        resource_limits: ResourceLimitsReport::from(&protobot_jobsite::executor::Limits::default()),
+        capabilities: ALL_CAPABILITIES
+            .iter()
+            .map(|c| Capability::supported(c, "the double stands in for a conformant deployment"))
+            .collect(),
+        required_capabilities: ALL_CAPABILITIES.iter().map(|c| (*c).to_owned()).collect(),
+        checks: vec![ConformanceCheck {
+            id: "SB-FS-005".into(),
+            name: "host paths denied".into(),
+            passed: true,
+            skipped: false,
+            detail: Some("the double's kubelet binds only declared volumes".into()),
+        }],
+        passed: true,
+        autonomous_execution: true,
+        fail_closed_reason: None,
+        audit_head: None,
+    }
 }

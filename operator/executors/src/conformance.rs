@@ -334,6 +334,11 @@ impl<E: Executor> Executor for ConformantExecutor<E> {
         self.inner.profile()
     }
 
+    fn admit(&self) -> Result<(), ExecutorError> {
+        ensure_conformant(&self.report, self.inner.profile())?;
+        self.inner.admit()
+    }
+
     async fn run(
         &self,
         spec: RunSpec,

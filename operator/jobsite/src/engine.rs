@@ -910,8 +910,12 @@ impl<S: WorkStore, E: Executor> Engine<S, E> {
                 }
                 Ok(())
             }
-            Err(EngineError::Executor(e)) => {
-                // Transient: retried at the same tier, never escalated.
+            Err(EngineError::Executor(
+                e @ (crate::executor::ExecutorError::Start { .. }
+                | crate::executor::ExecutorError::Collect { .. }),
+            )) => {
+                // Transient: retried at the same tier, never escalated. (A
+                // non-conformant profile is not transient: it stops the build.)
                 progress.transient += 1;
                 tracing::warn!(work_item = item.id, cycle, error = %e, "transient executor failure");
                 self.trace(

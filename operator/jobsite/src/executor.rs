@@ -165,6 +165,14 @@ pub trait Executor: Send + Sync {
     /// The sandbox profile name this executor enforces.
     fn profile(&self) -> &str;
 
+    /// Whether runs are admitted right now ([`ExecutorError::ProfileNotConformant`]
+    /// when the profile's conformance report is missing or failing). A Job Site
+    /// claims no work while its executor refuses, so nothing waits on a lease
+    /// that cannot make progress.
+    fn admit(&self) -> Result<(), ExecutorError> {
+        Ok(())
+    }
+
     /// Runs one role to completion, a limit, or cancellation (`cancel` turning
     /// true, e.g. when the lease is lost); kills the whole process tree on exit.
     fn run(

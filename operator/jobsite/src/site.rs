@@ -220,6 +220,12 @@ impl<S: WorkStore + 'static, E: Executor> JobSite<S, E> {
                 actions.push(self.build(&claim, &record).await);
             }
         }
+        // Claim nothing while the executor refuses to run (a missing or failing
+        // conformance report): recovery and resumption above still happen.
+        if let Err(refusal) = self.engine.executor.admit() {
+            tracing::warn!(error = %refusal, "the executor refuses runs; claiming no work");
+            return Ok(actions);
+        }
         let ready = self
             .engine
             .store

@@ -172,6 +172,7 @@ pub struct InProcessExecutor {
     scripts: std::collections::BTreeMap<crate::executor::SandboxRole, Script>,
     runs: std::sync::Mutex<Vec<crate::executor::RunSpec>>,
     counter: std::sync::atomic::AtomicU64,
+    refusal: Option<String>,
 }
 
 impl InProcessExecutor {
@@ -182,7 +183,14 @@ impl InProcessExecutor {
             scripts: Default::default(),
             runs: Default::default(),
             counter: Default::default(),
+            refusal: None,
         }
+    }
+
+    /// An executor whose profile is not conformant: it admits nothing.
+    pub fn refusing(mut self, reason: &str) -> Self {
+        self.refusal = Some(reason.to_string());
+        self
     }
 
     /// Sets the script of `role`.
@@ -216,6 +224,16 @@ pub fn copy_tree(from: &std::path::Path, to: &std::path::Path) -> std::io::Resul
 impl crate::executor::Executor for InProcessExecutor {
     fn profile(&self) -> &str {
         "in-process-test"
+    }
+
+    fn admit(&self) -> Result<(), crate::executor::ExecutorError> {
+        match &self.refusal {
+            None => Ok(()),
+            Some(reason) => Err(crate::executor::ExecutorError::ProfileNotConformant {
+                profile: "in-process-test".into(),
+                reason: reason.clone(),
+            }),
+        }
     }
 
     async fn run(

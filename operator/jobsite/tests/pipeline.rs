@@ -515,3 +515,28 @@ async fn escalation_ignores_transient_failures_and_a_restart_resumes_at_the_pers
     assert_eq!(first_b.task["cycle"], 3);
     assert_eq!(first_b.task["model_tier"], "t2");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_site_whose_executor_refuses_claims_nothing() {
+    let items = ids(2);
+    let w = world(&items).await;
+    let mut js = site(&w, SiteOptions::default());
+    let engine = Arc::get_mut(&mut js.engine).unwrap();
+    let runs = w.root.join("refusing-runs");
+    engine.executor = Arc::new(
+        protobot_jobsite::scripted::executor(&runs, Behaviour::default())
+            .refusing("no conformance report"),
+    );
+    let actions = js.run_until_idle().await.unwrap();
+    assert!(actions.is_empty(), "{actions:?}");
+    for id in &items {
+        let rec = record(&w, id).await;
+        assert_eq!(
+            rec.state,
+            State::ReadyForBuilding,
+            "{id} must stay claimable"
+        );
+        assert_eq!(rec.lease, None);
+    }
+    assert!(js.engine.executor.runs().is_empty(), "no role ran");
+}

@@ -797,6 +797,10 @@ impl Executor for KubernetesExecutor {
         self.inner.profile.name()
     }
 
+    fn admit(&self) -> Result<(), ExecutorError> {
+        KubernetesExecutor::admit(self)
+    }
+
     async fn run(
         &self,
         spec: RunSpec,
