@@ -52,6 +52,7 @@ bench: ## run the benchmarks (demo wall time; projection export vs git archive a
 	  awk -v s=$$start -v e=$$end 'BEGIN { printf "demo wall time: %.2f s (goal < 60 s, compilation excluded)\n", e - s }'
 	$(CARGO) bench -p protobot-repo --bench export
 	$(CARGO) run --release -p protobot-spec --example bench_check
+	$(CARGO) run --release -q -p protobot-e2e --example bench_operator
 
 ## End to end
 .PHONY: e2e
@@ -73,6 +74,7 @@ lint-helm: ## helm lint --strict the chart and render it with every optional par
 	$(HELM) template protobot charts/protobot --set metrics.serviceMonitor.enabled=true \
 	  --set metrics.prometheusRule.enabled=true --set grafana.dashboard.enabled=true > /dev/null
 	$(HELM) template protobot charts/protobot --set watchNamespace=team-a > /dev/null
+	$(HELM) template protobot charts/protobot --set jobSite.enabled=false > /dev/null
 
 .PHONY: fmt
 fmt: ## format the code

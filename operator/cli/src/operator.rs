@@ -1,9 +1,13 @@
 //! `protobot operator`: runs the controllers in a cluster (or against
 //! KUBECONFIG's cluster), with JSON logs and the admin server.
 
-use std::{net::SocketAddr, process::ExitCode};
+use std::{net::SocketAddr, path::PathBuf, process::ExitCode, sync::Arc, time::Duration};
 
 use clap::Args;
+use protobot_controller::{jobsite::Settings, operator::JobSiteRuntime};
+use protobot_kube_executor::{
+    KubeExecutorConfig, KubernetesExecutor, SandboxProfile, StagingVolume, read_report_configmap,
+};
 
 /// Arguments of `protobot operator`.
 #[derive(Debug, Args)]
@@ -17,6 +21,80 @@ pub struct OperatorArgs {
     /// Log filter (tracing `EnvFilter` syntax); `RUST_LOG` wins when set.
     #[arg(long, default_value = "info")]
     pub log: String,
+    /// Run registration and metrics only: no Job Site in this replica.
+    #[arg(long)]
+    pub no_job_site: bool,
+    /// This replica's identity (leases are held under it).
+    #[arg(long, env = "POD_NAME")]
+    pub identity: Option<String>,
+    /// Integration clones, repository cache and scratch.
+    #[arg(long, default_value = "/var/lib/protobot/work")]
+    pub workdir: PathBuf,
+    /// The sandbox profile document the Job Site's pods are built from.
+    #[arg(long, default_value = "/etc/protobot/sandbox-profiles/kata.yaml")]
+    pub sandbox_profile: PathBuf,
+    /// Namespace of the sandbox pods (and of the profile's conformance ConfigMap).
+    #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
+    pub sandbox_namespace: String,
+    /// The staging PersistentVolumeClaim shared with the sandbox pods.
+    #[arg(long, default_value = "protobot-staging")]
+    pub staging_claim: String,
+    /// Where that claim is mounted in this pod.
+    #[arg(long, default_value = "/var/lib/protobot/staging")]
+    pub staging_path: PathBuf,
+    /// Image of the sandbox pods when a worker class names none.
+    #[arg(long)]
+    pub sandbox_image: Option<String>,
+}
+
+async fn job_site(
+    args: &OperatorArgs,
+) -> Result<Option<JobSiteRuntime<KubernetesExecutor>>, String> {
+    if args.no_job_site {
+        return Ok(None);
+    }
+    let identity = args
+        .identity
+        .clone()
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .ok_or("no identity: pass --identity or set POD_NAME")?;
+    let profile = SandboxProfile::load(&args.sandbox_profile).map_err(|e| e.to_string())?;
+    let client = kube::Client::try_default()
+        .await
+        .map_err(|e| e.to_string())?;
+    // A missing report is not fatal: the executor then refuses and the Job Site
+    // claims nothing until a passing report is stored and the replica restarts.
+    let report = read_report_configmap(client.clone(), &args.sandbox_namespace, &profile)
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut config = KubeExecutorConfig::new(
+        &args.sandbox_namespace,
+        StagingVolume {
+            claim_name: args.staging_claim.clone(),
+            mount_path: args.staging_path.clone(),
+        },
+        args.workdir.join("collected"),
+    );
+    config.default_image = args.sandbox_image.clone();
+    config.instance = identity.clone();
+    let executor =
+        KubernetesExecutor::new(client, config, profile, report).map_err(|e| e.to_string())?;
+    if let Err(refusal) = protobot_jobsite::executor::Executor::admit(&executor) {
+        tracing::warn!(error = %refusal, "the sandbox executor refuses runs; this replica will claim no work");
+    }
+    match executor.collect_garbage().await {
+        Ok(report) => tracing::info!(?report, "collected leftovers of earlier runs"),
+        Err(e) => tracing::warn!(error = %e, "could not collect leftovers of earlier runs"),
+    }
+    Ok(Some(JobSiteRuntime {
+        settings: Settings {
+            identity,
+            workdir: args.workdir.clone(),
+            interval: Duration::from_secs(15),
+            limits: Default::default(),
+        },
+        executor: Arc::new(executor),
+    }))
 }
 
 /// Runs the operator until interrupted.
@@ -39,8 +117,16 @@ pub fn operator(args: OperatorArgs) -> ExitCode {
         }
     };
     runtime.block_on(async {
+        let job_site = match job_site(&args).await {
+            Ok(j) => j,
+            Err(e) => {
+                tracing::error!(error = %e, "cannot start the Job Site");
+                eprintln!("protobot: cannot start the Job Site: {e}; fix it or pass --no-job-site");
+                return ExitCode::from(2);
+            }
+        };
         tokio::select! {
-            result = protobot_controller::operator::run(args.namespace, args.admin_addr) => match result {
+            result = protobot_controller::operator::run(args.namespace.clone(), args.admin_addr, job_site) => match result {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     tracing::error!(error = %e, "operator stopped");

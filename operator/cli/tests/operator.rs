@@ -50,7 +50,24 @@ async fn the_operator_becomes_ready_and_serves_metrics() {
     let addr = format!("127.0.0.1:{port}");
     let _operator = Killed(
         Command::new(env!("CARGO_BIN_EXE_protobot"))
-            .args(["operator", "--namespace", "default", "--admin-addr", &addr])
+            .args([
+                "operator",
+                "--namespace",
+                "default",
+                "--admin-addr",
+                &addr,
+                "--identity",
+                "protobot-test-0",
+                "--sandbox-profile",
+                concat!(
+                    env!("CARGO_MANIFEST_DIR"),
+                    "/../../sandbox-profiles/kata.yaml"
+                ),
+                "--workdir",
+                tmp.path().join("work").to_str().unwrap(),
+                "--staging-path",
+                tmp.path().join("staging").to_str().unwrap(),
+            ])
             .env("KUBECONFIG", &kubeconfig)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -74,4 +91,28 @@ async fn the_operator_becomes_ready_and_serves_metrics() {
         "{body}"
     );
     assert_eq!(get(&addr, "/healthz").await.unwrap().0, 200);
+}
+
+#[test]
+fn the_operator_refuses_to_start_a_job_site_without_a_valid_sandbox_profile() {
+    let tmp = tempfile::tempdir().unwrap();
+    let profile = tmp.path().join("weak.yaml");
+    std::fs::write(&profile, "apiVersion: nope\n").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_protobot"))
+        .args([
+            "operator",
+            "--identity",
+            "protobot-test-0",
+            "--sandbox-profile",
+            profile.to_str().unwrap(),
+        ])
+        .env("KUBECONFIG", tmp.path().join("missing-kubeconfig"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("cannot start the Job Site") && stderr.contains("--no-job-site"),
+        "{stderr}"
+    );
 }

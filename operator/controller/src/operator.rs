@@ -59,8 +59,21 @@ impl StateCounts for CachedStates {
     }
 }
 
-/// Runs the operator until the controllers stop.
-pub async fn run(namespace: Option<String>, admin_addr: SocketAddr) -> Result<(), OperatorError> {
+/// The in-cluster Job Site of this replica: its settings and executor.
+pub struct JobSiteRuntime<E> {
+    /// Identity, work directory, pass interval, limits.
+    pub settings: crate::jobsite::Settings,
+    /// The sandbox executor (pods from the sandbox profile).
+    pub executor: Arc<E>,
+}
+
+/// Runs the operator until the controllers stop: registration, the state
+/// collector, the admin server and — when given — this replica's Job Site.
+pub async fn run<E: protobot_jobsite::executor::Executor + 'static>(
+    namespace: Option<String>,
+    admin_addr: SocketAddr,
+    job_site: Option<JobSiteRuntime<E>>,
+) -> Result<(), OperatorError> {
     let client = Client::try_default().await.map_err(OperatorError::Client)?;
     let items: Api<BuildWorkItem> = match &namespace {
         Some(ns) => Api::namespaced(client.clone(), ns),
@@ -87,6 +100,19 @@ pub async fn run(namespace: Option<String>, admin_addr: SocketAddr) -> Result<()
             }
         }
     };
-    tokio::join!(reflect, ready, crate::changeset::run(client, namespace));
+    let registry_dir = job_site
+        .as_ref()
+        .map(|j| j.settings.workdir.join("registry"))
+        .unwrap_or_else(|| std::env::temp_dir().join("protobot-repositories"));
+    let registration = crate::changeset::run_with(client.clone(), namespace.clone(), registry_dir);
+    let jobs = async {
+        match job_site {
+            Some(j) => {
+                crate::jobsite::run(client.clone(), namespace.clone(), j.settings, j.executor).await
+            }
+            None => tracing::info!("no Job Site in this replica (registration and metrics only)"),
+        }
+    };
+    tokio::join!(reflect, ready, registration, jobs);
     Ok(())
 }

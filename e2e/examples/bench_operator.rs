@@ -1,0 +1,202 @@
+//! `make bench`: the operator's cost on the API double, measured in the operator
+//! process only (the double runs in a child process and is not counted).
+//!
+//! 1. 1,000 change sets are materialized and claimed through the Kubernetes
+//!    work store: the CPU seconds this process spent (goal < 10 s).
+//! 2. 10,000 `BuildWorkItem`s in total, cached by the operator's reflector (the
+//!    work-items-by-state collector): the resident set once the cache synced and
+//!    the process's peak (goal < 64 MiB).
+//!
+//! Run: `cargo run --release -p protobot-e2e --example bench_operator [-- CLAIMED TOTAL]`.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
+
+use std::{io::Read, process::Stdio, time::Instant};
+
+use futures::StreamExt;
+use jiff::{SignedDuration, Timestamp};
+use kube::{
+    Api, Client,
+    config::{KubeConfigOptions, Kubeconfig},
+    runtime::{WatchStreamExt, reflector, watcher},
+};
+use protobot_api::BuildWorkItem;
+use protobot_jobsite::contract::BuildContract;
+use protobot_lifecycle::{AuthorizationContext, OperationEnvelope, Readiness};
+use protobot_stores::{AdapterConfig, KubeStore, WorkStore};
+
+fn cpu_seconds() -> f64 {
+    // utime + stime, fields 14 and 15 of /proc/self/stat, in clock ticks (100 Hz).
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+    let after = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or_default();
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|f| f.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    (ticks(11) + ticks(12)) / 100.0
+}
+
+fn status_kib(key: &str) -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix(key))
+        .and_then(|v| v.split_whitespace().next().and_then(|n| n.parse().ok()))
+        .unwrap_or(0)
+}
+
+fn context(role: &str, subject: &str, action: &str) -> AuthorizationContext {
+    AuthorizationContext {
+        subject: subject.into(),
+        role: role.into(),
+        project_id: "bench".into(),
+        allowed_actions: vec![action.into()],
+        allowed_refs: vec!["project:bench".into()],
+        expires_at: Some(Timestamp::now() + SignedDuration::from_hours(4)),
+        policy_version: "bench".into(),
+        ..AuthorizationContext::default()
+    }
+}
+
+fn contract(i: usize) -> BuildContract {
+    BuildContract {
+        work_item_id: format!("wi-bench-{i:05}"),
+        materialization_key: format!("bench/CS-{i:05}@{:040x}", i),
+        spec_commit: format!("{:040x}", i),
+        change_type: "undefined".into(),
+        changed_requirement_ids: vec![format!("REQ-B-{i:05}")],
+        retired_requirement_ids: vec![],
+        applicable_requirement_ids: vec![format!("REQ-B-{i:05}")],
+        impact: vec![],
+        implementation_required: true,
+        readiness: Readiness::complete(),
+        dependencies: vec![],
+        priority: "normal".into(),
+    }
+}
+
+/// The child: the API double over HTTP; prints its kubeconfig, serves until stdin closes.
+async fn serve() {
+    let server = protobot_testkit::ApiServer::new();
+    server
+        .register_crd_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/../crds"))
+        .unwrap();
+    let http = server.serve_http().await.unwrap();
+    println!("{}", http.kubeconfig_yaml().replace('\n', "\\n"));
+    let _ = tokio::task::spawn_blocking(|| {
+        let mut sink = Vec::new();
+        let _ = std::io::stdin().read_to_end(&mut sink);
+    })
+    .await;
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("--serve") {
+        return serve().await;
+    }
+    let claimed: usize = args.first().and_then(|a| a.parse().ok()).unwrap_or(1_000);
+    let total: usize = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(10_000);
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+        .arg("--serve")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("start the API double");
+    let mut line = String::new();
+    {
+        use std::io::BufRead;
+        let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
+        out.read_line(&mut line).unwrap();
+    }
+    let yaml = line.trim_end().replace("\\n", "\n");
+    let kubeconfig = Kubeconfig::from_yaml(&yaml).unwrap();
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .unwrap();
+    let client = Client::try_from(config).unwrap();
+    let store = KubeStore::new(
+        client.clone(),
+        "default",
+        "bench",
+        AdapterConfig {
+            materializer_subject: "materializer".into(),
+            lease_seconds: 900,
+        },
+    );
+    let materializer = context("materializer", "materializer", "materialize");
+    let job_site = context("job-site", "bench-site", "claim");
+    let cpu0 = cpu_seconds();
+    let wall = Instant::now();
+    for i in 0..claimed {
+        let c = contract(i);
+        let r = store
+            .execute(
+                Some(&materializer),
+                &c.materialize_envelope("bench", "m"),
+                Timestamp::now(),
+            )
+            .await
+            .unwrap();
+        assert!(r.ok, "materialize {i}: {:?}", r.code());
+        let claim = OperationEnvelope {
+            operation: "claim".into(),
+            actor_context_ref: "job-site".into(),
+            work_item_id: c.work_item_id.clone(),
+            expected_state: Some("ready-for-building".into()),
+            expected_contract_version: Some(1),
+            idempotency_key: format!("claim:{}", c.work_item_id),
+            ..OperationEnvelope::default()
+        };
+        let r = store
+            .execute(Some(&job_site), &claim, Timestamp::now())
+            .await
+            .unwrap();
+        assert!(r.ok, "claim {i}: {:?}", r.code());
+    }
+    let cpu = cpu_seconds() - cpu0;
+    println!(
+        "operator: {claimed} change sets materialized and claimed: {cpu:.2} s CPU in {:.1} s wall (goal < 10 s CPU) {}",
+        wall.elapsed().as_secs_f64(),
+        if cpu < 10.0 { "MET" } else { "NOT MET" }
+    );
+    for i in claimed..total {
+        let c = contract(i);
+        store
+            .execute(
+                Some(&materializer),
+                &c.materialize_envelope("bench", "m"),
+                Timestamp::now(),
+            )
+            .await
+            .unwrap();
+    }
+    let rss_before = status_kib("VmRSS:");
+    let (reader, writer) = reflector::store::<BuildWorkItem>();
+    let items: Api<BuildWorkItem> = Api::namespaced(client.clone(), "default");
+    let reflect = tokio::spawn(
+        watcher(items, watcher::Config::default())
+            .reflect(writer)
+            .for_each(|_| async {}),
+    );
+    reader.wait_until_ready().await.unwrap();
+    while reader.state().len() < total {
+        tokio::task::yield_now().await;
+    }
+    let rss = status_kib("VmRSS:");
+    let peak = status_kib("VmHWM:");
+    println!(
+        "operator: {} BuildWorkItems cached: RSS {:.1} MiB (was {:.1} MiB before the cache), peak {:.1} MiB (goal < 64 MiB) {}",
+        reader.state().len(),
+        rss as f64 / 1024.0,
+        rss_before as f64 / 1024.0,
+        peak as f64 / 1024.0,
+        if rss < 64 * 1024 { "MET" } else { "NOT MET" }
+    );
+    reflect.abort();
+    drop(child.stdin.take());
+    let _ = child.wait();
+}
