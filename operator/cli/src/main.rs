@@ -11,6 +11,7 @@ mod demo;
 mod operator;
 mod repo;
 mod rules;
+mod run;
 mod sandbox;
 mod status;
 
@@ -30,6 +31,8 @@ enum Command {
     Status(status::StatusArgs),
     /// Run the whole Job Site on one machine on a bundled example project, then print the report.
     Demo(demo::DemoArgs),
+    /// Build an approved change set of your own repository with your worker harness, on one machine.
+    Run(run::RunArgs),
     /// Generate the CustomResourceDefinitions of protobot.dev from the Rust types.
     Crd {
         #[command(subcommand)]
@@ -67,6 +70,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Demo(args) => demo::demo(args),
+        Command::Run(args) => run::run(args),
         Command::Status(args) => status::status(args),
         Command::Operator(args) => operator::operator(args),
         Command::Crd { command } => {

@@ -449,3 +449,66 @@ fn a_demo_killed_mid_build_resumes_from_its_store_and_merges_once() {
     let first = report["cycles"][0]["cycle"].as_u64().unwrap_or(1);
     assert!(first >= 2, "resumed at cycle {first}: {report}");
 }
+
+#[test]
+fn protobot_run_builds_a_change_set_of_your_repository_with_your_harness() {
+    if !bwrap_available() {
+        assert!(
+            std::env::var_os("PROTOBOT_REQUIRE_BWRAP").is_none(),
+            "PROTOBOT_REQUIRE_BWRAP is set but bwrap is not installed"
+        );
+        eprintln!("skipping: bubblewrap is not installed");
+        return;
+    }
+    use protobot_jobsite::example::{INTEGRATION, WORKER_A, WORKER_B, author};
+    let tmp = tempfile::tempdir().unwrap();
+    let (work, origin) = (tmp.path().join("work"), tmp.path().join("origin.git"));
+    author(&work, &origin).unwrap();
+    let harness = tmp.path().join("harness");
+    std::fs::create_dir_all(&harness).unwrap();
+    std::fs::write(harness.join("worker-a.sh"), WORKER_A).unwrap();
+    std::fs::write(harness.join("integration.sh"), INTEGRATION).unwrap();
+    let run = |cs: &str| {
+        protobot(&[
+            "run",
+            "--repo",
+            work.to_str().unwrap(),
+            "--change-set",
+            cs,
+            "--harness",
+            harness.to_str().unwrap(),
+            "--output",
+            "json",
+        ])
+    };
+    // A harness without worker-b.sh is refused before anything is touched.
+    let missing = run("CS-00001");
+    assert_eq!(missing.status.code(), Some(2), "{missing:?}");
+    assert!(String::from_utf8_lossy(&missing.stderr).contains("worker-b.sh"));
+    assert!(!work.join(".git/protobot/wms.sqlite").exists());
+    std::fs::write(harness.join("worker-b.sh"), WORKER_B).unwrap();
+    // A change set that was never approved is refused.
+    let unknown = run("CS-00009");
+    assert_eq!(unknown.status.code(), Some(2), "{unknown:?}");
+    let ok = run("CS-00001");
+    assert!(
+        ok.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&ok.stdout),
+        String::from_utf8_lossy(&ok.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&ok.stdout).unwrap();
+    assert_eq!(report["state"], "completed");
+    let outcomes: Vec<&str> = report["attempts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["outcome"].as_str().unwrap())
+        .collect();
+    assert_eq!(outcomes, ["implementation", "passed"], "{report}");
+    assert_eq!(merges_on_main(&origin), 1);
+    // A rerun resumes a finished item: nothing more happens.
+    let again = run("CS-00001");
+    assert!(again.status.success(), "{again:?}");
+    assert_eq!(merges_on_main(&origin), 1);
+}
