@@ -287,6 +287,11 @@ async fn run(
         )),
         repo_dir: work.clone(),
         wip_limit: 1,
+        materializer: Some(context(
+            "materializer",
+            "materializer",
+            &["refresh-dependencies", "revalidate"],
+        )),
     };
     // Claims the item, or — after a kill — adopts the lease this Job Site still
     // holds (or recovers an expired one) and resumes where the store says.

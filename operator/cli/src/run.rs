@@ -270,6 +270,12 @@ async fn run_inner(args: &RunArgs) -> Result<serde_json::Value, RunError> {
         }),
         repo_dir: repo,
         wip_limit: 1,
+        materializer: Some(context(
+            &project_id,
+            "materializer",
+            "materializer",
+            &["refresh-dependencies", "revalidate"],
+        )),
     };
     let actions = site
         .run_until_idle()

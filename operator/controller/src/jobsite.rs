@@ -313,6 +313,12 @@ async fn drive_project<E: Executor + 'static>(
         }),
         repo_dir: clone,
         wip_limit: usize::try_from(spec.wip_limit).unwrap_or(1),
+        materializer: Some(context(
+            MATERIALIZER_SUBJECT,
+            "materializer",
+            &name,
+            &["refresh-dependencies", "revalidate"],
+        )),
     };
     // The engine holds git handles across awaits (not Send): it runs on a
     // blocking thread of its own, driving the store through this runtime.

@@ -409,6 +409,12 @@ pub fn site<S: WorkStore + 'static>(w: &World<S>, o: SiteOptions) -> JobSite<S, 
         contracts: w.contracts.clone(),
         repo_dir: clone,
         wip_limit: 1,
+        materializer: Some(context(
+            "materializer-1",
+            "materializer",
+            &["refresh-dependencies", "revalidate"],
+            now,
+        )),
     }
 }
 

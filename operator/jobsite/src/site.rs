@@ -137,6 +137,18 @@ pub enum SiteAction {
         /// Item.
         work_item_id: String,
     },
+    /// A waiting item's dependencies all completed: it is ready now.
+    DependenciesRefreshed {
+        /// Item.
+        work_item_id: String,
+    },
+    /// A dependency was abandoned: the item is blocked with that reason.
+    Revalidated {
+        /// Item.
+        work_item_id: String,
+        /// Why.
+        reason: String,
+    },
     /// The build stopped with an error (the lease will expire and be recovered).
     Failed {
         /// Item.
@@ -169,6 +181,9 @@ pub struct JobSite<S, E> {
     pub repo_dir: PathBuf,
     /// Most items built at once.
     pub wip_limit: usize,
+    /// The Materializer's trusted context, when this Job Site also refreshes
+    /// waiting items whose dependencies moved.
+    pub materializer: Option<AuthorizationContext>,
 }
 
 impl<S: WorkStore + 'static, E: Executor> JobSite<S, E> {
@@ -191,9 +206,14 @@ impl<S: WorkStore + 'static, E: Executor> JobSite<S, E> {
         }
     }
 
-    /// One pass: reconcile, resume, dispatch.
+    /// One pass: reconcile, refresh dependencies, resume, dispatch.
     pub async fn run_once(&self) -> Result<Vec<SiteAction>, SiteError> {
         let mut actions = self.reconcile().await?;
+        if let Some(materializer) = &self.materializer {
+            actions.extend(
+                refresh_dependencies(self.engine.store.as_ref(), materializer, self.now()).await?,
+            );
+        }
         let me = self.engine.context.subject.clone();
         let now = self.now();
         let active = self
@@ -460,6 +480,87 @@ impl<S: WorkStore + 'static, E: Executor> JobSite<S, E> {
         tracing::info!(work_item = %id, command = command.as_str(), "reconciled");
         Ok(Some(action))
     }
+}
+
+/// The Materializer's refresh of items that wait on other work items: a
+/// `waiting` item whose dependencies all completed gets `refresh-dependencies`
+/// (the store re-reads their states inside the command); a `waiting` or
+/// `ready-for-building` item with an abandoned dependency is revalidated into
+/// `blocked`, with the dependency named in its observed readiness.
+pub async fn refresh_dependencies<S: WorkStore>(
+    store: &S,
+    materializer: &AuthorizationContext,
+    now: jiff::Timestamp,
+) -> Result<Vec<SiteAction>, SiteError> {
+    let all = store.list(&ItemFilter::default()).await?;
+    let state_of = |id: &str| all.iter().find(|r| r.id == id).map(|r| r.state);
+    let mut actions = Vec::new();
+    for record in all.iter().filter(|r| {
+        matches!(r.state, State::Waiting | State::ReadyForBuilding) && !r.dependencies.is_empty()
+    }) {
+        let abandoned: Vec<&str> = record
+            .dependencies
+            .iter()
+            .filter(|d| state_of(&d.id) == Some(State::Abandoned))
+            .map(|d| d.id.as_str())
+            .collect();
+        let (command, action) = if !abandoned.is_empty() {
+            let reason = format!(
+                "dependency {} was abandoned; re-plan or resolve the block",
+                abandoned.join(", ")
+            );
+            let mut readiness = record.readiness.clone();
+            if !readiness.unresolved_reasons.contains(&reason) {
+                readiness.unresolved_reasons.push(reason.clone());
+            }
+            store
+                .observe(&record.id, Observation::Readiness(readiness))
+                .await?;
+            (
+                Command::Revalidate,
+                SiteAction::Revalidated {
+                    work_item_id: record.id.clone(),
+                    reason,
+                },
+            )
+        } else if record.state == State::Waiting
+            && record
+                .dependencies
+                .iter()
+                .all(|d| state_of(&d.id) == Some(State::Completed))
+        {
+            (
+                Command::RefreshDependencies,
+                SiteAction::DependenciesRefreshed {
+                    work_item_id: record.id.clone(),
+                },
+            )
+        } else {
+            continue;
+        };
+        let env = OperationEnvelope {
+            operation: command.as_str().into(),
+            actor_context_ref: "materializer".into(),
+            work_item_id: record.id.clone(),
+            expected_state: Some(record.state.as_str().into()),
+            expected_contract_version: Some(record.contract_version),
+            idempotency_key: format!(
+                "{}:{}:v{}",
+                record.id,
+                command.as_str(),
+                record.contract_version
+            ),
+            ..OperationEnvelope::default()
+        };
+        let result = store.execute(Some(materializer), &env, now).await?;
+        if result.ok {
+            tracing::info!(work_item = %record.id, command = command.as_str(), "dependencies refreshed");
+            actions.push(action);
+        } else {
+            tracing::info!(work_item = %record.id, code = ?result.code(), "dependency refresh skipped");
+        }
+    }
+    Ok(actions)
 }
 
 /// Convenience: whether an engine error means "another actor owns the item now".

@@ -540,3 +540,66 @@ async fn a_job_site_whose_executor_refuses_claims_nothing() {
     }
     assert!(js.engine.executor.runs().is_empty(), "no role ran");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_item_is_built_after_its_dependency_merges_and_blocked_if_it_is_abandoned() {
+    use protobot_lifecycle::Dependency;
+    use protobot_stores::Import;
+    let items = ids(4);
+    let w = world(&items).await;
+    // wi-02 waits for wi-01; wi-03 waits for wi-04, which a person abandons.
+    for (id, dep) in [("wi-02", "wi-01"), ("wi-03", "wi-04")] {
+        let mut rec = record(&w, id).await;
+        rec.state = State::Waiting;
+        rec.dependencies = vec![Dependency {
+            id: dep.into(),
+            state: State::ReadyForBuilding,
+        }];
+        w.store.import(Import::Record(rec)).await.unwrap();
+    }
+    let mut abandoned = record(&w, "wi-04").await;
+    abandoned.state = State::Abandoned;
+    w.store.import(Import::Record(abandoned)).await.unwrap();
+    let js = site(
+        &w,
+        SiteOptions {
+            inspector: false,
+            ..SiteOptions::default()
+        },
+    );
+    let actions = js.run_until_idle().await.unwrap();
+    assert!(
+        actions
+            .iter()
+            .any(|a| matches!(a, SiteAction::DependenciesRefreshed { work_item_id } if work_item_id == "wi-02")),
+        "{actions:?}"
+    );
+    assert_eq!(record(&w, "wi-01").await.state, State::Completed);
+    assert_eq!(record(&w, "wi-02").await.state, State::Completed);
+    // The dependency merged first.
+    let order = git(
+        &w.origin,
+        &[
+            "log",
+            "--first-parent",
+            "--merges",
+            "--reverse",
+            "--format=%(trailers:key=Work-Item,valueonly)",
+            "main",
+        ],
+    );
+    let order: Vec<&str> = order
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
+    assert_eq!(order, ["wi-01", "wi-02"]);
+    let blocked = record(&w, "wi-03").await;
+    assert_eq!(blocked.state, State::Blocked);
+    assert!(
+        blocked.block_reason.contains("wi-04"),
+        "{}",
+        blocked.block_reason
+    );
+    assert_eq!(merges_on_main(&w.origin), ["wi-01", "wi-02"]);
+}
