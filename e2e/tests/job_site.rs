@@ -40,19 +40,14 @@ where
     api.create(&PostParams::default(), &object).await.unwrap();
 }
 
-/// Applies the example's Project, worker classes and ChangeSet, runs the
-/// registration controller and the Job Site with `executor`, and checks the
-/// item completes with one sealed InspectionRun and one merge on main.
-async fn scenario<E: protobot_jobsite::executor::Executor + 'static>(
-    cluster: &Cluster,
-    tmp: &tempfile::TempDir,
-    executor: Arc<E>,
+/// The example's worker classes, Project and ChangeSet.
+async fn apply_example(
+    client: &kube::Client,
+    ns: &str,
+    origin: &std::path::Path,
+    merge: &str,
     sandbox_profile: &str,
 ) {
-    let ns = cluster.namespace.clone();
-    let (work, origin) = (tmp.path().join("work"), tmp.path().join("origin.git"));
-    let merge = author(&work, &origin).unwrap();
-    let client = cluster.client.clone();
     create(
         &Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(client.clone(), &ns),
         json!({
@@ -88,6 +83,22 @@ async fn scenario<E: protobot_jobsite::executor::Executor + 'static>(
         }),
     )
     .await;
+}
+
+/// Applies the example's Project, worker classes and ChangeSet, runs the
+/// registration controller and the Job Site with `executor`, and checks the
+/// item completes with one sealed InspectionRun and one merge on main.
+async fn scenario<E: protobot_jobsite::executor::Executor + 'static>(
+    cluster: &Cluster,
+    tmp: &tempfile::TempDir,
+    executor: Arc<E>,
+    sandbox_profile: &str,
+) {
+    let ns = cluster.namespace.clone();
+    let (work, origin) = (tmp.path().join("work"), tmp.path().join("origin.git"));
+    let merge = author(&work, &origin).unwrap();
+    let client = cluster.client.clone();
+    apply_example(&client, &ns, &origin, &merge, sandbox_profile).await;
     let registration = tokio::spawn(protobot_controller::changeset::run_with(
         client.clone(),
         Some(ns.clone()),
@@ -196,8 +207,97 @@ async fn scenario<E: protobot_jobsite::executor::Executor + 'static>(
         std::slice::from_ref(&item.spec.work_item_id),
         "exactly one merge carries a Work-Item trailer: the item's"
     );
+    // Transitions are reported as Kubernetes Events on the item; a finished item
+    // no longer carries the unfinished-work finalizer.
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(client.clone(), &ns);
+    let reported = events.list(&Default::default()).await.unwrap().items;
+    assert!(
+        reported
+            .iter()
+            .any(|e| e.reason.as_deref() == Some("Completed")
+                && e.regarding.as_ref().and_then(|r| r.name.as_deref())
+                    == Some(kube::ResourceExt::name_any(item).as_str())),
+        "no Completed event for the item: {:?}",
+        reported.iter().map(|e| &e.reason).collect::<Vec<_>>()
+    );
+    let finalized =
+        protobot_testkit::wait::until(&items, &name, timeout(), |i: Option<&BuildWorkItem>| {
+            i.is_some_and(|i| {
+                !kube::ResourceExt::finalizers(i)
+                    .iter()
+                    .any(|f| f == protobot_controller::jobsite::FINALIZER)
+            })
+        })
+        .await;
+    assert!(
+        matches!(finalized, Ok(Some(_))),
+        "the finalizer stayed on a completed item"
+    );
     job_site.abort();
     registration.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unfinished_work_item_cannot_disappear() {
+    let cluster = Cluster::connect("finalizer").await;
+    let ns = cluster.namespace.clone();
+    let client = cluster.client.clone();
+    let tmp = tempfile::tempdir().unwrap();
+    let (work, origin) = (tmp.path().join("work"), tmp.path().join("origin.git"));
+    let merge = author(&work, &origin).unwrap();
+    apply_example(&client, &ns, &origin, &merge, "local").await;
+    let registration = tokio::spawn(protobot_controller::changeset::run_with(
+        client.clone(),
+        Some(ns.clone()),
+        tmp.path().join("registry"),
+    ));
+    let change_sets: Api<ChangeSet> = Api::namespaced(client.clone(), &ns);
+    let registered = protobot_testkit::wait::until(
+        &change_sets,
+        "cs-00001",
+        timeout(),
+        |cs: Option<&ChangeSet>| {
+            cs.and_then(|c| c.status.as_ref())
+                .is_some_and(|s| s.work_item_ref.is_some())
+        },
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    let name = registered.status.unwrap().work_item_ref.unwrap().name;
+    // A Job Site whose executor refuses claims nothing but still guards the item.
+    let refusing = Arc::new(
+        protobot_jobsite::testing::InProcessExecutor::new(&tmp.path().join("runs"))
+            .refusing("no conformance report"),
+    );
+    let settings = Settings {
+        identity: "protobot-0".into(),
+        workdir: tmp.path().join("jobsite"),
+        interval: Duration::from_millis(200),
+        limits: Default::default(),
+    };
+    protobot_controller::jobsite::pass(&client, Some(&ns), &settings, refusing).await;
+    let items: Api<BuildWorkItem> = Api::namespaced(client.clone(), &ns);
+    let item = items.get(&name).await.unwrap();
+    assert_eq!(
+        item.status.as_ref().unwrap().state,
+        LifecycleState::ReadyForBuilding
+    );
+    assert!(
+        kube::ResourceExt::finalizers(&item)
+            .iter()
+            .any(|f| f == protobot_controller::jobsite::FINALIZER),
+        "{:?}",
+        item.metadata.finalizers
+    );
+    items.delete(&name, &Default::default()).await.unwrap();
+    let still = items.get(&name).await.unwrap();
+    assert!(
+        still.metadata.deletion_timestamp.is_some(),
+        "deletion is pending, not done, while the work is unfinished"
+    );
+    registration.abort();
+    cluster.cleanup().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -22,7 +22,11 @@ use jiff::{SignedDuration, Timestamp};
 use kube::{
     Api, Client, Resource, ResourceExt,
     api::{Patch, PatchParams},
-    runtime::{WatchStreamExt, watcher},
+    runtime::{
+        WatchStreamExt,
+        events::{Event, EventType, Recorder, Reporter},
+        watcher,
+    },
 };
 use protobot_api::{BuildWorkItem, InspectionRun, Project};
 use protobot_jobsite::{
@@ -41,6 +45,9 @@ use crate::changeset::{MATERIALIZER_SUBJECT, POLICY_VERSION};
 
 /// Field manager of the Job Site's server-side applies.
 pub const FIELD_MANAGER: &str = "protobot/jobsite";
+/// Finalizer on every unfinished BuildWorkItem: an item cannot disappear while
+/// work (or a merge) may still land for it.
+pub const FINALIZER: &str = "protobot.dev/unfinished-work";
 
 /// One replica's Job Site settings.
 #[derive(Clone, Debug)]
@@ -338,7 +345,169 @@ async fn drive_project<E: Executor + 'static>(
             publish_inspections(client, &ns, report).await;
         }
     }
+    publish_events(client, &ns, &settings.identity, &actions).await;
+    guard_unfinished(client, &ns, &name).await;
     Ok(actions)
+}
+
+/// The Kubernetes Event a Job Site action is reported with (pure): the work item
+/// it concerns and the event.
+pub fn event_for(action: &SiteAction) -> Option<(String, Event)> {
+    let event = |type_, reason: &str, action: &str, note: String| Event {
+        type_,
+        reason: reason.into(),
+        note: Some(note),
+        action: action.into(),
+        secondary: None,
+    };
+    Some(match action {
+        SiteAction::Built { report } => {
+            let ev = match report.state {
+                protobot_lifecycle::State::Completed => event(
+                    EventType::Normal,
+                    "Completed",
+                    "Merge",
+                    format!(
+                        "merged into the default branch as {} after {} cycle(s)",
+                        report.merge_commit.as_deref().unwrap_or("?"),
+                        report.cycles.len()
+                    ),
+                ),
+                protobot_lifecycle::State::Blocked => event(
+                    EventType::Warning,
+                    "Blocked",
+                    "Build",
+                    report.block_reason.clone().unwrap_or_default(),
+                ),
+                other => event(EventType::Normal, "Built", "Build", format!("now {other}")),
+            };
+            (report.work_item_id.clone(), ev)
+        }
+        SiteAction::RecoveredLease { work_item_id } => (
+            work_item_id.clone(),
+            event(
+                EventType::Warning,
+                "LeaseRecovered",
+                "Reconcile",
+                "the lease expired; the item is ready again".into(),
+            ),
+        ),
+        SiteAction::RecordedMerge {
+            work_item_id,
+            merge_commit,
+        } => (
+            work_item_id.clone(),
+            event(
+                EventType::Normal,
+                "MergeRecorded",
+                "Reconcile",
+                format!("found merge {merge_commit} by its Work-Item trailer"),
+            ),
+        ),
+        SiteAction::MergeNotApplied { work_item_id } => (
+            work_item_id.clone(),
+            event(
+                EventType::Warning,
+                "MergeNotApplied",
+                "Reconcile",
+                "the merge never landed; the item is ready again".into(),
+            ),
+        ),
+        SiteAction::DependenciesRefreshed { work_item_id } => (
+            work_item_id.clone(),
+            event(
+                EventType::Normal,
+                "Ready",
+                "RefreshDependencies",
+                "every dependency completed".into(),
+            ),
+        ),
+        SiteAction::Revalidated {
+            work_item_id,
+            reason,
+        } => (
+            work_item_id.clone(),
+            event(EventType::Warning, "Blocked", "Revalidate", reason.clone()),
+        ),
+        SiteAction::Failed {
+            work_item_id,
+            error,
+        } => (
+            work_item_id.clone(),
+            event(EventType::Warning, "BuildStopped", "Build", error.clone()),
+        ),
+        SiteAction::LostClaim { .. } => return None,
+    })
+}
+
+async fn publish_events(client: &Client, ns: &str, identity: &str, actions: &[SiteAction]) {
+    let recorder = Recorder::new(
+        client.clone(),
+        Reporter {
+            controller: "protobot-jobsite".into(),
+            instance: Some(identity.into()),
+        },
+    );
+    let items: Api<BuildWorkItem> = Api::namespaced(client.clone(), ns);
+    for action in actions {
+        let Some((id, event)) = event_for(action) else {
+            continue;
+        };
+        let Ok(item) = items.get(&item_name(&id)).await else {
+            continue;
+        };
+        if let Err(e) = recorder.publish(&event, &item.object_ref(&())).await {
+            tracing::warn!(work_item = %id, error = %e, "could not publish an event");
+        }
+    }
+}
+
+/// Keeps [`FINALIZER`] on every unfinished item of the project and removes it from
+/// finished ones (completed or abandoned), so a deletion waits for the work.
+async fn guard_unfinished(client: &Client, ns: &str, project: &str) {
+    let items: Api<BuildWorkItem> = Api::namespaced(client.clone(), ns);
+    let selector = format!(
+        "{}={}",
+        protobot_stores::kubernetes::PROJECT_LABEL,
+        protobot_stores::kubernetes::label_value(project)
+    );
+    let Ok(list) = items
+        .list(&kube::api::ListParams::default().labels(&selector))
+        .await
+    else {
+        return;
+    };
+    for item in list.items {
+        let finished = item.status.as_ref().is_some_and(|s| {
+            matches!(
+                s.state,
+                protobot_api::LifecycleState::Completed | protobot_api::LifecycleState::Abandoned
+            )
+        });
+        let mut finalizers = item.finalizers().to_vec();
+        let has = finalizers.iter().any(|f| f == FINALIZER);
+        if finished == has {
+            if finished {
+                finalizers.retain(|f| f != FINALIZER);
+            } else {
+                finalizers.push(FINALIZER.into());
+            }
+            let patch = serde_json::json!({"metadata": {
+                "finalizers": finalizers,
+                "resourceVersion": item.resource_version(),
+            }});
+            if let Err(e) = items
+                .patch(
+                    &item.name_any(),
+                    &PatchParams::default(),
+                    &Patch::Merge(&patch),
+                )
+                .await
+            {
+                tracing::debug!(item = %item.name_any(), error = %e, "finalizer update deferred");
+            }
+        }
+    }
 }
 
 /// The `InspectionRun` objects of a build (pure): one per run, owned by the item.

@@ -393,7 +393,8 @@ fn priority(p: &str) -> Option<&'static str> {
 }
 
 /// A label-safe project value (63 characters, alphanumerics, `-`, `_`, `.`).
-fn label_value(project: &str) -> String {
+/// The label value the store gives a project's objects (under [`PROJECT_LABEL`]).
+pub fn label_value(project: &str) -> String {
     let clean: String = project
         .chars()
         .map(|c| {
