@@ -49,7 +49,7 @@ async fn apply_example(
     sandbox_profile: &str,
 ) {
     create(
-        &Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(client.clone(), &ns),
+        &Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(client.clone(), ns),
         json!({
             "apiVersion": "v1", "kind": "ConfigMap",
             "metadata": {"name": "cli-sync-workers", "namespace": ns},
@@ -62,7 +62,7 @@ async fn apply_example(
     )
     .await;
     create(
-        &Api::<Project>::namespaced(client.clone(), &ns),
+        &Api::<Project>::namespaced(client.clone(), ns),
         json!({
             "apiVersion": "protobot.dev/v1alpha1", "kind": "Project",
             "metadata": {"name": "cli-sync", "namespace": ns},
@@ -75,7 +75,7 @@ async fn apply_example(
     )
     .await;
     create(
-        &Api::<ChangeSet>::namespaced(client.clone(), &ns),
+        &Api::<ChangeSet>::namespaced(client.clone(), ns),
         json!({
             "apiVersion": "protobot.dev/v1alpha1", "kind": "ChangeSet",
             "metadata": {"name": "cs-00001", "namespace": ns},
