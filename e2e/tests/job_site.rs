@@ -207,6 +207,22 @@ async fn scenario<E: protobot_jobsite::executor::Executor + 'static>(
         std::slice::from_ref(&item.spec.work_item_id),
         "exactly one merge carries a Work-Item trailer: the item's"
     );
+    // Its status shows the cycles for humans: Worker B's first attempt failed a test.
+    let outcomes: Vec<String> = item
+        .status
+        .as_ref()
+        .unwrap()
+        .cycles
+        .iter()
+        .map(|c| {
+            serde_json::to_value(c.outcome)
+                .unwrap()
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    assert_eq!(outcomes, ["implementation-fault", "passed"]);
     // Transitions are reported as Kubernetes Events on the item; a finished item
     // no longer carries the unfinished-work finalizer.
     let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(client.clone(), &ns);

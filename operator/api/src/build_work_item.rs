@@ -460,6 +460,9 @@ pub enum CycleOutcome {
     /// A transient failure (timeout, rate limit, image pull): retried without escalating.
     #[serde(rename = "transient")]
     Transient,
+    /// Inspection sent the candidate back (a genuine failure: escalates).
+    #[serde(rename = "rejected-inspection")]
+    RejectedInspection,
 }
 
 /// One build cycle of a work item.
@@ -472,7 +475,7 @@ pub struct CycleRecord {
     /// Model tier the workers ran at.
     pub tier: ModelTier,
     /// How the cycle ended: `running`, `passed`, `test-fault`, `implementation-fault`,
-    /// `both-faults` or `transient`.
+    /// `both-faults`, `transient` or `rejected-inspection`.
     pub outcome: CycleOutcome,
     /// Candidate commit the cycle produced.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -851,6 +851,7 @@ impl<S: WorkStore, E: Executor> Engine<S, E> {
             .unwrap_or_default();
         let tier = escalation.current_tier();
         let started = Instant::now();
+        let attempt_started = self.clock.now();
         match self
             .cycle(claim, item, cycle, tier, genuine as u32, &feedback)
             .await
@@ -887,6 +888,7 @@ impl<S: WorkStore, E: Executor> Engine<S, E> {
                         outcome: label.clone(),
                         candidate_commit: candidate,
                         feedback: serde_json::to_value(&gate.feedback).unwrap_or_default(),
+                        started_at: Some(attempt_started),
                         finished_at: self.clock.now(),
                     },
                 )
@@ -943,6 +945,7 @@ impl<S: WorkStore, E: Executor> Engine<S, E> {
                         outcome: "transient".into(),
                         candidate_commit: String::new(),
                         feedback: serde_json::to_value(&feedback).unwrap_or_default(),
+                        started_at: Some(attempt_started),
                         finished_at: self.clock.now(),
                     },
                 )
@@ -1226,6 +1229,7 @@ impl<S: WorkStore, E: Executor> Engine<S, E> {
             .count() as u32;
         let budget = self.config.max_cycles.saturating_sub(genuine + 1);
         let tier = escalation_from(self.config.start_tier, &record.attempts).current_tier();
+        let attempt_started = self.clock.now();
         // Pre-merge revalidation: merge the current default branch in; when it
         // moved, every gate reruns on the refreshed candidate.
         let started = Instant::now();
@@ -1274,6 +1278,7 @@ impl<S: WorkStore, E: Executor> Engine<S, E> {
                                     candidate_commit: self.head(item)?.to_string(),
                                     feedback: serde_json::to_value(&gate.feedback)
                                         .unwrap_or_default(),
+                                    started_at: Some(attempt_started),
                                     finished_at: self.clock.now(),
                                 },
                             )
@@ -1425,6 +1430,7 @@ impl<S: WorkStore, E: Executor> Engine<S, E> {
                         outcome: "rejected-inspection".into(),
                         candidate_commit: candidate,
                         feedback: serde_json::to_value(&feedback).unwrap_or_default(),
+                        started_at: Some(attempt_started),
                         finished_at: self.clock.now(),
                     },
                 )

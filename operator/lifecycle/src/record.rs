@@ -253,6 +253,9 @@ pub struct AttemptRecord {
     /// Sanitized Worker feedback the next cycle starts from (already allowlisted).
     #[serde(default, skip_serializing_if = "serde_json::Value::is_null")]
     pub feedback: serde_json::Value,
+    /// When the attempt started (trusted clock), when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub started_at: Option<Timestamp>,
     /// When the attempt ended (trusted clock).
     pub finished_at: Timestamp,
 }

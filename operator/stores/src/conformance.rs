@@ -2656,6 +2656,7 @@ fn attempt(cycle: u32, outcome: &str) -> protobot_lifecycle::AttemptRecord {
         outcome: outcome.into(),
         candidate_commit: String::new(),
         feedback: Value::Null,
+        started_at: None,
         finished_at: eval_time(),
     }
 }

@@ -469,6 +469,38 @@ fn mirror(status: &mut Value, record: &WorkItemRecord, lease_seconds: i64, now: 
     });
     let leased = record.live_lease(now).is_some();
     set(status, "lease", lease);
+    // The attempts, for humans: cycles with their tier and outcome (the engine
+    // replays the ledger's record, not these).
+    let cycles: Vec<Value> = record
+        .attempts
+        .iter()
+        .map(|a| {
+            let outcome = match a.outcome.as_str() {
+                "passed" => "passed",
+                "test" => "test-fault",
+                "implementation" => "implementation-fault",
+                "both" => "both-faults",
+                "rejected-inspection" => "rejected-inspection",
+                _ => "transient",
+            };
+            let mut cycle = json!({
+                "cycle": a.cycle.max(1),
+                "tier": a.tier,
+                "outcome": outcome,
+                "startTime": a.started_at.unwrap_or(a.finished_at).to_string(),
+                "endTime": a.finished_at.to_string(),
+            });
+            if a.candidate_commit.len() == 40 {
+                cycle["candidateCommit"] = json!(a.candidate_commit);
+            }
+            cycle
+        })
+        .collect();
+    set(
+        status,
+        "cycles",
+        (!cycles.is_empty()).then_some(Value::Array(cycles)),
+    );
     let reason = if leased {
         "LeaseHeld"
     } else if record.lease.is_some() {
