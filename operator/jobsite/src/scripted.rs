@@ -87,6 +87,8 @@ pub struct Behaviour {
     pub inspector_objects_once: bool,
     /// Worker B's first run fails as an executor error (transient).
     pub transient_first: bool,
+    /// The mutation campaign reports a surviving mutant on its first run per item.
+    pub mutant_survives_once: bool,
 }
 
 /// The scripted roles.
@@ -171,7 +173,32 @@ pub fn executor(root: &Path, b: Behaviour) -> InProcessExecutor {
         std::fs::write(run.out.join("findings.jsonl"), lines).unwrap();
         Ok(0)
     });
+    let survived: Arc<Mutex<std::collections::BTreeSet<String>>> = Arc::default();
+    let survives = b.mutant_survives_once;
+    let mutation: Script = Arc::new(move |run| {
+        let id = task(run)["work_item_id"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        let survivors = if survives && survived.lock().unwrap().insert(id.clone()) {
+            serde_json::json!([{
+                "mutant_id": format!("{id}-m1"),
+                "path": format!("src/{id}.sh"),
+                "requirement_ids": [REQ],
+                "description": "replaced `hello` with `hell`: no test failed",
+            }])
+        } else {
+            serde_json::json!([])
+        };
+        std::fs::write(
+            run.out.join("campaign.json"),
+            serde_json::json!({ "survivors": survivors }).to_string(),
+        )
+        .unwrap();
+        Ok(0)
+    });
     InProcessExecutor::new(root)
+        .with(SandboxRole::MutationRunner, mutation)
         .with(SandboxRole::WorkerA, worker_a)
         .with(SandboxRole::WorkerB, worker_b)
         .with(SandboxRole::IntegrationRunner, integration)
@@ -331,6 +358,8 @@ pub struct SiteOptions {
     pub faults: Option<FaultHook>,
     /// Whether an Inspector producer runs.
     pub inspector: bool,
+    /// Whether a mutation campaign runs as a second producer.
+    pub mutation: bool,
     /// Genuine cycles before a spec question.
     pub max_cycles: u32,
     /// Reuse this Job Site home (its integration clone) instead of cloning anew.
@@ -344,6 +373,7 @@ impl Default for SiteOptions {
             behaviour: Behaviour::default(),
             faults: None,
             inspector: true,
+            mutation: false,
             max_cycles: 4,
             home: None,
         }
@@ -377,11 +407,18 @@ pub fn site<S: WorkStore + 'static>(w: &World<S>, o: SiteOptions) -> JobSite<S, 
     let mut config = EngineConfig::new(class(), class(), class(), home.join("scratch"));
     config.max_cycles = o.max_cycles;
     if o.inspector {
-        config.producers = vec![Producer {
+        config.producers.push(Producer {
             name: "inspector-1".into(),
             kind: ProducerKind::Inspector,
             class: class(),
-        }];
+        });
+    }
+    if o.mutation {
+        config.producers.push(Producer {
+            name: "mutation-1".into(),
+            kind: ProducerKind::Mutation,
+            class: class(),
+        });
     }
     let engine = Engine {
         store: w.store.clone(),

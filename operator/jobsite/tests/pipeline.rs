@@ -54,7 +54,7 @@ async fn a_change_set_is_built_triaged_inspected_reworked_attested_and_merged() 
             behaviour: Behaviour {
                 wrong_until_cycle: 1,
                 inspector_objects_once: true,
-                transient_first: false,
+                ..Behaviour::default()
             },
             ..SiteOptions::default()
         },
@@ -459,8 +459,8 @@ async fn escalation_ignores_transient_failures_and_a_restart_resumes_at_the_pers
     // js-1 crashes right after recording cycle 2.
     let behaviour = Behaviour {
         wrong_until_cycle: 3,
-        inspector_objects_once: false,
         transient_first: true,
+        ..Behaviour::default()
     };
     let first = site(
         &w,
@@ -602,4 +602,70 @@ async fn a_waiting_item_is_built_after_its_dependency_merges_and_blocked_if_it_i
         blocked.block_reason
     );
     assert_eq!(merges_on_main(&w.origin), ["wi-01", "wi-02"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_surviving_mutant_sends_the_candidate_back_to_the_test_worker() {
+    let items = ids(1);
+    let w = world(&items).await;
+    let js = site(
+        &w,
+        SiteOptions {
+            mutation: true,
+            behaviour: Behaviour {
+                mutant_survives_once: true,
+                ..Behaviour::default()
+            },
+            ..SiteOptions::default()
+        },
+    );
+    let actions = js.run_until_idle().await.unwrap();
+    let report = actions
+        .iter()
+        .find_map(|a| match a {
+            SiteAction::Built { report } => Some(report.clone()),
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("no build in {actions:#?}"));
+    assert_eq!(report.state, State::Completed);
+    // Both producers ran through the executor, in every inspection run.
+    let runs = js.engine.executor.runs();
+    assert!(runs.iter().any(|r| r.role == SandboxRole::MutationRunner));
+    assert_eq!(report.inspections.len(), 2);
+    assert_eq!(
+        report.inspections[0].producers,
+        ["inspector-1", "mutation-1"]
+    );
+    // The survivor became a test-gap finding routed to Worker A only.
+    let rework = report
+        .cycles
+        .iter()
+        .find(|c| c.decision == "rejected-inspection")
+        .expect("an inspection rework");
+    let recipients: Vec<String> = rework
+        .feedback
+        .iter()
+        .map(|f| {
+            serde_json::to_value(f.recipient)
+                .unwrap()
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    assert_eq!(recipients, ["worker-a"]);
+    let text = serde_json::to_string(&rework.feedback).unwrap();
+    assert!(
+        !text.contains("src/"),
+        "no implementation path reaches Worker A: {text}"
+    );
+    assert!(
+        !text.contains("hell`"),
+        "no mutant text reaches Worker A: {text}"
+    );
+    assert!(matches!(
+        report.inspections[1].verdict,
+        protobot_jobsite::inspection::Verdict::Sealed { .. }
+    ));
+    assert_eq!(merges_on_main(&w.origin), items);
 }
