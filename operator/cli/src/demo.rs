@@ -39,7 +39,7 @@ use protobot_lifecycle::{AuthorizationContext, State};
 use protobot_stores::{AdapterConfig, SqliteStore, WorkStore};
 use serde::Serialize;
 
-use protobot_jobsite::example::{INTEGRATION, PROJECT, WORKER_A, WORKER_B, author};
+use protobot_jobsite::example::{INSPECTOR, INTEGRATION, PROJECT, WORKER_A, WORKER_B, author};
 
 /// Report format.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -77,6 +77,7 @@ struct Report {
     cycles: Vec<protobot_jobsite::engine::CycleReport>,
     redactions: usize,
     findings: usize,
+    inspections: Vec<protobot_jobsite::engine::InspectionReport>,
     stages: Vec<String>,
     evidence: Evidence,
     sandbox: String,
@@ -259,7 +260,11 @@ async fn run(
             worker_a: sh(WORKER_A),
             worker_b: sh(WORKER_B),
             integration: sh(INTEGRATION),
-            producers: Vec::new(),
+            producers: vec![protobot_jobsite::engine::Producer {
+                name: "inspector".into(),
+                kind: protobot_jobsite::inspection::ProducerKind::Inspector,
+                class: sh(INSPECTOR),
+            }],
             limits: Limits::default(),
             scratch: root.join("scratch"),
             remote: "origin".into(),
@@ -371,7 +376,8 @@ async fn run(
         main_contains_merge: contains,
         product_tree_digest: report.product_tree_digest.clone(),
         redactions,
-        findings: 0,
+        findings: report.inspections.iter().map(|i| i.findings).sum(),
+        inspections: report.inspections.clone(),
         cycles: report.cycles,
         stages,
         evidence: Evidence {

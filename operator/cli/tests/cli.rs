@@ -304,6 +304,14 @@ fn the_demo_builds_the_example_through_a_triage_cycle_and_merges_it() {
         ["implementation", "pass"],
         "Worker B's first attempt fails, triage routes it back"
     );
+    // The scripted Inspector ran through the sandbox and its run sealed.
+    let inspections = report["inspections"].as_array().unwrap();
+    assert_eq!(inspections.len(), 1, "{report}");
+    assert_eq!(
+        inspections[0]["producers"],
+        serde_json::json!(["inspector"])
+    );
+    assert_eq!(inspections[0]["verdict"]["verdict"], "sealed");
     let feedback = report["cycles"][0]["feedback"].to_string();
     assert!(feedback.contains("REQ-CLI-00001"), "{feedback}");
     assert!(

@@ -15,6 +15,8 @@ pub const WORKER_A: &str = include_str!("../../../examples/cli-sync/workers/work
 pub const WORKER_B: &str = include_str!("../../../examples/cli-sync/workers/worker-b.sh");
 /// The integration runner's scripted harness.
 pub const INTEGRATION: &str = include_str!("../../../examples/cli-sync/workers/integration.sh");
+/// The scripted Inspector's harness.
+pub const INSPECTOR: &str = include_str!("../../../examples/cli-sync/workers/inspector.sh");
 /// The example's project id.
 pub const PROJECT: &str = "cli-sync";
 
