@@ -13,7 +13,10 @@
 //!   producing the contract's [`ConformanceReport`]) and
 //!   [`ConformantExecutor`], which refuses to run a profile whose report fails;
 //! - [`procfs`]: the `/proc` scans used to prove that no process of a run
-//!   survives it.
+//!   survives it;
+//! - [`tree`]: the file-tree primitives (sealed-workspace check, link-safe
+//!   copy and `/out` collection, removal) shared with the Kubernetes
+//!   executor's staging volume.
 //!
 //! No `unsafe` anywhere: resource limits are applied by executing the sandbox
 //! through util-linux `prlimit` (and `setpriv` for the per-run uid) instead of a
@@ -26,6 +29,7 @@ pub mod procfs;
 mod rundir;
 mod supervise;
 mod tools;
+pub mod tree;
 
 pub use bubblewrap::{BubblewrapConfig, BubblewrapExecutor, SandboxIdentity};
 pub use conformance::{

@@ -10,11 +10,13 @@
 //! run's directory is removed.
 
 use std::{
-    fs,
-    io::{self, Write},
-    os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt, lchown, symlink},
+    fs, io,
+    os::unix::fs::MetadataExt,
     path::{Path, PathBuf},
 };
+
+use protobot_executors::tree::{self, SealError, TreeError, Unsealed};
+pub use protobot_executors::tree::{Owner, remove_tree};
 
 use crate::manifest::RUNS_DIR;
 
@@ -58,13 +60,14 @@ fn io_err<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> Sta
     }
 }
 
-/// Owner to give the parts the sandbox writes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Owner {
-    /// uid.
-    pub uid: u32,
-    /// gid.
-    pub gid: u32,
+impl From<TreeError> for StageError {
+    fn from(e: TreeError) -> Self {
+        StageError::Io {
+            op: e.op,
+            path: e.path,
+            source: e.source,
+        }
+    }
 }
 
 /// One staged run.
@@ -85,42 +88,23 @@ pub fn instance_dir(staging: &Path, instance: &str) -> PathBuf {
     staging.join(RUNS_DIR).join(instance)
 }
 
-/// Git metadata carrying history or host state, scrubbed from the copy.
-const GIT_SCRUB: [&str; 4] = ["logs", "FETCH_HEAD", "ORIG_HEAD", "COMMIT_EDITMSG"];
-
-/// Refuses a workspace whose git metadata reaches outside it.
+/// Refuses a workspace whose git metadata reaches outside it
+/// ([`tree::check_sealed`]).
 pub fn check_sealed(workspace: &Path) -> Result<(), StageError> {
-    let not_sealed = |why: &str| StageError::NotSealed {
-        path: workspace.to_path_buf(),
-        why: why.to_owned(),
-    };
-    let meta = fs::symlink_metadata(workspace).map_err(io_err("inspect", workspace))?;
-    if !meta.is_dir() {
-        return Err(not_sealed("it is not a directory"));
-    }
-    let git = workspace.join(".git");
-    let Ok(git_meta) = fs::symlink_metadata(&git) else {
-        return Ok(());
-    };
-    if !git_meta.is_dir() {
-        return Err(not_sealed(".git is a file or link (a gitdir pointer)"));
-    }
-    for (p, why) in [
-        ("objects/info/alternates", "it has objects/info/alternates"),
-        ("commondir", "it has a commondir pointer"),
-    ] {
-        if fs::symlink_metadata(git.join(p)).is_ok() {
-            return Err(not_sealed(why));
-        }
-    }
-    if let Ok(config) = fs::read_to_string(git.join("config"))
-        && config
-            .lines()
-            .any(|l| l.trim_start().to_ascii_lowercase().starts_with("[remote"))
-    {
-        return Err(not_sealed("it has a configured remote"));
-    }
-    Ok(())
+    tree::check_sealed(workspace).map_err(|e| match e {
+        SealError::Io(e) => StageError::Io {
+            op: "inspect",
+            path: e.path,
+            source: e.source,
+        },
+        SealError::NotSealed(why) => StageError::NotSealed {
+            path: workspace.to_path_buf(),
+            why: match why {
+                Unsealed::GitLink => ".git is a file or link (a gitdir pointer)".to_owned(),
+                why => why.to_string(),
+            },
+        },
+    })
 }
 
 /// Stages run `name` in `runs` (an [`instance_dir`]): copies `workspace`,
@@ -139,7 +123,7 @@ pub fn stage(
     if fs::symlink_metadata(&root).is_ok() {
         return Err(StageError::Exists { path: root });
     }
-    mkdir(&root, 0o755)?;
+    tree::mkdir(&root, 0o755)?;
     let run = StagedRun {
         workspace: root.join("workspace"),
         out: root.join("out"),
@@ -161,23 +145,12 @@ fn populate(
     task: &serde_json::Value,
     owner: Option<Owner>,
 ) -> Result<(), StageError> {
-    copy_tree(workspace, &run.workspace, owner, true)?;
-    let git = run.workspace.join(".git");
-    for name in GIT_SCRUB {
-        let p = git.join(name);
-        if let Ok(m) = fs::symlink_metadata(&p) {
-            if m.is_dir() {
-                remove_tree(&p)
-            } else {
-                fs::remove_file(&p)
-            }
-            .map_err(io_err("scrub git metadata", &p))?;
-        }
-    }
-    mkdir(&run.out, 0o755)?;
-    mkdir(&run.task, 0o755)?;
+    tree::copy_tree(workspace, &run.workspace, 0o755, owner)?;
+    tree::scrub_git(&run.workspace)?;
+    tree::mkdir(&run.out, 0o755)?;
+    tree::mkdir(&run.task, 0o755)?;
     if let Some(o) = owner {
-        lchown(&run.out, Some(o.uid), Some(o.gid)).map_err(io_err("chown", &run.out))?;
+        o.apply(&run.out)?;
     }
     let file = run.task.join("task.json");
     let body = serde_json::to_vec_pretty(task).map_err(|e| StageError::Io {
@@ -185,58 +158,7 @@ fn populate(
         path: file.clone(),
         source: io::Error::other(e),
     })?;
-    let mut f = fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o444)
-        .open(&file)
-        .map_err(io_err("create", &file))?;
-    f.write_all(&body).map_err(io_err("write", &file))
-}
-
-fn mkdir(path: &Path, mode: u32) -> Result<(), StageError> {
-    fs::DirBuilder::new()
-        .mode(mode)
-        .create(path)
-        .map_err(io_err("create directory", path))?;
-    fs::set_permissions(path, fs::Permissions::from_mode(mode)).map_err(io_err("chmod", path))
-}
-
-/// Copies `src` to `dst` (absent) without following symlinks; special files
-/// are skipped.
-fn copy_tree(src: &Path, dst: &Path, owner: Option<Owner>, top: bool) -> Result<(), StageError> {
-    let meta = fs::symlink_metadata(src).map_err(io_err("inspect", src))?;
-    let ft = meta.file_type();
-    if ft.is_dir() {
-        let mode = if top {
-            0o755
-        } else {
-            meta.permissions().mode() & 0o777 | 0o700
-        };
-        mkdir(dst, mode)?;
-        for entry in fs::read_dir(src).map_err(io_err("read directory", src))? {
-            let entry = entry.map_err(io_err("read directory", src))?;
-            copy_tree(&entry.path(), &dst.join(entry.file_name()), owner, false)?;
-        }
-    } else if ft.is_file() {
-        let mut from = fs::File::open(src).map_err(io_err("open", src))?;
-        let mut to = fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(meta.permissions().mode() & 0o777 | 0o600)
-            .open(dst)
-            .map_err(io_err("create", dst))?;
-        io::copy(&mut from, &mut to).map_err(io_err("copy", src))?;
-    } else if ft.is_symlink() {
-        let target = fs::read_link(src).map_err(io_err("read link", src))?;
-        symlink(&target, dst).map_err(io_err("create symlink", dst))?;
-    } else {
-        return Ok(());
-    }
-    if let Some(o) = owner {
-        lchown(dst, Some(o.uid), Some(o.gid)).map_err(io_err("chown", dst))?;
-    }
-    Ok(())
+    Ok(tree::write_new_file(&file, 0o444, &body)?)
 }
 
 /// Copies the run's `out` into `dst` (absent, created 0755): regular files and
@@ -246,76 +168,14 @@ pub fn collect_out(src: &Path, dst: &Path) -> Result<Vec<String>, StageError> {
     if let Some(parent) = dst.parent() {
         fs::create_dir_all(parent).map_err(io_err("create", parent))?;
     }
-    mkdir(dst, 0o755)?;
+    tree::mkdir(dst, 0o755)?;
     let mut skipped = Vec::new();
     if fs::symlink_metadata(src).is_ok_and(|m| m.is_dir()) {
-        collect_into(src, dst, Path::new(""), &mut skipped)?;
+        tree::collect_into(src, dst, Path::new(""), &mut skipped)?;
     } else {
         skipped.push(".".to_owned());
     }
     Ok(skipped)
-}
-
-fn collect_into(
-    src: &Path,
-    dst: &Path,
-    rel: &Path,
-    skipped: &mut Vec<String>,
-) -> Result<(), StageError> {
-    for entry in fs::read_dir(src).map_err(io_err("read", src))? {
-        let entry = entry.map_err(io_err("read", src))?;
-        let (from, to, rel) = (
-            entry.path(),
-            dst.join(entry.file_name()),
-            rel.join(entry.file_name()),
-        );
-        let meta = fs::symlink_metadata(&from).map_err(io_err("inspect", &from))?;
-        if meta.is_dir() {
-            mkdir(&to, 0o755)?;
-            collect_into(&from, &to, &rel, skipped)?;
-        } else if meta.is_file() {
-            // The pod has terminated before collection, so nothing can swap
-            // this file for a link between the check above and the open.
-            let mut r = fs::File::open(&from).map_err(io_err("open", &from))?;
-            let mut w = fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .mode(0o644)
-                .open(&to)
-                .map_err(io_err("create", &to))?;
-            io::copy(&mut r, &mut w).map_err(io_err("copy", &from))?;
-        } else {
-            skipped.push(rel.to_string_lossy().into_owned());
-        }
-    }
-    Ok(())
-}
-
-/// Removes a tree even when the sandbox left directories without write or
-/// search permission. Absent is fine.
-pub fn remove_tree(path: &Path) -> io::Result<()> {
-    match fs::remove_dir_all(path) {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
-        Err(_) => {
-            open_up(path);
-            fs::remove_dir_all(path)
-        }
-    }
-}
-
-fn open_up(path: &Path) {
-    let Ok(meta) = fs::symlink_metadata(path) else {
-        return;
-    };
-    if meta.is_dir() {
-        let _ = fs::set_permissions(path, fs::Permissions::from_mode(0o700));
-        if let Ok(entries) = fs::read_dir(path) {
-            for e in entries.flatten() {
-                open_up(&e.path());
-            }
-        }
-    }
 }
 
 /// Names of the run directories present in an instance directory.
@@ -336,6 +196,8 @@ pub fn effective_uid() -> Option<u32> {
 
 #[cfg(test)]
 mod tests {
+    use std::os::unix::fs::symlink;
+
     use super::*;
 
     fn repo(dir: &Path) -> PathBuf {
