@@ -213,16 +213,7 @@ async fn run(
     let job_site = context(
         "job-site",
         "job-site-local",
-        &[
-            "claim",
-            "renew-lease",
-            "tests-pass",
-            "raise-spec-question",
-            "begin-merge",
-            "record-merge",
-            "return-to-building",
-            "merge-conflict",
-        ],
+        protobot_jobsite::site::JOB_SITE_ACTIONS,
     );
     let executor = LocalExecutor::new(
         BubblewrapConfig::under(&root.join("sandbox")),
@@ -278,12 +269,7 @@ async fn run(
         reconciler: context(
             "reconciler",
             "reconciler-local",
-            &[
-                "recover-lease",
-                "record-merge",
-                "merge-not-applied",
-                "merge-conflict",
-            ],
+            protobot_jobsite::site::RECONCILER_ACTIONS,
         ),
         contracts: Arc::new(KnownContracts(
             [(contract.work_item_id.clone(), contract.clone())]
@@ -295,7 +281,7 @@ async fn run(
         materializer: Some(context(
             "materializer",
             "materializer",
-            &["refresh-dependencies", "revalidate"],
+            protobot_jobsite::site::REFRESH_ACTIONS,
         )),
     };
     // Claims the item, or — after a kill — adopts the lease this Job Site still

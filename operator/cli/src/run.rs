@@ -232,16 +232,7 @@ async fn run_inner(args: &RunArgs) -> Result<serde_json::Value, RunError> {
             &project_id,
             "job-site",
             "job-site-local",
-            &[
-                "claim",
-                "renew-lease",
-                "tests-pass",
-                "raise-spec-question",
-                "return-to-building",
-                "begin-merge",
-                "merge-conflict",
-                "record-merge",
-            ],
+            protobot_jobsite::site::JOB_SITE_ACTIONS,
         ),
         config,
         on_stage: Some(Arc::new(move |s: &str| {
@@ -257,12 +248,7 @@ async fn run_inner(args: &RunArgs) -> Result<serde_json::Value, RunError> {
             &project_id,
             "reconciler",
             "reconciler-local",
-            &[
-                "recover-lease",
-                "record-merge",
-                "merge-not-applied",
-                "merge-conflict",
-            ],
+            protobot_jobsite::site::RECONCILER_ACTIONS,
         ),
         contracts: Arc::new(RegisteredContracts {
             repo: repo.clone(),
@@ -274,7 +260,7 @@ async fn run_inner(args: &RunArgs) -> Result<serde_json::Value, RunError> {
             &project_id,
             "materializer",
             "materializer",
-            &["refresh-dependencies", "revalidate"],
+            protobot_jobsite::site::REFRESH_ACTIONS,
         )),
     };
     let actions = site

@@ -286,16 +286,7 @@ async fn drive_project<E: Executor + 'static>(
             &settings.identity,
             "job-site",
             &name,
-            &[
-                "claim",
-                "renew-lease",
-                "tests-pass",
-                "raise-spec-question",
-                "return-to-building",
-                "begin-merge",
-                "merge-conflict",
-                "record-merge",
-            ],
+            protobot_jobsite::site::JOB_SITE_ACTIONS,
         ),
         config,
         on_stage: None,
@@ -307,12 +298,7 @@ async fn drive_project<E: Executor + 'static>(
             &format!("{}-reconciler", settings.identity),
             "reconciler",
             &name,
-            &[
-                "recover-lease",
-                "record-merge",
-                "merge-not-applied",
-                "merge-conflict",
-            ],
+            protobot_jobsite::site::RECONCILER_ACTIONS,
         ),
         contracts: Arc::new(RegisteredContracts {
             repo: clone.clone(),
@@ -324,7 +310,7 @@ async fn drive_project<E: Executor + 'static>(
             MATERIALIZER_SUBJECT,
             "materializer",
             &name,
-            &["refresh-dependencies", "revalidate"],
+            protobot_jobsite::site::REFRESH_ACTIONS,
         )),
     };
     // The engine holds git handles across awaits (not Send): it runs on a

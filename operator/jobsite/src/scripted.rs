@@ -336,17 +336,7 @@ pub fn context(
     }
 }
 
-/// Everything a Job Site may do.
-pub const JOB_SITE_ACTIONS: &[&str] = &[
-    "claim",
-    "renew-lease",
-    "tests-pass",
-    "raise-spec-question",
-    "return-to-building",
-    "begin-merge",
-    "merge-conflict",
-    "record-merge",
-];
+pub use crate::site::JOB_SITE_ACTIONS;
 
 /// How to build a Job Site.
 pub struct SiteOptions {
@@ -435,12 +425,7 @@ pub fn site<S: WorkStore + 'static>(w: &World<S>, o: SiteOptions) -> JobSite<S, 
         reconciler: context(
             "reconciler-1",
             "reconciler",
-            &[
-                "recover-lease",
-                "record-merge",
-                "merge-not-applied",
-                "merge-conflict",
-            ],
+            crate::site::RECONCILER_ACTIONS,
             now,
         ),
         contracts: w.contracts.clone(),
@@ -449,7 +434,7 @@ pub fn site<S: WorkStore + 'static>(w: &World<S>, o: SiteOptions) -> JobSite<S, 
         materializer: Some(context(
             "materializer-1",
             "materializer",
-            &["refresh-dependencies", "revalidate"],
+            crate::site::REFRESH_ACTIONS,
             now,
         )),
     }

@@ -33,6 +33,29 @@ use crate::{
     lease::{Claim, Held},
 };
 
+/// Every lifecycle command a Job Site sends (its trusted context's allowed actions).
+pub const JOB_SITE_ACTIONS: &[&str] = &[
+    "claim",
+    "renew-lease",
+    "tests-pass",
+    "raise-spec-question",
+    "return-to-building",
+    "begin-merge",
+    "merge-conflict",
+    "record-merge",
+];
+
+/// Every lifecycle command the Job Site's reconciler sends.
+pub const RECONCILER_ACTIONS: &[&str] = &[
+    "recover-lease",
+    "record-merge",
+    "merge-not-applied",
+    "merge-conflict",
+];
+
+/// The Materializer commands of the dependency refresh.
+pub const REFRESH_ACTIONS: &[&str] = &["refresh-dependencies", "revalidate"];
+
 /// Where a claimed item's build contract comes from. The contract is a
 /// deterministic function of the registration, so a restarted Job Site can
 /// always rebuild it.
