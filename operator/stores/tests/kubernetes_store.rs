@@ -174,3 +174,62 @@ async fn fencing_tokens_survive_a_restart() {
         .unwrap();
     assert_ne!(t1, t2);
 }
+
+#[tokio::test]
+async fn commands_read_only_the_objects_they_touch() {
+    // With every list failing, commands on an item still work: they fetch
+    // their shards by name, so their cost does not grow with the project.
+    let server = server();
+    let store = seeded(&server).await;
+    for n in 2..=20 {
+        let mut rec = WorkItemRecord::new(&format!("wi-{n}"), "demo", State::ReadyForBuilding, 1);
+        rec.readiness = Readiness::complete();
+        store.import(Import::Record(rec)).await.unwrap();
+    }
+    server
+        .faults()
+        .inject(FaultRule::on(Verb::List).status(500));
+    let r = store
+        .execute(Some(&job_site()), &claim("k1"), now())
+        .await
+        .unwrap();
+    assert!(r.ok, "{:?}", r.error);
+    let replay = store
+        .execute(Some(&job_site()), &claim("k1"), now())
+        .await
+        .unwrap();
+    assert!(
+        replay.decision.unwrap().replayed,
+        "the key is found by name"
+    );
+    let mut other = claim("k1");
+    other.work_item_id = "wi-2".into();
+    let reused = store
+        .execute(Some(&job_site()), &other, now())
+        .await
+        .unwrap();
+    assert!(!reused.ok, "a key reused on another item conflicts");
+    assert_eq!(
+        store.get("wi-1").await.unwrap().unwrap().state,
+        State::Building
+    );
+    assert_eq!(
+        store.get("wi-2").await.unwrap().unwrap().state,
+        State::ReadyForBuilding
+    );
+    // Calls that enumerate do list, and say so when they cannot.
+    let err = store
+        .list(&protobot_stores::ItemFilter::default())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::Unavailable(_)), "{err}");
+    server.faults().clear();
+    assert_eq!(
+        store
+            .list(&protobot_stores::ItemFilter::default())
+            .await
+            .unwrap()
+            .len(),
+        20
+    );
+}

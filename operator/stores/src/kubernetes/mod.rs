@@ -1,23 +1,28 @@
 //! The Kubernetes WorkStore: the WMS lives in the cluster, sharded over the
 //! project's `BuildWorkItem` statuses and a few labelled ConfigMaps (see
-//! [`shard`]). Every call is: list the project's objects → join them into one
-//! state → run the backend-independent adapter on it → split the result →
-//! write only the shards that moved, each with a `resourceVersion`
-//! precondition (or a create that fails on `AlreadyExists`), the home work
-//! item's status last. Any conflict re-runs the whole call against fresh
-//! objects, so the evaluator always decides on what it reads, and the
-//! idempotency key turns a retried call into a replay rather than a second
-//! mutation. Fencing tokens come from a counter object that only grows, so
-//! they stay unique across operator restarts.
+//! [`shard`]). Every call is: fetch the shards it touches by name → join them
+//! into a (partial) state → run the backend-independent adapter on it → split
+//! the result → write only the shards that moved, each with a
+//! `resourceVersion` precondition (or a create that fails on
+//! `AlreadyExists`), the home work item's status last. Which shards a call
+//! touches is learnt by running it ([`partial`]): a run that touched a shard
+//! not yet fetched is discarded, the shard is fetched and the run repeated, so
+//! a command costs a few GETs whatever the size of the project. Calls that
+//! enumerate (queries, `list`) read the whole project with two lists. Any
+//! write conflict re-runs the whole call against fresh objects, so the
+//! evaluator always decides on what it reads, and the idempotency key turns a
+//! retried call into a replay rather than a second mutation. Fencing tokens
+//! come from a counter object that only grows, so they stay unique across
+//! operator restarts.
 //!
-//! Reading the whole project per call keeps the store obviously correct; a
-//! controller will later serve reads from its watch cache. Items are
-//! `BuildWorkItem` objects named from their ids; ids that are not valid object
-//! names are mapped with a digest suffix.
+//! Items are `BuildWorkItem` objects named from their ids; ids that are not
+//! valid object names are mapped with a digest suffix. Other shards are
+//! ConfigMaps named from a digest of the project and the shard id.
 
+pub mod partial;
 pub mod shard;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::ConfigMap;
@@ -25,6 +30,7 @@ use kube::{
     Api, Client,
     api::{ApiResource, DynamicObject, ListParams, PostParams},
 };
+use partial::{Need, Partial, unmet_dependencies};
 use protobot_lifecycle::{
     ApprovalRecord, AuditEvent, AuthorizationContext, OperationEnvelope, ResultEnvelope,
     Submission, WorkItemRecord,
@@ -35,7 +41,7 @@ use shard::{Kind, ShardId};
 
 use crate::{
     AdapterConfig, FindingRecord, Import, ItemFilter, Observation, RequestRecord, StoreError,
-    WorkStore, adapter, memory::WmsState,
+    WorkStore, adapter, memory::WmsState, txn::WmsTxn,
 };
 
 /// Label naming the project an object belongs to.
@@ -63,9 +69,23 @@ struct Loaded {
     object: Option<DynamicObject>,
 }
 
+/// The shards a call has read so far.
+#[derive(Default)]
 struct Snapshot {
+    /// Values of the shards that exist.
     shards: BTreeMap<ShardId, Value>,
+    /// Their objects (an item may exist before its first status write).
     objects: BTreeMap<ShardId, Loaded>,
+    /// Shards fetched, whether they exist or not.
+    known: BTreeSet<ShardId>,
+    /// Whether the snapshot is the whole project (every other shard is absent).
+    everything: bool,
+}
+
+impl Snapshot {
+    fn knows(&self, id: &ShardId) -> bool {
+        self.everything || self.known.contains(id)
+    }
 }
 
 enum WriteError {
@@ -103,6 +123,52 @@ pub fn item_name(id: &str) -> String {
     } else {
         format!("{prefix}-{hash}")
     }
+}
+
+/// A WMS config map's shard id, value and object (`None`: not a WMS shard).
+fn decode_config_map(cm: ConfigMap) -> Result<Option<(ShardId, Value, Loaded)>, StoreError> {
+    let labels = cm.metadata.labels.clone().unwrap_or_default();
+    let Some(kind) = labels.get(KIND_LABEL).and_then(|k| Kind::parse(k)) else {
+        return Ok(None);
+    };
+    let data = cm.data.clone().unwrap_or_default();
+    let (Some(id), Some(value)) = (data.get("id"), data.get("value")) else {
+        return Ok(None);
+    };
+    let value: Value = serde_json::from_str(value).map_err(|e| {
+        StoreError::Unavailable(format!(
+            "failed to decode config map {:?}: {e}",
+            cm.metadata.name
+        ))
+    })?;
+    let loaded = Loaded {
+        name: cm.metadata.name.clone().unwrap_or_default(),
+        resource_version: cm.metadata.resource_version.clone(),
+        object: None,
+    };
+    Ok(Some(((kind, id.clone()), value, loaded)))
+}
+
+/// A work item object's id, ledger (`None` before its first status write) and object.
+fn decode_item(item: DynamicObject) -> Result<(String, Option<Value>, Loaded), StoreError> {
+    let id = item.data["spec"]["workItemId"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    // An item created but never given its ledger (a crash between the create
+    // and the status write) holds nothing yet.
+    let value = match item.data["status"]["ledger"].as_str() {
+        Some(ledger) => Some(serde_json::from_str(ledger).map_err(|e| {
+            StoreError::Unavailable(format!("failed to decode the ledger of {id}: {e}"))
+        })?),
+        None => None,
+    };
+    let loaded = Loaded {
+        name: item.metadata.name.clone().unwrap_or_default(),
+        resource_version: item.metadata.resource_version.clone(),
+        object: Some(item),
+    };
+    Ok((id, value, loaded))
 }
 
 fn kube_error(what: &str, e: kube::Error) -> WriteError {
@@ -144,7 +210,8 @@ impl KubeStore {
         )
     }
 
-    async fn load(&self) -> Result<Snapshot, StoreError> {
+    /// Lists the whole project (for calls that enumerate).
+    async fn load_everything(&self) -> Result<Snapshot, StoreError> {
         let lp = ListParams::default().labels(&self.selector());
         let unavailable = |what: &str, e: kube::Error| {
             StoreError::Unavailable(format!("failed to list {what}: {e}"))
@@ -159,68 +226,139 @@ impl KubeStore {
             .list(&lp)
             .await
             .map_err(|e| unavailable("build work items", e))?;
-        let mut shards = BTreeMap::new();
-        let mut objects = BTreeMap::new();
+        let mut snapshot = Snapshot {
+            everything: true,
+            ..Snapshot::default()
+        };
         for cm in maps.items {
-            let labels = cm.metadata.labels.clone().unwrap_or_default();
-            let Some(kind) = labels.get(KIND_LABEL).and_then(|k| Kind::parse(k)) else {
-                continue;
-            };
-            let data = cm.data.clone().unwrap_or_default();
-            let (Some(id), Some(value)) = (data.get("id"), data.get("value")) else {
-                continue;
-            };
-            let value: Value = serde_json::from_str(value).map_err(|e| {
-                StoreError::Unavailable(format!(
-                    "failed to decode config map {:?}: {e}",
-                    cm.metadata.name
-                ))
-            })?;
-            let loaded = Loaded {
-                name: cm.metadata.name.clone().unwrap_or_default(),
-                resource_version: cm.metadata.resource_version.clone(),
-                object: None,
-            };
-            shards.insert((kind, id.clone()), value);
-            objects.insert((kind, id.clone()), loaded);
+            if let Some((id, value, loaded)) = decode_config_map(cm)? {
+                snapshot.known.insert(id.clone());
+                snapshot.shards.insert(id.clone(), value);
+                snapshot.objects.insert(id, loaded);
+            }
         }
         for item in items.items {
-            let id = item.data["spec"]["workItemId"]
-                .as_str()
-                .unwrap_or_default()
-                .to_string();
-            let loaded = Loaded {
-                name: item.metadata.name.clone().unwrap_or_default(),
-                resource_version: item.metadata.resource_version.clone(),
-                object: Some(item.clone()),
-            };
-            // An item created but never given its ledger (a crash between the
-            // create and the status write) holds nothing yet.
-            if let Some(ledger) = item.data["status"]["ledger"].as_str() {
-                let value: Value = serde_json::from_str(ledger).map_err(|e| {
-                    StoreError::Unavailable(format!("failed to decode the ledger of {id}: {e}"))
-                })?;
-                shards.insert((Kind::Item, id.clone()), value);
+            let (id, value, loaded) = decode_item(item)?;
+            let shard = (Kind::Item, id);
+            snapshot.known.insert(shard.clone());
+            if let Some(value) = value {
+                snapshot.shards.insert(shard.clone(), value);
             }
-            objects.insert((Kind::Item, id), loaded);
+            snapshot.objects.insert(shard, loaded);
         }
-        Ok(Snapshot { shards, objects })
+        Ok(snapshot)
     }
 
-    /// Runs `f` on the joined state and writes what it changed; re-runs on conflicts.
+    /// Fetches `wanted` (and what their joins depend on) into `snapshot`.
+    async fn fetch(
+        &self,
+        snapshot: &mut Snapshot,
+        wanted: BTreeSet<ShardId>,
+    ) -> Result<(), StoreError> {
+        let mut wanted: BTreeSet<ShardId> = wanted
+            .into_iter()
+            .filter(|id| !snapshot.knows(id))
+            .collect();
+        while !wanted.is_empty() {
+            let fetched =
+                futures::future::try_join_all(wanted.iter().map(|id| self.fetch_one(id))).await?;
+            let mut arrived = BTreeMap::new();
+            for (id, found) in wanted.into_iter().zip(fetched) {
+                snapshot.known.insert(id.clone());
+                if let Some((value, loaded)) = found {
+                    if let Some(value) = value {
+                        arrived.insert(id.clone(), value.clone());
+                        snapshot.shards.insert(id.clone(), value);
+                    }
+                    snapshot.objects.insert(id, loaded);
+                }
+            }
+            wanted = unmet_dependencies(&arrived, &snapshot.known);
+        }
+        Ok(())
+    }
+
+    /// One shard by name: `None` when its object does not exist.
+    async fn fetch_one(&self, id: &ShardId) -> Result<Option<(Option<Value>, Loaded)>, StoreError> {
+        let (kind, wms_id) = id;
+        let unavailable = |what: String, e: kube::Error| {
+            StoreError::Unavailable(format!("failed to read {what}: {e}"))
+        };
+        if *kind == Kind::Item {
+            let name = item_name(wms_id);
+            let Some(object) = self
+                .item_api()
+                .get_opt(&name)
+                .await
+                .map_err(|e| unavailable(format!("work item {wms_id}"), e))?
+            else {
+                return Ok(None);
+            };
+            let (found, value, loaded) = decode_item(object)?;
+            if &found != wms_id {
+                return Err(StoreError::Unavailable(format!(
+                    "BuildWorkItem {name} holds work item {found:?}, not {wms_id:?}; an object of that name was created by something other than the work store: rename or delete it"
+                )));
+            }
+            return Ok(Some((value, loaded)));
+        }
+        let name = self.config_map_name(*kind, wms_id);
+        let Some(cm) = self
+            .config_maps()
+            .get_opt(&name)
+            .await
+            .map_err(|e| unavailable(format!("config map {name}"), e))?
+        else {
+            return Ok(None);
+        };
+        match decode_config_map(cm)? {
+            Some((found, value, loaded)) if &found == id => Ok(Some((Some(value), loaded))),
+            _ => Err(StoreError::Unavailable(format!(
+                "config map {name} does not hold the {} shard {wms_id:?}; it was changed by something other than the work store: delete it only if the project is being rebuilt",
+                kind.as_str()
+            ))),
+        }
+    }
+
+    /// Runs `f` on the shards it touches and writes what it changed; re-runs
+    /// on conflicts. `f` is deterministic: it may run several times while the
+    /// shards it touches are fetched, and only its last run counts.
     async fn transact<T>(
         &self,
-        f: impl Fn(&mut WmsState) -> Result<T, StoreError>,
+        f: impl Fn(&mut dyn WmsTxn) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
+        let mut hint: BTreeSet<ShardId> = BTreeSet::new();
+        let mut everything = false;
         for _ in 0..MAX_ATTEMPTS {
-            let snapshot = self.load().await?;
-            let mut state = shard::join(&self.project, &snapshot.shards)
-                .map_err(|e| StoreError::Unavailable(e.to_string()))?;
-            let out = f(&mut state)?;
-            let after = shard::split(&state, &snapshot.shards);
+            let mut snapshot = if everything {
+                self.load_everything().await?
+            } else {
+                let mut s = Snapshot::default();
+                self.fetch(&mut s, hint.clone()).await?;
+                s
+            };
+            let (out, after) = loop {
+                let state = shard::join(&self.project, &snapshot.shards)
+                    .map_err(|e| StoreError::Unavailable(e.to_string()))?;
+                let mut view = Partial::new(state, &snapshot.known, snapshot.everything);
+                let out = f(&mut view);
+                let (state, need) = view.finish();
+                match need {
+                    Need::Nothing => break (out?, state),
+                    Need::Shards(more) => self.fetch(&mut snapshot, more).await?,
+                    Need::Everything => {
+                        everything = true;
+                        snapshot = self.load_everything().await?;
+                    }
+                }
+            };
+            let after = shard::split(&after, &snapshot.shards);
             match self.commit(&snapshot, &after).await {
                 Ok(()) => return Ok(out),
-                Err(WriteError::Conflict) => tokio::task::yield_now().await,
+                Err(WriteError::Conflict) => {
+                    hint = snapshot.known;
+                    tokio::task::yield_now().await
+                }
                 Err(WriteError::Failed(reason)) => return Err(StoreError::Unavailable(reason)),
             }
         }
@@ -235,9 +373,11 @@ impl KubeStore {
         after: &BTreeMap<ShardId, Value>,
     ) -> Result<(), WriteError> {
         // Shard kinds order the writes: counters and claims first, items last.
+        // Only shards the call knows: a split of a partial state also yields
+        // claims of keys homed in a loaded item, which were not read.
         let mut changed: Vec<(&ShardId, &Value)> = after
             .iter()
-            .filter(|(id, v)| before.shards.get(*id) != Some(*v))
+            .filter(|(id, v)| before.knows(id) && before.shards.get(*id) != Some(*v))
             .collect();
         changed.sort_by_key(|((kind, id), _)| (*kind, id.clone()));
         for ((kind, id), value) in changed {
@@ -536,7 +676,17 @@ impl WorkStore for KubeStore {
     }
 
     async fn get(&self, id: &str) -> Result<Option<WorkItemRecord>, StoreError> {
-        Ok(self.state().await?.records.get(id).cloned())
+        let mut snapshot = Snapshot::default();
+        self.fetch(
+            &mut snapshot,
+            BTreeSet::from([(Kind::Item, id.to_string())]),
+        )
+        .await?;
+        Ok(snapshot
+            .shards
+            .get(&(Kind::Item, id.to_string()))
+            .and_then(|v| serde_json::from_value::<shard::ItemShard>(v.clone()).ok())
+            .and_then(|item| item.record))
     }
 
     async fn list(&self, filter: &ItemFilter) -> Result<Vec<WorkItemRecord>, StoreError> {
@@ -579,7 +729,12 @@ impl WorkStore for KubeStore {
     }
 
     async fn approval(&self, id: &str) -> Result<Option<ApprovalRecord>, StoreError> {
-        Ok(self.state().await?.approvals.get(id).cloned())
+        Ok(self
+            .targeted((Kind::Approval, id.to_string()))
+            .await?
+            .approvals
+            .get(id)
+            .cloned())
     }
 
     async fn submission(&self, id: &str) -> Result<Option<Submission>, StoreError> {
@@ -587,13 +742,27 @@ impl WorkStore for KubeStore {
     }
 
     async fn request(&self, id: &str) -> Result<Option<RequestRecord>, StoreError> {
-        Ok(self.state().await?.requests.get(id).cloned())
+        Ok(self
+            .targeted((Kind::Request, id.to_string()))
+            .await?
+            .requests
+            .get(id)
+            .cloned())
     }
 }
 
 impl KubeStore {
+    /// The whole project, joined.
     async fn state(&self) -> Result<WmsState, StoreError> {
-        let snapshot = self.load().await?;
+        let snapshot = self.load_everything().await?;
+        shard::join(&self.project, &snapshot.shards)
+            .map_err(|e| StoreError::Unavailable(e.to_string()))
+    }
+
+    /// The state joined from one shard and what its join depends on.
+    async fn targeted(&self, id: ShardId) -> Result<WmsState, StoreError> {
+        let mut snapshot = Snapshot::default();
+        self.fetch(&mut snapshot, BTreeSet::from([id])).await?;
         shard::join(&self.project, &snapshot.shards)
             .map_err(|e| StoreError::Unavailable(e.to_string()))
     }
