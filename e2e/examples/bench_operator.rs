@@ -74,6 +74,7 @@ fn contract(i: usize) -> BuildContract {
         readiness: Readiness::complete(),
         dependencies: vec![],
         priority: "normal".into(),
+        scopes: vec![],
     }
 }
 

@@ -46,14 +46,18 @@ async fn three_replicas_claim_and_merge_fifty_change_sets_once_and_survive_a_kil
     let survivors: Vec<_> = ["replica-1", "replica-2"]
         .into_iter()
         .map(|subject| {
-            Arc::new(site(
+            let mut replica = site(
                 &w,
                 SiteOptions {
                     subject,
                     inspector: false,
                     ..SiteOptions::default()
                 },
-            ))
+            );
+            // The Project's default WIP limit: it counts every replica's active
+            // items, including the one the killed replica holds until its lease expires.
+            replica.wip_limit = protobot_api::project::DEFAULT_WIP_LIMIT as usize;
+            Arc::new(replica)
         })
         .collect();
     let handle = tokio::runtime::Handle::current();

@@ -250,10 +250,7 @@ async fn run_inner(args: &RunArgs) -> Result<serde_json::Value, RunError> {
             "reconciler-local",
             protobot_jobsite::site::RECONCILER_ACTIONS,
         ),
-        contracts: Arc::new(RegisteredContracts {
-            repo: repo.clone(),
-            default_branch: args.default_branch.clone(),
-        }),
+        contracts: Arc::new(RegisteredContracts::new(repo.clone(), &args.default_branch)),
         repo_dir: repo,
         wip_limit: 1,
         materializer: Some(context(

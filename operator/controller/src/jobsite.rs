@@ -300,10 +300,10 @@ async fn drive_project<E: Executor + 'static>(
             &name,
             protobot_jobsite::site::RECONCILER_ACTIONS,
         ),
-        contracts: Arc::new(RegisteredContracts {
-            repo: clone.clone(),
-            default_branch: spec.default_branch.clone(),
-        }),
+        contracts: Arc::new(RegisteredContracts::new(
+            clone.clone(),
+            &spec.default_branch,
+        )),
         repo_dir: clone,
         wip_limit: usize::try_from(spec.wip_limit).unwrap_or(1),
         materializer: Some(context(

@@ -147,6 +147,11 @@ pub struct BuildContract {
     pub dependencies: Vec<String>,
     /// Priority snapshot.
     pub priority: String,
+    /// Declared scopes, for dispatch to keep overlapping work apart: the change
+    /// set's `affected_scopes` (or the bug's), `interface:<id>` for each
+    /// affected interface and `requirement:<id>` for each changed requirement.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub scopes: Vec<String>,
 }
 
 /// Why a contract could not be built (bad registration input, not a block).
@@ -250,6 +255,17 @@ fn from_change_set(f: &ChangeSetFacts) -> Result<BuildContract, ContractError> {
         policy_compatible: true,
         unresolved_reasons: Vec::new(),
     };
+    let scopes = sorted(
+        f.affected_scopes
+            .iter()
+            .cloned()
+            .chain(
+                f.affected_interfaces
+                    .iter()
+                    .map(|i| format!("interface:{i}")),
+            )
+            .chain(changed.iter().map(|r| format!("requirement:{r}"))),
+    );
     Ok(BuildContract {
         work_item_id: format!("wi-cs-{number}-{}", &merge[..10]),
         materialization_key: format!("{}/{}@{merge}", f.project_id, f.change_set_id),
@@ -263,6 +279,7 @@ fn from_change_set(f: &ChangeSetFacts) -> Result<BuildContract, ContractError> {
         readiness,
         dependencies: sorted(f.depends_on.iter().cloned()),
         priority: f.priority.clone(),
+        scopes,
     })
 }
 
@@ -291,6 +308,12 @@ fn from_bug(b: &BugFacts) -> Result<BuildContract, ContractError> {
     }
     let spec = b.spec_commit.to_ascii_lowercase();
     let violated = sorted(b.violated_requirement_ids.iter().cloned());
+    let scopes = sorted(
+        b.scopes
+            .iter()
+            .cloned()
+            .chain(violated.iter().map(|r| format!("requirement:{r}"))),
+    );
     Ok(BuildContract {
         work_item_id: format!("wi-bug-{slug}-{}", &spec[..10]),
         materialization_key: format!("{}/bug:{}@{spec}", b.project_id, b.bug_id),
@@ -305,6 +328,7 @@ fn from_bug(b: &BugFacts) -> Result<BuildContract, ContractError> {
         readiness: Readiness::complete(),
         dependencies: Vec::new(),
         priority: b.priority.clone(),
+        scopes,
     })
 }
 

@@ -301,6 +301,7 @@ pub async fn world<S: WorkStore>(store: Arc<S>, items: &[String]) -> World<S> {
                 readiness: Readiness::complete(),
                 dependencies: vec![],
                 priority: "normal".into(),
+                scopes: vec![],
             },
         );
     }

@@ -62,6 +62,12 @@ pub const REFRESH_ACTIONS: &[&str] = &["refresh-dependencies", "revalidate"];
 pub trait ContractSource: Send + Sync {
     /// The contract of `record`.
     fn contract(&self, record: &WorkItemRecord) -> Result<BuildContract, String>;
+
+    /// The scopes `record`'s contract declares (dispatch asks for every ready
+    /// and running item on every pass, so sources that read a repository cache them).
+    fn scopes(&self, record: &WorkItemRecord) -> Result<Vec<String>, String> {
+        self.contract(record).map(|c| c.scopes)
+    }
 }
 
 /// Contracts held in memory (the materializer hands them over).
@@ -82,12 +88,26 @@ impl ContractSource for KnownContracts {
 /// read again from `repo` through the spec store, so the contract is exactly the
 /// one the Materializer built. Bug intakes (`<project>/bug:…`) are not
 /// rebuildable here and must come from [`KnownContracts`].
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub struct RegisteredContracts {
     /// A clone of the project repository (the default branch fetched).
     pub repo: PathBuf,
     /// The default branch.
     pub default_branch: String,
+    /// Declared scopes by materialization key (they depend on the merge commit only).
+    scopes: std::sync::Mutex<std::collections::BTreeMap<String, Vec<String>>>,
+}
+
+impl RegisteredContracts {
+    /// Contracts rebuilt from registrations in `repo` (a clone whose
+    /// `default_branch` holds the approved change sets).
+    pub fn new(repo: PathBuf, default_branch: &str) -> RegisteredContracts {
+        RegisteredContracts {
+            repo,
+            default_branch: default_branch.to_string(),
+            scopes: std::sync::Mutex::new(Default::default()),
+        }
+    }
 }
 
 /// Splits `<project>/<change set>@<merge>`.
@@ -126,6 +146,18 @@ impl ContractSource for RegisteredContracts {
             ));
         }
         Ok(contract)
+    }
+
+    fn scopes(&self, record: &WorkItemRecord) -> Result<Vec<String>, String> {
+        let key = &record.materialization_key;
+        if let Some(hit) = self.scopes.lock().ok().and_then(|c| c.get(key).cloned()) {
+            return Ok(hit);
+        }
+        let scopes = self.contract(record)?.scopes;
+        if let Ok(mut cache) = self.scopes.lock() {
+            cache.insert(key.clone(), scopes.clone());
+        }
+        Ok(scopes)
     }
 }
 
@@ -274,17 +306,21 @@ impl<S: WorkStore + 'static, E: Executor> JobSite<S, E> {
             .store
             .list(&ItemFilter::state(State::ReadyForBuilding))
             .await?;
-        let footprints: Vec<Footprint> = ready
-            .iter()
-            .map(|r| Footprint {
-                id: r.id.clone(),
-                priority: Priority::from_snapshot(&r.priority),
-                ready_since: jiff::Timestamp::UNIX_EPOCH,
-                scopes: Default::default(),
-                paths: Default::default(),
+        // Items other Job Sites (or earlier passes) are building count against
+        // the project's WIP limit and steer dispatch away from their scopes.
+        let running: Vec<Footprint> = self
+            .engine
+            .store
+            .list(&ItemFilter {
+                states: vec![State::Building, State::Inspecting, State::Merging],
             })
+            .await?
+            .iter()
+            .filter(|r| r.live_lease(now).is_some())
+            .map(|r| self.footprint(r))
             .collect();
-        for id in plan(&footprints, &[], self.wip_limit.max(1)) {
+        let footprints: Vec<Footprint> = ready.iter().map(|r| self.footprint(r)).collect();
+        for id in plan(&footprints, &running, self.wip_limit.max(1)) {
             let Some(record) = ready.iter().find(|r| r.id == id) else {
                 continue;
             };
@@ -303,6 +339,23 @@ impl<S: WorkStore + 'static, E: Executor> JobSite<S, E> {
             }
         }
         Ok(actions)
+    }
+
+    /// What dispatch knows of an item: its priority, when it became ready and
+    /// the scopes its contract declares (none when the contract cannot be read:
+    /// the build reports that error itself).
+    fn footprint(&self, record: &WorkItemRecord) -> Footprint {
+        let scopes = self.contracts.scopes(record).unwrap_or_else(|error| {
+            tracing::debug!(work_item = %record.id, %error, "no declared scopes for dispatch");
+            Vec::new()
+        });
+        Footprint {
+            id: record.id.clone(),
+            priority: Priority::from_snapshot(&record.priority),
+            ready_since: record.state_since.unwrap_or(jiff::Timestamp::UNIX_EPOCH),
+            scopes: scopes.into_iter().collect(),
+            paths: Default::default(),
+        }
     }
 
     async fn build(&self, claim: &Claim, record: &WorkItemRecord) -> SiteAction {

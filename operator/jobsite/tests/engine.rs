@@ -179,6 +179,7 @@ async fn a_work_item_is_built_through_a_triage_cycle_and_merged() {
         readiness: Readiness::complete(),
         dependencies: vec![],
         priority: "normal".into(),
+        scopes: vec![],
     };
     let ctx = context.clone();
     let engine = Engine {

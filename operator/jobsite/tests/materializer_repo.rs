@@ -74,11 +74,23 @@ fn a_restarted_job_site_rebuilds_the_same_contract_from_the_materialization_key(
     let mut record = WorkItemRecord::new(&contract.work_item_id, "cli-sync", State::Building, 3);
     record.materialization_key = contract.materialization_key.clone();
     record.priority = "normal".into();
-    let source = RegisteredContracts {
-        repo: tmp.path().to_path_buf(),
-        default_branch: "main".into(),
-    };
+    let source = RegisteredContracts::new(tmp.path().to_path_buf(), "main");
     assert_eq!(source.contract(&record).unwrap(), contract);
+    // Dispatch reads the declared scopes: the changed requirements at least.
+    assert!(
+        contract
+            .scopes
+            .iter()
+            .any(|s| s.starts_with("requirement:REQ-")),
+        "{:?}",
+        contract.scopes
+    );
+    assert_eq!(source.scopes(&record).unwrap(), contract.scopes);
+    assert_eq!(
+        source.scopes(&record).unwrap(),
+        contract.scopes,
+        "served from the cache"
+    );
     assert_eq!(
         parse_materialization_key(&contract.materialization_key),
         Some(("cli-sync", "CS-00001", merge.to_lowercase().as_str()))

@@ -16,7 +16,7 @@ use std::{
 use protobot_jobsite::{
     engine::read_trace,
     executor::SandboxRole,
-    lease::{Claim, Held},
+    lease::{Claim, Clock, Held},
     scripted::{Behaviour, LEASE, SiteOptions, World, ids, merges_on_main, site},
     site::{JobSite, SiteAction},
     testing::{InProcessExecutor, git},
@@ -668,4 +668,72 @@ async fn a_surviving_mutant_sends_the_candidate_back_to_the_test_worker() {
         protobot_jobsite::inspection::Verdict::Sealed { .. }
     ));
     assert_eq!(merges_on_main(&w.origin), items);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dispatch_counts_other_job_sites_against_the_wip_limit_and_prefers_old_unrelated_work() {
+    let items = ids(4);
+    let w = world(&items).await;
+    // Declared scopes: wi-02 shares a scope with wi-01, the others do not.
+    let mut known = w.contracts.0.clone();
+    for (id, scopes) in [
+        ("wi-01", vec!["interface:sync-cli"]),
+        ("wi-02", vec!["interface:sync-cli"]),
+        ("wi-03", vec!["interface:report"]),
+        ("wi-04", vec!["requirement:REQ-OTHER-001"]),
+    ] {
+        known.get_mut(id).unwrap().scopes = scopes.into_iter().map(String::from).collect();
+    }
+    // Ready since: wi-04 first, then wi-02, then wi-03 (all `normal`; wi-01 is `high`).
+    let base = w.clock.now();
+    for (id, minutes) in [("wi-04", -30), ("wi-02", -20), ("wi-03", -10)] {
+        let mut rec = record(&w, id).await;
+        rec.state_since = Some(base + jiff::SignedDuration::from_mins(minutes));
+        w.store
+            .import(protobot_stores::Import::Record(rec))
+            .await
+            .unwrap();
+    }
+    // Another Job Site claims the high-priority wi-01 and stops right there.
+    let other = site(
+        &w,
+        SiteOptions {
+            subject: "js-other",
+            faults: Some(Arc::new(|b: &str| b == "after:claim")),
+            ..SiteOptions::default()
+        },
+    );
+    other.run_once().await.unwrap();
+    let held = record(&w, "wi-01").await;
+    assert_eq!(held.state, State::Building);
+    assert_eq!(held.owner, "js-other");
+
+    // The project's WIP limit is 1 and wi-01 fills it: nothing is claimed.
+    let mut js = site(&w, SiteOptions::default());
+    js.contracts = Arc::new(protobot_jobsite::site::KnownContracts(known));
+    let actions = js.run_once().await.unwrap();
+    assert!(actions.is_empty(), "{actions:?}");
+    for id in ["wi-02", "wi-03", "wi-04"] {
+        assert_eq!(record(&w, id).await.state, State::ReadyForBuilding, "{id}");
+    }
+
+    // With room for two more, the oldest unrelated items go first: wi-04 then
+    // wi-03; wi-02 (older than wi-03 but sharing wi-01's scope) waits.
+    js.wip_limit = 3;
+    let actions = js.run_once().await.unwrap();
+    let built: Vec<&str> = actions
+        .iter()
+        .filter_map(|a| match a {
+            SiteAction::Built { report } => Some(report.work_item_id.as_str()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(built, ["wi-04", "wi-03"], "{actions:?}");
+    assert_eq!(record(&w, "wi-02").await.state, State::ReadyForBuilding);
+    assert_eq!(record(&w, "wi-04").await.state, State::Completed);
+    let since = record(&w, "wi-04").await.state_since;
+    assert!(
+        since.is_some_and(|t| t >= base),
+        "the evaluator stamps each transition with the trusted clock: {since:?}"
+    );
 }

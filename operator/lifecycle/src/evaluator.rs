@@ -1301,6 +1301,9 @@ impl Evaluator<'_> {
             next.lease = None;
             next.owner.clear();
         }
+        if to != current.state {
+            next.state_since = self.inputs.now;
+        }
         next.state = to;
         next.contract_version = current.contract_version + 1;
         if !self.rules.keeps_inspection_evidence(to) {
@@ -1446,6 +1449,7 @@ impl Evaluator<'_> {
         rec.dependencies = deps;
         rec.readiness = source.readiness.clone();
         rec.block_reason = reason;
+        rec.state_since = self.inputs.now;
         rec.expected_merge = source
             .expected_merge
             .as_ref()

@@ -232,6 +232,10 @@ pub struct WorkItemRecord {
     /// Written only by a fenced trusted observation; never part of a command.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub attempts: Vec<AttemptRecord>,
+    /// When the item entered its current state (trusted clock): dispatch takes
+    /// older ready items first. `None` on records written before it was kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state_since: Option<Timestamp>,
 }
 
 /// How many attempts a work item keeps (the oldest are dropped first).
@@ -288,6 +292,7 @@ impl WorkItemRecord {
             expected_merge: None,
             reconciliation: None,
             attempts: Vec::new(),
+            state_since: None,
         }
     }
 
