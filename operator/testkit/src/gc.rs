@@ -5,8 +5,15 @@
 //!
 //! The real garbage collector is asynchronous; this one runs synchronously under
 //! the store lock, which is a stricter (earlier) version of "eventually".
+//!
+//! While nothing is being deleted, the only thing that can need collecting is
+//! an object whose owners are all gone, and only objects written since the
+//! last run (or whose owner was just removed) can have become one: the
+//! [`GcIndex`] tracks those, live uids and deleting objects, so a write costs
+//! the same on a store of ten objects and of ten thousand. Anything deleting
+//! falls back to scanning every object until the store is quiet again.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 
 use serde_json::{Value, json};
 
@@ -34,6 +41,92 @@ fn owner_uids(obj: &Value) -> Vec<String> {
         .iter()
         .filter_map(|r| r.get("uid").and_then(Value::as_str).map(str::to_owned))
         .collect()
+}
+
+/// Incrementally maintained facts the collector's quiet-store fast path needs.
+#[derive(Debug, Default)]
+pub(crate) struct GcIndex {
+    /// Live uids and the object holding each.
+    uids: HashMap<String, ObjectKey>,
+    /// Objects with a `deletionTimestamp`.
+    deleting: BTreeSet<ObjectKey>,
+    /// Objects by the uid of each of their owners.
+    dependents: HashMap<String, BTreeSet<ObjectKey>>,
+    /// Objects whose owners may all be gone.
+    dirty: BTreeSet<ObjectKey>,
+}
+
+impl GcIndex {
+    fn forget(&mut self, key: &ObjectKey, obj: &Value) {
+        if let Some(u) = uid(obj)
+            && self.uids.get(u) == Some(key)
+        {
+            self.uids.remove(u);
+        }
+        self.deleting.remove(key);
+        for owner in owner_uids(obj) {
+            if let Some(deps) = self.dependents.get_mut(&owner) {
+                deps.remove(key);
+                if deps.is_empty() {
+                    self.dependents.remove(&owner);
+                }
+            }
+        }
+    }
+
+    /// `key` now holds `obj` (it held `old`).
+    pub(crate) fn stored(&mut self, key: &ObjectKey, old: Option<&Value>, obj: &Value) {
+        if let Some(old) = old {
+            self.forget(key, old);
+        }
+        if let Some(u) = uid(obj) {
+            self.uids.insert(u.to_owned(), key.clone());
+        }
+        if deleting(obj) {
+            self.deleting.insert(key.clone());
+        }
+        let owners = owner_uids(obj);
+        for owner in &owners {
+            self.dependents
+                .entry(owner.clone())
+                .or_default()
+                .insert(key.clone());
+        }
+        if !owners.is_empty() {
+            self.dirty.insert(key.clone());
+        }
+    }
+
+    /// `key` (which held `obj`) is gone: its dependents may be orphans now.
+    pub(crate) fn removed(&mut self, key: &ObjectKey, obj: &Value) {
+        self.forget(key, obj);
+        self.dirty.remove(key);
+        if let Some(u) = uid(obj)
+            && let Some(deps) = self.dependents.get(u)
+        {
+            self.dirty.extend(deps.iter().cloned());
+        }
+    }
+}
+
+/// The quiet-store fast path: an object written since the last run whose
+/// owners are all gone.
+fn next_orphan(state: &mut State) -> Option<Action> {
+    while let Some(key) = state.gc_index.dirty.pop_first() {
+        let Some(obj) = state.object(&key) else {
+            continue;
+        };
+        let owners = owner_uids(obj);
+        if !deleting(obj)
+            && !owners.is_empty()
+            && owners
+                .iter()
+                .all(|u| !state.gc_index.uids.contains_key(u.as_str()))
+        {
+            return Some(Action::Delete(key));
+        }
+    }
+    None
 }
 
 /// One change the collector wants to make.
@@ -163,7 +256,17 @@ fn next_action(state: &State) -> Option<Action> {
 /// Run the collector to a fixed point.
 pub fn collect(state: &mut State) {
     for _ in 0..MAX_ROUNDS {
-        let Some(action) = next_action(state) else {
+        let action = if state.gc_index.deleting.is_empty() {
+            next_orphan(state)
+        } else {
+            // A full scan sees every orphan too.
+            let action = next_action(state);
+            if action.is_none() {
+                state.gc_index.dirty.clear();
+            }
+            action
+        };
+        let Some(action) = action else {
             return;
         };
         match action {

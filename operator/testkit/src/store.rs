@@ -145,6 +145,8 @@ pub struct State {
     pub(crate) compacted_rv: u64,
     /// Whether a simulated kubelet finishes graceful pod deletions.
     pub kubelet_attached: bool,
+    /// What the garbage collector needs to know without scanning every object.
+    pub(crate) gc_index: crate::gc::GcIndex,
 }
 
 impl State {
@@ -158,6 +160,7 @@ impl State {
             history_limit: history_limit.max(1),
             compacted_rv: 0,
             kubelet_attached: false,
+            gc_index: crate::gc::GcIndex::default(),
         }
     }
 
@@ -269,6 +272,7 @@ impl State {
         self.rv += 1;
         meta_mut(&mut obj).insert("resourceVersion".to_owned(), json!(self.rv.to_string()));
         let old = self.objects.insert(key.clone(), obj.clone());
+        self.gc_index.stored(&key, old.as_ref(), &obj);
         let kind = if old.is_some() {
             EventType::Modified
         } else {
@@ -281,6 +285,7 @@ impl State {
     /// Remove an object for good, recording `DELETED`.
     pub fn remove(&mut self, key: &ObjectKey) -> Option<Value> {
         let mut obj = self.objects.remove(key)?;
+        self.gc_index.removed(key, &obj);
         self.rv += 1;
         meta_mut(&mut obj).insert("resourceVersion".to_owned(), json!(self.rv.to_string()));
         if key.group == "apiextensions.k8s.io" && key.plural == "customresourcedefinitions" {

@@ -250,3 +250,44 @@ async fn wait_until_sees_deletion_through_a_watch() {
         "{err}"
     );
 }
+
+#[tokio::test]
+async fn owner_gc_finds_dependents_written_long_before_the_owner_goes() {
+    // The collector tracks dependents by owner uid instead of rescanning every
+    // object on every write: a dependent last written many writes ago must
+    // still be collected when its owner goes.
+    let server = server();
+    let widgets: Api<Widget> = Api::default_namespaced(server.client());
+    let api = cms(&server);
+    let owner = widgets
+        .create(&PostParams::default(), &widget("owner", "img"))
+        .await
+        .unwrap();
+    let mut dep = api
+        .create(&PostParams::default(), &owned_by("dep", &owner, false))
+        .await
+        .unwrap();
+    dep.data = Some([("k".to_string(), "v".to_string())].into());
+    api.replace("dep", &PostParams::default(), &dep)
+        .await
+        .unwrap();
+    for n in 0..5 {
+        let name = format!("filler-{n}");
+        api.create(&PostParams::default(), &config_map(&name, &[]))
+            .await
+            .unwrap();
+        api.delete(&name, &DeleteParams::default()).await.unwrap();
+    }
+    widgets
+        .delete("owner", &DeleteParams::background())
+        .await
+        .unwrap();
+    await_condition(
+        "dependent gone",
+        || api.get_opt("dep"),
+        |r| matches!(r, Ok(None)),
+    )
+    .await
+    .unwrap();
+    assert!(widgets.get_opt("owner").await.unwrap().is_none());
+}
