@@ -177,3 +177,65 @@ async fn three_replicas_claim_and_merge_fifty_change_sets_once_and_survive_a_kil
     assert_eq!(merges_on_main(&w.origin), items);
     cluster.cleanup().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_state_cache_counts_items_by_state_and_keeps_no_ledger() {
+    use protobot_controller::{
+        metrics::StateCounts,
+        operator::{CachedStates, state_cache},
+    };
+    use protobot_lifecycle::{Readiness, WorkItemRecord};
+    use protobot_stores::Import;
+    let cluster = Cluster::connect("state-cache").await;
+    let store = KubeStore::new(
+        cluster.client.clone(),
+        &cluster.namespace,
+        "cache",
+        AdapterConfig::default(),
+    );
+    for (n, state) in [
+        State::ReadyForBuilding,
+        State::ReadyForBuilding,
+        State::Blocked,
+        State::Completed,
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let mut rec = WorkItemRecord::new(&format!("wi-cache-{n}"), "cache", state, 3);
+        rec.readiness = Readiness::complete();
+        store.import(Import::Record(rec)).await.unwrap();
+    }
+    let items: kube::Api<protobot_api::BuildWorkItem> =
+        kube::Api::namespaced(cluster.client.clone(), &cluster.namespace);
+    let full = items.get("wi-cache-0").await.unwrap();
+    assert!(
+        full.status.as_ref().unwrap().ledger.is_some(),
+        "the store keeps its ledger in the status"
+    );
+    let (reader, reflect) = state_cache(items);
+    let reflect = tokio::spawn(reflect);
+    // Ready means the initial list is in: every item created above.
+    tokio::time::timeout(protobot_e2e::timeout(), reader.wait_until_ready())
+        .await
+        .expect("the cache syncs")
+        .unwrap();
+    assert_eq!(reader.state().len(), 4);
+    let counts = CachedStates(reader.clone()).counts();
+    assert_eq!(
+        counts,
+        vec![
+            (State::ReadyForBuilding, 2),
+            (State::Blocked, 1),
+            (State::Completed, 1),
+        ]
+    );
+    for item in reader.state() {
+        let status = item.status.as_ref().unwrap();
+        assert!(status.ledger.is_none() && status.conditions.is_empty());
+        assert!(item.metadata.managed_fields.is_none());
+        assert!(!item.spec.work_item_id.is_empty());
+    }
+    reflect.abort();
+    cluster.cleanup().await;
+}

@@ -32,7 +32,63 @@ pub enum OperatorError {
 }
 
 /// Work items by state, read from the reflector's cache at scrape time.
-struct CachedStates(reflector::Store<BuildWorkItem>);
+pub struct CachedStates(pub reflector::Store<BuildWorkItem>);
+
+/// Drops from a cached `BuildWorkItem` everything the state cache never reads.
+/// The ledger, the attempt history, idempotency results and managed fields are
+/// most of an item's bytes; a cache of ten thousand full items would hold
+/// well over a hundred MiB, pruned it holds identity, project and state.
+pub fn prune_for_state_cache(item: &mut BuildWorkItem) {
+    let meta = &mut item.metadata;
+    meta.managed_fields = None;
+    meta.annotations = None;
+    meta.owner_references = None;
+    meta.finalizers = None;
+    let spec = &mut item.spec;
+    spec.materialization_key = String::new();
+    spec.changed_requirements = Vec::new();
+    spec.applicable_requirements = Vec::new();
+    spec.dependencies = Vec::new();
+    spec.spec_commit = None;
+    spec.change_set_ref = None;
+    if let Some(status) = item.status.as_mut() {
+        status.contract_versions = Vec::new();
+        status.owner = None;
+        status.lease = None;
+        status.readiness = None;
+        status.dependencies = Vec::new();
+        status.block_reason = None;
+        status.active_resolution_submission_id = None;
+        status.expected_merge = None;
+        status.reconciliation = None;
+        status.idempotency_results = Vec::new();
+        status.branch = None;
+        status.cycles = Vec::new();
+        status.candidate_commit = None;
+        status.merge_commit = None;
+        status.completion = None;
+        status.ledger = None;
+        status.conditions = Vec::new();
+    }
+}
+
+/// The operator's cache of work items (for the by-state collector): a
+/// reflector over `items` whose objects are pruned as they arrive. Poll the
+/// returned future to keep the cache current.
+pub fn state_cache(
+    items: Api<BuildWorkItem>,
+) -> (
+    reflector::Store<BuildWorkItem>,
+    impl std::future::Future<Output = ()>,
+) {
+    let (reader, writer) = reflector::store();
+    let reflect = watcher(items, watcher::Config::default())
+        .default_backoff()
+        .modify(prune_for_state_cache)
+        .reflect(writer)
+        .for_each(|_| async {});
+    (reader, reflect)
+}
 
 fn state_of(s: LifecycleState) -> State {
     match s {
@@ -79,16 +135,12 @@ pub async fn run<E: protobot_jobsite::executor::Executor + 'static>(
         Some(ns) => Api::namespaced(client.clone(), ns),
         None => Api::all(client.clone()),
     };
-    let (reader, writer) = reflector::store();
+    let (reader, reflect) = state_cache(items);
     let registry = prometheus::Registry::new();
     let _metrics = JobSiteMetrics::register(&registry, Arc::new(CachedStates(reader.clone())))?;
     let readiness = Readiness::default();
     let (bound, _server) = admin::serve(admin_addr, registry, readiness.clone()).await?;
     tracing::info!(version = env!("CARGO_PKG_VERSION"), %bound, namespace = ?namespace, "protobot operator starting");
-    let reflect = watcher(items, watcher::Config::default())
-        .default_backoff()
-        .reflect(writer)
-        .for_each(|_| async {});
     let ready = {
         let reader = reader.clone();
         let readiness = readiness.clone();
