@@ -1,6 +1,11 @@
 //! `protobot run`: the Job Site on one machine for your own project — an
 //! approved change set in your repository, built by your worker harness.
 //!
+//! A true bug enters the same way with `--bug <id> --violates <REQ,…>`: no
+//! change set, the violated requirements judged at the default branch's head,
+//! `change_type: contradicts`; its facts are recorded next to the store so a
+//! rerun rebuilds the same contract.
+//!
 //! The repository is a working clone whose `origin` is where the merge lands
 //! (a bare repository or a remote the machine can push to). The harness
 //! directory holds `worker-a.sh`, `worker-b.sh` and `integration.sh` (and
@@ -23,8 +28,9 @@ use protobot_jobsite::{
     contract::{Intake, build},
     engine::{Engine, EngineConfig, Producer, WorkerClass},
     inspection::ProducerKind,
+    intake::IntakeFiles,
     lease::SystemClock,
-    materializer::{Registration, read_facts},
+    materializer::{BugIntake, Registration, read_bug_facts, read_facts},
     site::{JobSite, RegisteredContracts, SiteAction},
     triage::HeuristicTriage,
 };
@@ -40,8 +46,22 @@ pub struct RunArgs {
     #[arg(long)]
     pub repo: PathBuf,
     /// The approved change set, e.g. `CS-00042`.
-    #[arg(long)]
-    pub change_set: String,
+    #[arg(long, required_unless_present = "bug", conflicts_with = "bug")]
+    pub change_set: Option<String>,
+    /// A true bug instead of a change set: its tracker id, e.g. `GH-17`. It is
+    /// judged against the head of the default branch when first registered;
+    /// later runs with the same id resume that registration.
+    #[arg(long, requires = "violates")]
+    pub bug: Option<String>,
+    /// With `--bug`: the requirement ids the current behaviour violates.
+    #[arg(long, value_delimiter = ',', requires = "bug")]
+    pub violates: Vec<String>,
+    /// With `--bug`: the scopes where the bug shows.
+    #[arg(long, value_delimiter = ',', requires = "bug")]
+    pub scope: Vec<String>,
+    /// Business priority of the work item: low, normal, high or urgent.
+    #[arg(long, default_value = "normal", value_parser = ["low", "normal", "high", "urgent"])]
+    pub priority: String,
     /// The change set's merge commit on the default branch (verified; default: found).
     #[arg(long)]
     pub merge_commit: Option<String>,
@@ -164,16 +184,77 @@ async fn run_inner(args: &RunArgs) -> Result<serde_json::Value, RunError> {
     let _lock = lock(&store_path)?;
     // The project id is the one the repository's spec store declares.
     let project_id = project_id_at(&repo, &args.default_branch)?;
-    let registration = Registration {
-        project_id: project_id.clone(),
-        change_set_id: args.change_set.clone(),
-        merge_commit: args.merge_commit.clone(),
-        default_branch: args.default_branch.clone(),
-        depends_on: vec![],
-        priority: "normal".into(),
+    let intakes = IntakeFiles::new(
+        store_path
+            .parent()
+            .unwrap_or(Path::new("."))
+            .join("intakes"),
+    );
+    let contract = match (&args.change_set, &args.bug) {
+        (Some(change_set), _) => {
+            let registration = Registration {
+                project_id: project_id.clone(),
+                change_set_id: change_set.clone(),
+                merge_commit: args.merge_commit.clone(),
+                default_branch: args.default_branch.clone(),
+                depends_on: vec![],
+                priority: args.priority.clone(),
+            };
+            let facts =
+                read_facts(&repo, &registration).map_err(|e| RunError::Input(e.to_string()))?;
+            build(&Intake::ChangeSet(facts)).map_err(|e| RunError::Input(e.to_string()))?
+        }
+        (None, Some(bug)) => {
+            let sorted = |v: &[String]| -> Vec<String> {
+                let set: std::collections::BTreeSet<String> =
+                    v.iter().map(|s| s.trim().to_string()).collect();
+                set.into_iter().filter(|s| !s.is_empty()).collect()
+            };
+            let (violates, scopes) = (sorted(&args.violates), sorted(&args.scope));
+            // A bug is registered once: a later run resumes the first registration.
+            let facts = match intakes
+                .find(&project_id, bug)
+                .map_err(|e| RunError::Failed(e.to_string()))?
+            {
+                Some(f)
+                    if sorted(&f.violated_requirement_ids) == violates
+                        && sorted(&f.scopes) == scopes =>
+                {
+                    f
+                }
+                Some(f) => {
+                    return Err(RunError::Input(format!(
+                        "bug {bug} was registered at {} violating {} (scopes {:?}); a report with other requirements or scopes needs another bug id",
+                        f.spec_commit,
+                        f.violated_requirement_ids.join(","),
+                        f.scopes
+                    )));
+                }
+                None => read_bug_facts(
+                    &repo,
+                    &BugIntake {
+                        project_id: project_id.clone(),
+                        bug_id: bug.clone(),
+                        violated_requirement_ids: violates,
+                        scopes,
+                        default_branch: args.default_branch.clone(),
+                        priority: args.priority.clone(),
+                    },
+                )
+                .map_err(|e| RunError::Input(e.to_string()))?,
+            };
+            // Recorded before materializing, so a restart can rebuild the contract.
+            intakes.record(&facts).map_err(|e| match e {
+                protobot_jobsite::intake::IntakeError::Io { .. } => RunError::Failed(e.to_string()),
+                _ => RunError::Input(e.to_string()),
+            })?
+        }
+        (None, None) => {
+            return Err(RunError::Input(
+                "name a --change-set or a --bug to build".into(),
+            ));
+        }
     };
-    let facts = read_facts(&repo, &registration).map_err(|e| RunError::Input(e.to_string()))?;
-    let contract = build(&Intake::ChangeSet(facts)).map_err(|e| RunError::Input(e.to_string()))?;
     let store = Arc::new(
         SqliteStore::open(
             &store_path,
@@ -250,7 +331,9 @@ async fn run_inner(args: &RunArgs) -> Result<serde_json::Value, RunError> {
             "reconciler-local",
             protobot_jobsite::site::RECONCILER_ACTIONS,
         ),
-        contracts: Arc::new(RegisteredContracts::new(repo.clone(), &args.default_branch)),
+        contracts: Arc::new(
+            RegisteredContracts::new(repo.clone(), &args.default_branch).with_bug_intakes(intakes),
+        ),
         repo_dir: repo,
         wip_limit: 1,
         materializer: Some(context(
@@ -280,6 +363,8 @@ async fn run_inner(args: &RunArgs) -> Result<serde_json::Value, RunError> {
     Ok(serde_json::json!({
         "project": project_id,
         "change_set": args.change_set,
+        "bug": args.bug,
+        "change_type": contract.change_type,
         "work_item": contract.work_item_id,
         "state": record.as_ref().map(|r| r.state),
         "contract_version": record.as_ref().map(|r| r.contract_version),

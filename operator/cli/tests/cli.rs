@@ -519,4 +519,62 @@ fn protobot_run_builds_a_change_set_of_your_repository_with_your_harness() {
     let again = run("CS-00001");
     assert!(again.status.success(), "{again:?}");
     assert_eq!(merges_on_main(&origin), 1);
+
+    // A regression lands on main: dry runs copy again (violating REQ-CLI-00001).
+    git(&work, &["fetch", "-q", "origin"]);
+    git(&work, &["checkout", "-q", "main"]);
+    git(&work, &["reset", "-q", "--hard", "origin/main"]);
+    let sync = work.join("src/sync.sh");
+    let fixed = std::fs::read_to_string(&sync).unwrap();
+    let broken = fixed.replace("then exit 0; fi", "then :; fi");
+    assert_ne!(broken, fixed, "the regression changes the script");
+    std::fs::write(&sync, broken).unwrap();
+    git(&work, &["commit", "-qam", "refactor sync (regression)"]);
+    git(&work, &["push", "-q", "origin", "main"]);
+    let bug = |id: &str, violates: &str| {
+        protobot(&[
+            "run",
+            "--repo",
+            work.to_str().unwrap(),
+            "--bug",
+            id,
+            "--violates",
+            violates,
+            "--harness",
+            harness.to_str().unwrap(),
+            "--output",
+            "json",
+        ])
+    };
+    // A bug must name an approved requirement.
+    let unknown = bug("GH-2", "REQ-CLI-09999");
+    assert_eq!(unknown.status.code(), Some(2), "{unknown:?}");
+    assert!(String::from_utf8_lossy(&unknown.stderr).contains("REQ-CLI-09999"));
+    let fixed_run = bug("GH-1", "REQ-CLI-00001");
+    assert!(
+        fixed_run.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&fixed_run.stdout),
+        String::from_utf8_lossy(&fixed_run.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&fixed_run.stdout).unwrap();
+    assert_eq!(report["state"], "completed", "{report}");
+    assert_eq!(report["change_type"], "contradicts");
+    assert!(
+        report["work_item"]
+            .as_str()
+            .unwrap()
+            .starts_with("wi-bug-gh-1-"),
+        "{report}"
+    );
+    assert_eq!(merges_on_main(&origin), 2, "the fix merged");
+    // Running the same bug again resumes its registration (main has moved since).
+    let again = bug("GH-1", "REQ-CLI-00001");
+    assert!(again.status.success(), "{again:?}");
+    let again: serde_json::Value = serde_json::from_slice(&again.stdout).unwrap();
+    assert_eq!(again["work_item"], report["work_item"]);
+    assert_eq!(merges_on_main(&origin), 2);
+    // The same bug id with other requirements is refused.
+    let other = bug("GH-1", "REQ-CLI-00002");
+    assert_eq!(other.status.code(), Some(2), "{other:?}");
 }

@@ -82,7 +82,9 @@ pub fn state_cache(
     impl std::future::Future<Output = ()>,
 ) {
     let (reader, writer) = reflector::store();
-    let reflect = watcher(items, watcher::Config::default())
+    // Small list pages: each page is decoded in full before pruning, so the
+    // page size bounds the transient memory of a (re)list.
+    let reflect = watcher(items, watcher::Config::default().page_size(100))
         .default_backoff()
         .modify(prune_for_state_cache)
         .reflect(writer)

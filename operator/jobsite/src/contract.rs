@@ -109,6 +109,10 @@ pub struct BugFacts {
     pub scopes: Vec<String>,
     /// Business priority snapshot.
     pub priority: String,
+    /// Impact candidates of the violated requirements at the spec commit, all
+    /// conservatively `applicable` (excluding one takes a reviewed change set).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub impact: Vec<ImpactEntry>,
 }
 
 /// How work enters the Job Site.
@@ -306,8 +310,23 @@ fn from_bug(b: &BugFacts) -> Result<BuildContract, ContractError> {
             "a true bug names the requirements it violates",
         );
     }
+    if b.impact
+        .iter()
+        .any(|e| e.disposition != Disposition::Applicable)
+    {
+        return invalid(
+            "impact",
+            "a true bug marks every impact candidate applicable; exclusions need a reviewed impact change set",
+        );
+    }
     let spec = b.spec_commit.to_ascii_lowercase();
     let violated = sorted(b.violated_requirement_ids.iter().cloned());
+    let applicable = sorted(
+        violated
+            .iter()
+            .cloned()
+            .chain(b.impact.iter().map(|e| e.requirement_id.clone())),
+    );
     let scopes = sorted(
         b.scopes
             .iter()
@@ -321,8 +340,8 @@ fn from_bug(b: &BugFacts) -> Result<BuildContract, ContractError> {
         change_type: "contradicts".to_string(),
         changed_requirement_ids: violated.clone(),
         retired_requirement_ids: Vec::new(),
-        applicable_requirement_ids: violated,
-        impact: Vec::new(),
+        applicable_requirement_ids: applicable,
+        impact: b.impact.clone(),
         implementation_required: true,
         // No spec change: Dimensioning is skipped, the spec commit is already merged.
         readiness: Readiness::complete(),
@@ -504,11 +523,27 @@ mod tests {
             violated_requirement_ids: vec!["REQ-SYNC-002".into()],
             scopes: vec!["sync".into()],
             priority: "urgent".into(),
+            impact: vec![ImpactEntry {
+                requirement_id: "REQ-SYNC-003".into(),
+                disposition: Disposition::Applicable,
+                rationale: "relationship:depends-on:REQ-SYNC-002".into(),
+            }],
         };
         let c = build(&Intake::Bug(bug.clone())).unwrap();
         assert_eq!(c.change_type, "contradicts");
         assert_eq!(c.work_item_id, "wi-bug-gh-17-sync-deletes-1a2b3c4d5e");
-        assert_eq!(c.applicable_requirement_ids, ["REQ-SYNC-002"]);
+        assert_eq!(c.changed_requirement_ids, ["REQ-SYNC-002"]);
+        assert_eq!(
+            c.applicable_requirement_ids,
+            ["REQ-SYNC-002", "REQ-SYNC-003"]
+        );
+        assert_eq!(c.scopes, ["requirement:REQ-SYNC-002", "sync"]);
+        let mut excluded = bug.clone();
+        excluded.impact[0].disposition = Disposition::NotApplicable;
+        assert!(
+            build(&Intake::Bug(excluded)).is_err(),
+            "a bug cannot exclude a candidate"
+        );
         let mut none = bug;
         none.violated_requirement_ids.clear();
         assert!(build(&Intake::Bug(none)).is_err());

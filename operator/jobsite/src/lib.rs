@@ -20,6 +20,7 @@ pub mod escalation;
 pub mod example;
 pub mod executor;
 pub mod inspection;
+pub mod intake;
 pub mod lease;
 pub mod ledger;
 pub mod materializer;

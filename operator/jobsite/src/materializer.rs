@@ -19,7 +19,9 @@ use protobot_spec::{
     validate::{Scope, validate},
 };
 
-use crate::contract::{Action, AssessmentStatus, ChangeSetFacts, Disposition, ImpactEntry};
+use crate::contract::{
+    Action, AssessmentStatus, BugFacts, ChangeSetFacts, Disposition, ImpactEntry,
+};
 
 /// A registration to materialize.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -78,6 +80,108 @@ pub enum MaterializeError {
     /// The manifest is not in the store at the merge commit.
     #[error("change set {0} has no manifest at its merge commit")]
     MissingManifest(String),
+    /// A bug report names a requirement that is not active at the spec commit.
+    #[error(
+        "bug {bug_id} names {requirement_id}, which is not an active requirement on {branch} at {spec_commit}; a true bug violates an approved requirement (name it, or change the spec first)"
+    )]
+    UnknownRequirement {
+        /// Bug.
+        bug_id: String,
+        /// The requirement named.
+        requirement_id: String,
+        /// Default branch.
+        branch: String,
+        /// The commit read.
+        spec_commit: String,
+    },
+}
+
+/// A true-bug report to materialize: no change set, the requirements the
+/// current behaviour violates and where it shows.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BugIntake {
+    /// Project id.
+    pub project_id: String,
+    /// Stable bug identity (tracker id).
+    pub bug_id: String,
+    /// Requirement ids the behaviour violates (at least one).
+    pub violated_requirement_ids: Vec<String>,
+    /// Affected scopes.
+    pub scopes: Vec<String>,
+    /// The project's default branch (its head is the spec commit).
+    pub default_branch: String,
+    /// Business priority snapshot.
+    pub priority: String,
+}
+
+/// Reads the facts of a bug report at the head of the default branch: every
+/// violated requirement must be active there, and deterministic impact
+/// analysis (as for a change set revising them, scoped by the report) marks
+/// every candidate applicable.
+pub fn read_bug_facts(workdir: &Path, bug: &BugIntake) -> Result<BugFacts, MaterializeError> {
+    let repo = git2::Repository::open(workdir).map_err(|e| repo_error(workdir, e))?;
+    let branch_ref = format!("refs/heads/{}", bug.default_branch);
+    let head = repo
+        .refname_to_id(&branch_ref)
+        .map_err(|e| repo_error(workdir, format!("no {branch_ref}: {e}")))?;
+    let git = Git::discover(workdir).map_err(|f| repo_error(workdir, f.message))?;
+    let vfs = git
+        .commit_vfs(head)
+        .map_err(|f| repo_error(workdir, f.message))?;
+    let snap = snapshot::open(vfs).map_err(|f| repo_error(workdir, f.message))?;
+    let requirements: Vec<&protobot_spec::model::Requirement> =
+        snap.requirements.iter().map(|r| &r.record).collect();
+    let mut interfaces = std::collections::BTreeSet::new();
+    for id in &bug.violated_requirement_ids {
+        let Some(r) = requirements
+            .iter()
+            .find(|r| &r.id == id && r.status() == "active")
+        else {
+            return Err(MaterializeError::UnknownRequirement {
+                bug_id: bug.bug_id.clone(),
+                requirement_id: id.clone(),
+                branch: bug.default_branch.clone(),
+                spec_commit: head.to_string(),
+            });
+        };
+        interfaces.extend(r.interfaces().iter().cloned());
+    }
+    // The report as a change set that revises the violated requirements.
+    let probe = protobot_spec::model::ChangeSet {
+        operations: Some(
+            bug.violated_requirement_ids
+                .iter()
+                .map(|id| protobot_spec::model::RequirementOp {
+                    action: "revise".into(),
+                    requirement_id: id.clone(),
+                    rationale: String::new(),
+                })
+                .collect(),
+        ),
+        affected_interfaces: Some(interfaces.into_iter().collect()),
+        affected_scopes: bug.scopes.clone(),
+        ..protobot_spec::model::ChangeSet::default()
+    };
+    let impact = impact::candidates(&probe, requirements.iter().copied())
+        .into_iter()
+        .map(|c| ImpactEntry {
+            requirement_id: c.requirement_id,
+            disposition: Disposition::Applicable,
+            rationale: format!(
+                "true bug: applicable until a reviewed change set says otherwise (matched by {})",
+                c.matched_by.join(", ")
+            ),
+        })
+        .collect();
+    Ok(BugFacts {
+        project_id: bug.project_id.clone(),
+        bug_id: bug.bug_id.clone(),
+        spec_commit: head.to_string(),
+        violated_requirement_ids: bug.violated_requirement_ids.clone(),
+        scopes: bug.scopes.clone(),
+        priority: bug.priority.clone(),
+        impact,
+    })
 }
 
 fn repo_error(path: &Path, reason: impl std::fmt::Display) -> MaterializeError {

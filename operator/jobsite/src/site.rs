@@ -86,8 +86,9 @@ impl ContractSource for KnownContracts {
 /// Contracts rebuilt from the registration the materialization key names
 /// (`<project>/<CS-NNNNN>@<merge commit>`): the manifest at that merge commit is
 /// read again from `repo` through the spec store, so the contract is exactly the
-/// one the Materializer built. Bug intakes (`<project>/bug:…`) are not
-/// rebuildable here and must come from [`KnownContracts`].
+/// one the Materializer built. Bug intakes (`<project>/bug:…`) are rebuilt from
+/// the facts recorded in [`IntakeFiles`](crate::intake::IntakeFiles) when
+/// [`RegisteredContracts::with_bug_intakes`] names them.
 #[derive(Debug)]
 pub struct RegisteredContracts {
     /// A clone of the project repository (the default branch fetched).
@@ -96,6 +97,8 @@ pub struct RegisteredContracts {
     pub default_branch: String,
     /// Declared scopes by materialization key (they depend on the merge commit only).
     scopes: std::sync::Mutex<std::collections::BTreeMap<String, Vec<String>>>,
+    /// Where bug intakes are recorded.
+    bugs: Option<crate::intake::IntakeFiles>,
 }
 
 impl RegisteredContracts {
@@ -106,7 +109,14 @@ impl RegisteredContracts {
             repo,
             default_branch: default_branch.to_string(),
             scopes: std::sync::Mutex::new(Default::default()),
+            bugs: None,
         }
+    }
+
+    /// Also rebuilds bug contracts from the intakes recorded in `bugs`.
+    pub fn with_bug_intakes(mut self, bugs: crate::intake::IntakeFiles) -> RegisteredContracts {
+        self.bugs = Some(bugs);
+        self
     }
 }
 
@@ -120,6 +130,25 @@ pub fn parse_materialization_key(key: &str) -> Option<(&str, &str, &str)> {
 
 impl ContractSource for RegisteredContracts {
     fn contract(&self, record: &WorkItemRecord) -> Result<BuildContract, String> {
+        if record.materialization_key.contains("/bug:") {
+            let Some(bugs) = &self.bugs else {
+                return Err(format!(
+                    "work item {} is a bug intake, and this Job Site has no intake directory to rebuild it from",
+                    record.id
+                ));
+            };
+            let contract = bugs
+                .contract(&record.id)
+                .map_err(|e| e.to_string())?
+                .ok_or_else(|| format!("no bug intake is recorded for work item {}", record.id))?;
+            if contract.materialization_key != record.materialization_key {
+                return Err(format!(
+                    "the recorded bug intake of {} rebuilds under key {}, not {}",
+                    record.id, contract.materialization_key, record.materialization_key
+                ));
+            }
+            return Ok(contract);
+        }
         let (project, change_set, merge) = parse_materialization_key(&record.materialization_key)
             .ok_or_else(|| {
             format!(

@@ -230,7 +230,10 @@ async fn verify_and_materialize(
         ) => {
             return Ok(Outcome::NotVerified(e.to_string()));
         }
-        Err(e @ MaterializeError::MissingManifest(_)) => {
+        Err(
+            e
+            @ (MaterializeError::MissingManifest(_) | MaterializeError::UnknownRequirement { .. }),
+        ) => {
             return Ok(Outcome::ManifestInvalid(e.to_string()));
         }
     };
