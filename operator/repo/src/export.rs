@@ -512,8 +512,9 @@ const BATCH: usize = 16;
 /// Writes every job's blob to the working tree and, for the first job of each blob ID, into
 /// the pack. Workers (one per core, each with its own handle on the source repository) take
 /// jobs in small batches, read each blob once, write the file and encode its pack entry; this
-/// thread appends the entries to the pack as they come. Returns the metadata of each written
-/// file, in job order.
+/// thread appends the entries to the pack in job order (holding the few that arrive early),
+/// so the same projection always gives the same pack bytes and name. Returns the metadata of
+/// each written file, in job order.
 fn write_blobs(
     source_repo: &Path,
     jobs: &[(&TreeFile, &str)],
@@ -527,7 +528,9 @@ fn write_blobs(
         .min(jobs.len().div_ceil(BATCH).max(1));
     let next = AtomicUsize::new(0);
     let stop = AtomicBool::new(false);
-    let (sender, receiver) = mpsc::sync_channel::<PackEntry>(64);
+    let (sender, receiver) = mpsc::sync_channel::<(usize, PackEntry)>(64);
+    // Positions whose blob goes into the pack, in the order it is written.
+    let order: Vec<usize> = (0..jobs.len()).filter(|p| owners[*p]).collect();
     let pack_dir = workdir.join(".git/objects/pack");
     let (written, appended) = std::thread::scope(|scope| {
         let handles: Vec<_> = (0..threads)
@@ -546,15 +549,21 @@ fn write_blobs(
             .collect();
         drop(sender);
         let mut appended: Result<(), ExportError> = Ok(());
-        for entry in &receiver {
-            if let Err(source) = pack.append(&entry) {
-                stop.store(true, Ordering::Relaxed);
-                appended = Err(ExportError::Io {
-                    operation: "write the projection pack",
-                    path: pack_dir.clone(),
-                    source,
-                });
-                break;
+        let mut early: BTreeMap<usize, PackEntry> = BTreeMap::new();
+        let mut due = order.iter().peekable();
+        'receive: for (position, entry) in &receiver {
+            early.insert(position, entry);
+            while let Some(entry) = due.peek().and_then(|p| early.remove(p)) {
+                due.next();
+                if let Err(source) = pack.append(&entry) {
+                    stop.store(true, Ordering::Relaxed);
+                    appended = Err(ExportError::Io {
+                        operation: "write the projection pack",
+                        path: pack_dir.clone(),
+                        source,
+                    });
+                    break 'receive;
+                }
             }
         }
         // Unblock workers still sending after a failure.
@@ -597,7 +606,7 @@ fn write_blob_worker(
     workdir: &Path,
     next: &AtomicUsize,
     stop: &AtomicBool,
-    sender: &mpsc::SyncSender<PackEntry>,
+    sender: &mpsc::SyncSender<(usize, PackEntry)>,
 ) -> Result<Vec<(usize, fs::Metadata)>, ExportError> {
     let source = Repository::open(source_repo).map_err(|source| ExportError::OpenSource {
         path: source_repo.to_owned(),
@@ -655,7 +664,7 @@ fn write_blob_worker(
             out.push((position, meta));
             if owners[position] {
                 let entry = encode_entry(file.id, ObjectKind::Blob, content);
-                if sender.send(entry).is_err() {
+                if sender.send((position, entry)).is_err() {
                     // The pack writer failed and reports why.
                     return Ok(out);
                 }

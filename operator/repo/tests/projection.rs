@@ -9,7 +9,9 @@ use protobot_repo::{
     role::Role,
 };
 
-use crate::util::{FILE, SECRET_IMPL, canonical, commit_files, project, scope, worktree_files};
+use crate::util::{
+    FILE, Projection, SECRET_IMPL, canonical, commit_files, project, scope, worktree_files,
+};
 
 fn paths(files: &std::collections::BTreeMap<String, Vec<u8>>) -> BTreeSet<&str> {
     files.keys().map(String::as_str).collect()
@@ -466,5 +468,50 @@ fn repeated_content_identical_directories_large_and_executable_files_make_one_va
         );
         let status = git_in(&p.path, &["status", "--porcelain"]).unwrap();
         assert!(status.stdout.is_empty(), "checkout matches the root commit");
+    }
+}
+
+#[test]
+fn the_same_projection_twice_gives_the_same_pack_bytes_and_name() {
+    // Enough files of uneven sizes that the export threads finish out of order.
+    let dir = tempfile::TempDir::new().unwrap();
+    let repo = Repository::init(dir.path()).unwrap();
+    let manifest = b"version: 1\npaths:\n  - path: src/\n    class: shared\n  - path: .protobot/projection.yaml\n    class: shared\n";
+    let mut changes: Vec<(String, Option<Vec<u8>>, i32)> = vec![(
+        ".protobot/projection.yaml".into(),
+        Some(manifest.to_vec()),
+        FILE,
+    )];
+    for n in 0..400u32 {
+        let size = if n % 37 == 0 {
+            200_000
+        } else {
+            (n as usize * 97) % 3_000
+        };
+        let content: Vec<u8> = (0..size).map(|i| ((i as u32 ^ n) % 251) as u8).collect();
+        changes.push((format!("src/d{}/f{n}.bin", n % 9), Some(content), FILE));
+    }
+    let changes: Vec<(&str, Option<Vec<u8>>, i32)> = changes
+        .iter()
+        .map(|(p, c, m)| (p.as_str(), c.clone(), *m))
+        .collect();
+    commit_files(&repo, "refs/heads/main", &changes, "fixture", 1);
+    repo.set_head("refs/heads/main").unwrap();
+    let pack_of = |p: &Projection| -> (String, Vec<u8>) {
+        let pack = fs::read_dir(p.path.join(".git/objects/pack"))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .find(|path| path.extension().is_some_and(|e| e == "pack"))
+            .unwrap();
+        (
+            pack.file_name().unwrap().to_string_lossy().into_owned(),
+            fs::read(&pack).unwrap(),
+        )
+    };
+    let first = pack_of(&project(dir.path(), Role::WorkerB));
+    for _ in 0..3 {
+        let again = pack_of(&project(dir.path(), Role::WorkerB));
+        assert_eq!(again.0, first.0, "pack name");
+        assert!(again.1 == first.1, "pack bytes differ");
     }
 }
