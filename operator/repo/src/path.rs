@@ -66,10 +66,32 @@ pub fn check_project_path(path: &str) -> Result<(), PathProblem> {
 }
 
 /// True when a single path component would name the `.git` directory on a case-insensitive
-/// filesystem, on NTFS (trailing dots and spaces are dropped) or through the 8.3 short name.
+/// filesystem, on NTFS (trailing dots and spaces are dropped) or through the 8.3 short name,
+/// or on HFS+ (which ignores some zero-width code points when comparing names).
 pub fn is_git_component(component: &str) -> bool {
-    let trimmed = component.trim_end_matches(['.', ' ']);
-    trimmed.eq_ignore_ascii_case(".git") || trimmed.eq_ignore_ascii_case("git~1")
+    names_the_same(component, ".git") || names_the_same(component, "git~1")
+}
+
+/// Code points HFS+ ignores when comparing names (the list git itself checks: zero-width
+/// joiners and marks, bidirectional controls, deprecated format characters, the BOM).
+fn is_hfs_ignorable(c: char) -> bool {
+    matches!(
+        c,
+        '\u{200C}'..='\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{206A}'..='\u{206F}' | '\u{FEFF}'
+    )
+}
+
+/// True when `component` resolves to the ASCII name `name` on some filesystem: HFS+
+/// ignorable code points removed, trailing dots and spaces dropped (NTFS), ASCII case
+/// ignored.
+pub fn names_the_same(component: &str, name: &str) -> bool {
+    let visible: String = component
+        .chars()
+        .filter(|c| !is_hfs_ignorable(*c))
+        .collect();
+    visible
+        .trim_end_matches(['.', ' '])
+        .eq_ignore_ascii_case(name)
 }
 
 /// True when `path` is `dir` itself or lies below it (`dir` given without a trailing `/`).
@@ -167,7 +189,26 @@ mod tests {
             check_project_path("GIT~1/config"),
             Err(PathProblem::GitComponent)
         );
+        // HFS+ ignores zero-width and bidirectional code points when comparing names.
+        for spelled in [
+            ".g\u{200C}it/config",
+            "\u{200D}.git/hooks/x",
+            ".GI\u{FEFF}T/config",
+            "x/.git\u{202E}/config",
+            ".g\u{206F}it\u{200E}. /x",
+        ] {
+            assert_eq!(
+                check_project_path(spelled),
+                Err(PathProblem::GitComponent),
+                "{spelled:?}"
+            );
+        }
         assert_eq!(check_project_path(".gitignore"), Ok(()));
+        assert_eq!(
+            check_project_path(".g\u{200B}it/x"),
+            Ok(()),
+            "U+200B is not ignored"
+        );
     }
 
     #[test]

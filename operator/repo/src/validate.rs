@@ -287,11 +287,9 @@ pub fn check_bundle(
                 push(code, c, p, problem.to_string());
             } else {
                 let first = change.path.split('/').next().unwrap_or_default();
-                // Same folding as `.git`: case-insensitive, NTFS drops trailing dots and spaces.
-                if first
-                    .trim_end_matches(['.', ' '])
-                    .eq_ignore_ascii_case(".protobot")
-                {
+                // Same folding as `.git`: case-insensitive, NTFS trailing dots and spaces,
+                // HFS+ ignorable code points.
+                if crate::path::names_the_same(first, ".protobot") {
                     push(
                         ViolationCode::ProtobotPath,
                         c,

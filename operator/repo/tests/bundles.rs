@@ -97,6 +97,16 @@ fn hostile_corpus_is_rejected_with_a_specific_code_each() {
             ViolationCode::GitPath,
         ),
         (
+            ".git with an HFS+-ignorable code point",
+            hostile(&clean, set("tests/.g\u{200c}it/config")),
+            ViolationCode::GitPath,
+        ),
+        (
+            ".protobot with an HFS+-ignorable code point",
+            hostile(&clean, set("\u{feff}.protobot/policy.yaml")),
+            ViolationCode::ProtobotPath,
+        ),
+        (
             ".protobot write",
             hostile(&clean, set(".protobot/policy.yaml")),
             ViolationCode::ProtobotPath,
