@@ -131,3 +131,147 @@ async fn a_wrong_merge_commit_is_reported_and_materializes_nothing() {
     controller.abort();
     cluster.cleanup().await;
 }
+
+async fn create_project(cluster: &Cluster, name: &str, repo_url: &str) {
+    let projects: Api<Project> = Api::namespaced(cluster.client.clone(), &cluster.namespace);
+    let project: Project = serde_json::from_value(json!({
+        "apiVersion": "protobot.dev/v1alpha1", "kind": "Project",
+        "metadata": {"name": name, "namespace": cluster.namespace},
+        "spec": {"repoUrl": repo_url, "sandboxProfile": "local"},
+    }))
+    .unwrap();
+    projects
+        .create(&PostParams::default(), &project)
+        .await
+        .unwrap();
+}
+
+/// Waits (through a watch, bounded) until the Project's `Ready` condition is reported.
+async fn observed_project(api: &Api<Project>, name: &str) -> protobot_api::ProjectStatus {
+    let reported = |p: Option<&Project>| {
+        p.and_then(|p| p.status.as_ref())
+            .is_some_and(|s| s.conditions.iter().any(|c| c.type_ == "Ready"))
+    };
+    protobot_testkit::wait::until(api, name, timeout(), reported)
+        .await
+        .unwrap()
+        .unwrap()
+        .status
+        .unwrap()
+}
+
+fn project_condition(status: &protobot_api::ProjectStatus, type_: &str) -> (String, String) {
+    let c = status.conditions.iter().find(|c| c.type_ == type_).unwrap();
+    (c.status.to_string(), c.reason.clone())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_project_controller_reports_the_repository_and_its_configuration() {
+    let cluster = Cluster::connect("project-status").await;
+    let (repo, _merge) = spec_repo("cli-sync");
+    let main_head = std::process::Command::new("git")
+        .args(["rev-parse", "refs/heads/main"])
+        .current_dir(repo.path())
+        .output()
+        .unwrap();
+    let main_head = String::from_utf8(main_head.stdout)
+        .unwrap()
+        .trim()
+        .to_string();
+    assert_eq!(main_head.len(), 40);
+    let missing = tempfile::tempdir()
+        .unwrap()
+        .path()
+        .join("no-such-repository");
+    create_project(
+        &cluster,
+        "cli-sync",
+        &format!("file://{}", repo.path().display()),
+    )
+    .await;
+    create_project(
+        &cluster,
+        "missing",
+        &format!("file://{}", missing.display()),
+    )
+    .await;
+    let cache = tempfile::tempdir().unwrap();
+    let controller = tokio::spawn(protobot_controller::project::run_with(
+        cluster.client.clone(),
+        Some(cluster.namespace.clone()),
+        cache.path().to_path_buf(),
+    ));
+    let projects: Api<Project> = Api::namespaced(cluster.client.clone(), &cluster.namespace);
+
+    // A reachable repository with a valid spec store.
+    let good = observed_project(&projects, "cli-sync").await;
+    assert_eq!(good.repo_reachable, Some(true));
+    assert_eq!(
+        good.default_branch_head.as_deref(),
+        Some(main_head.as_str())
+    );
+    assert!(good.head_observed_time.is_some());
+    assert_eq!(good.project_config_valid, Some(true));
+    assert_eq!(
+        project_condition(&good, "RepoReachable"),
+        ("True".into(), "Passed".into())
+    );
+    assert_eq!(
+        project_condition(&good, "ProjectConfigValid"),
+        ("True".into(), "Passed".into())
+    );
+    // The test operator knows no conformance report: Unknown, never a faked pass,
+    // so the project is not Ready.
+    assert_eq!(
+        project_condition(&good, "SandboxConformant"),
+        ("Unknown".into(), "CheckError".into())
+    );
+    assert_eq!(good.sandbox_conformance, None);
+    assert_eq!(
+        project_condition(&good, "Ready"),
+        ("False".into(), "NotReady".into())
+    );
+
+    // A repository that does not exist: reported, with a message, and nothing else.
+    let bad = observed_project(&projects, "missing").await;
+    assert_eq!(bad.repo_reachable, Some(false));
+    assert_eq!(
+        project_condition(&bad, "RepoReachable"),
+        ("False".into(), "RepositoryUnavailable".into())
+    );
+    let message = &bad
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "RepoReachable")
+        .unwrap()
+        .message;
+    assert!(
+        message.contains("no-such-repository does not exist"),
+        "{message}"
+    );
+    assert_eq!(bad.default_branch_head, None);
+    assert_eq!(bad.head_observed_time, None);
+    assert_eq!(bad.project_config_valid, None);
+    assert_eq!(
+        project_condition(&bad, "ProjectConfigValid").0,
+        "Unknown",
+        "the configuration was not read"
+    );
+    assert_eq!(project_condition(&bad, "Ready").0, "False");
+    // The healthy project's status is untouched by the broken one.
+    let good_again = projects.get("cli-sync").await.unwrap().status.unwrap();
+    assert_eq!(good_again.default_branch_head, good.default_branch_head);
+    assert_eq!(good_again.repo_reachable, Some(true));
+    // The Project controller only observes: it materializes nothing.
+    let items: Api<BuildWorkItem> = Api::namespaced(cluster.client.clone(), &cluster.namespace);
+    assert!(
+        items
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty()
+    );
+    controller.abort();
+    cluster.cleanup().await;
+}

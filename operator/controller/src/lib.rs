@@ -1,5 +1,6 @@
 //! protobot's operator side: the Job Site health surface today (metrics,
-//! liveness, readiness), the ChangeSet controller (GitOps registration) and the
+//! liveness, readiness), the ChangeSet controller (GitOps registration), the
+//! Project controller (repository, configuration and sandbox status) and the
 //! in-cluster Job Site (claims, builds, inspections, merges).
 
 pub mod admin;
@@ -7,4 +8,5 @@ pub mod changeset;
 pub mod jobsite;
 pub mod metrics;
 pub mod operator;
+pub mod project;
 pub mod repo_cache;

@@ -125,8 +125,8 @@ pub struct JobSiteRuntime<E> {
     pub executor: Arc<E>,
 }
 
-/// Runs the operator until the controllers stop: registration, the state
-/// collector, the admin server and — when given — this replica's Job Site.
+/// Runs the operator until the controllers stop: registration, Project
+/// status, the state collector, the admin server and — when given — this replica's Job Site.
 pub async fn run<E: protobot_jobsite::executor::Executor + 'static>(
     namespace: Option<String>,
     admin_addr: SocketAddr,
@@ -158,7 +158,11 @@ pub async fn run<E: protobot_jobsite::executor::Executor + 'static>(
         .as_ref()
         .map(|j| j.settings.workdir.join("registry"))
         .unwrap_or_else(|| std::env::temp_dir().join("protobot-repositories"));
-    let registration = crate::changeset::run_with(client.clone(), namespace.clone(), registry_dir);
+    let registration =
+        crate::changeset::run_with(client.clone(), namespace.clone(), registry_dir.clone());
+    // Every replica observes Projects: the status is applied under one field
+    // manager from what each observed, so replicas write the same thing.
+    let projects = crate::project::run_with(client.clone(), namespace.clone(), registry_dir);
     let jobs = async {
         match job_site {
             Some(j) => {
@@ -167,6 +171,6 @@ pub async fn run<E: protobot_jobsite::executor::Executor + 'static>(
             None => tracing::info!("no Job Site in this replica (registration and metrics only)"),
         }
     };
-    tokio::join!(reflect, ready, registration, jobs);
+    tokio::join!(reflect, ready, registration, projects, jobs);
     Ok(())
 }

@@ -1,0 +1,298 @@
+//! The Project controller: what the operator observes about each repository
+//! under its care, on the Project's status.
+//!
+//! Pipeline, one step per stage; only the edges touch the cluster:
+//! read (the Project) → validate ([`decide::validate_spec`]) → observe (mirror
+//! the repository into the operator's cache, the default branch's head, the
+//! spec store's `project.yaml` at that head, the sandbox profile's conformance)
+//! → decide ([`decide::status`], [`decide::ready_event`],
+//! [`decide::requeue_after`]) → apply (the status, server-side applied under
+//! this controller's field manager; an Event when `Ready` changes).
+//!
+//! An invalid spec records why on the status and waits for a change (no retry
+//! storm); an unreachable repository is retried with a growing delay; every
+//! other Project is looked at again every minute, to notice a moved head. Every
+//! replica runs this controller: the status is a pure function of what the
+//! replica observed, applied under one field manager, so concurrent replicas
+//! write the same thing.
+
+pub mod decide;
+
+use std::{collections::BTreeMap, path::Path, path::PathBuf, sync::Arc, time::Duration};
+
+use futures::StreamExt;
+use jiff::Timestamp;
+use kube::{
+    Api, Client, Resource, ResourceExt,
+    api::{Patch, PatchParams},
+    runtime::{
+        Controller,
+        controller::Action,
+        events::{Recorder, Reporter},
+        watcher,
+    },
+};
+use protobot_api::{Project, project::SandboxConformance};
+use protobot_spec::{git::Git, outcome::Failure, snapshot};
+
+use decide::{ConfigCheck, Conformance, Outcome};
+
+/// Field manager of this controller's server-side applies.
+pub const FIELD_MANAGER: &str = "protobot/project";
+/// The `reportingController` of this controller's Events.
+pub const EVENT_REPORTER: &str = "protobot-project";
+
+/// Errors of one reconcile.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The object has no namespace (the CRD is namespaced; this is a bug).
+    #[error("Project {0} has no namespace; Projects are namespaced, recreate it in a namespace")]
+    MissingNamespace(String),
+    /// Writing the status failed.
+    #[error(
+        "failed to write the status of Project {name}: {source}; check the operator's RBAC for projects/status"
+    )]
+    WriteStatus {
+        /// Project.
+        name: String,
+        /// Cause.
+        #[source]
+        source: kube::Error,
+    },
+}
+
+impl Error {
+    /// Stable category for metrics and Events.
+    pub fn category(&self) -> &'static str {
+        match self {
+            Error::MissingNamespace(_) => "missing-namespace",
+            Error::WriteStatus { .. } => "write-status",
+        }
+    }
+}
+
+/// Shared state of the controller.
+pub struct Context {
+    /// The client.
+    pub client: Client,
+    /// The repository cache (one clone per Project under `<ns>/<name>/project`).
+    pub workdir: PathBuf,
+    /// Conformance summaries of the sandbox profiles this operator knows, by
+    /// profile name. A profile missing here is reported `SandboxConformant=Unknown`.
+    pub conformance: BTreeMap<String, SandboxConformance>,
+    /// Publishes the `Ready` Events.
+    pub recorder: Recorder,
+}
+
+impl Context {
+    /// A context with no conformance information.
+    pub fn new(client: Client, workdir: PathBuf) -> Context {
+        Context {
+            recorder: Recorder::new(client.clone(), Reporter::from(EVENT_REPORTER)),
+            client,
+            workdir,
+            conformance: BTreeMap::new(),
+        }
+    }
+}
+
+/// The clone of a Project's repository this controller observes (its own, so it
+/// never races the ChangeSet controller's or the Job Site's clones).
+pub fn clone_dir(workdir: &Path, ns: &str, project: &str) -> PathBuf {
+    workdir.join(ns).join(project).join("project")
+}
+
+/// One reconcile of one Project.
+pub async fn reconcile(project: Arc<Project>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let name = project.name_any();
+    let ns = project
+        .namespace()
+        .ok_or_else(|| Error::MissingNamespace(name.clone()))?;
+    let now = Timestamp::now();
+    let outcome = observe(&project, &clone_dir(&ctx.workdir, &ns, &name), &ctx).await;
+    let before = project.status.as_ref();
+    let status = decide::status(before, &outcome, project.metadata.generation, now);
+    if before != Some(&status) {
+        let api: Api<Project> = Api::namespaced(ctx.client.clone(), &ns);
+        let body = serde_json::json!({
+            "apiVersion": "protobot.dev/v1alpha1",
+            "kind": "Project",
+            "status": status,
+        });
+        api.patch_status(
+            &name,
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&body),
+        )
+        .await
+        .map_err(|source| Error::WriteStatus {
+            name: name.clone(),
+            source,
+        })?;
+        if let Some(event) = decide::ready_event(before, &status) {
+            // Events are best effort: a lost Event never fails the reconcile.
+            if let Err(e) = ctx.recorder.publish(&event, &project.object_ref(&())).await {
+                tracing::warn!(project = %name, error = %e, "could not publish an event");
+            }
+        }
+    }
+    tracing::info!(project = %name, outcome = ?std::mem::discriminant(&outcome), "reconciled");
+    Ok(match decide::requeue_after(&outcome, &status, now) {
+        Some(after) => Action::requeue(after),
+        None => Action::await_change(),
+    })
+}
+
+fn conformance(ctx: &Context, profile: &str) -> Conformance {
+    match ctx.conformance.get(profile) {
+        Some(report) => Conformance::Report(report.clone()),
+        None => Conformance::Unavailable(format!(
+            "the Project controller has no conformance report for sandbox profile {profile}; \
+             the Job Site checks its own profile's report when it starts and claims no work while it fails \
+             (produce one with 'protobot sandbox conformance --profile {profile}')"
+        )),
+    }
+}
+
+async fn observe(project: &Project, dir: &Path, ctx: &Context) -> Outcome {
+    let spec = &project.spec;
+    if let Err(why) = decide::validate_spec(spec) {
+        return Outcome::InvalidSpec(why);
+    }
+    let conformance = conformance(ctx, &spec.sandbox_profile);
+    let local = crate::changeset::local_repository(&spec.repo_url);
+    let (url, branch, spec_path, dir) = (
+        crate::repo_cache::clone_url(&spec.repo_url),
+        spec.default_branch.clone(),
+        spec.spec_path.clone(),
+        dir.to_path_buf(),
+    );
+    // Git is blocking; keep it off the async workers.
+    let observed = tokio::task::spawn_blocking(move || {
+        // libgit2 calls a missing local path an "unsupported URL protocol".
+        if let Some(path) = local.filter(|p| !p.exists()) {
+            return Err(format!("{} does not exist", path.display()));
+        }
+        observe_repository(&url, &branch, &dir, &spec_path)
+    })
+    .await
+    .map_err(|e| e.to_string())
+    .and_then(|r| r);
+    match observed {
+        Ok((head, config)) => Outcome::Observed {
+            head,
+            config,
+            conformance,
+        },
+        Err(reason) => Outcome::Unreachable {
+            reason: decide::redact_credentials(&format!(
+                "repository {} could not be read: {reason}; check spec.repoUrl, spec.defaultBranch and the operator's access to the repository",
+                spec.repo_url
+            )),
+            conformance,
+        },
+    }
+}
+
+/// Mirrors the repository, returns the default branch's head as the remote
+/// reports it and the project configuration at that head.
+fn observe_repository(
+    url: &str,
+    branch: &str,
+    dir: &Path,
+    spec_path: &str,
+) -> Result<(String, ConfigCheck), String> {
+    let tracking = format!("refs/remotes/origin/{branch}");
+    // Forget the last fetched head, so a branch deleted on the remote reads as missing.
+    if let Ok(repo) = git2::Repository::open(dir)
+        && let Ok(mut r) = repo.find_reference(&tracking)
+    {
+        r.delete().map_err(|e| e.to_string())?;
+    }
+    crate::repo_cache::mirror(url, branch, dir)?;
+    let repo = git2::Repository::open(dir).map_err(|e| e.to_string())?;
+    let head = match repo.refname_to_id(&tracking) {
+        Ok(head) => head,
+        Err(e) if e.code() == git2::ErrorCode::NotFound => {
+            return Err(format!("the repository has no branch {branch}"));
+        }
+        Err(e) => return Err(e.to_string()),
+    };
+    Ok((head.to_string(), read_config(dir, head, spec_path)))
+}
+
+/// `<specPath>/project.yaml` at `head`, through the spec store.
+fn read_config(dir: &Path, head: git2::Oid, spec_path: &str) -> ConfigCheck {
+    if !decide::is_spec_store_dir(spec_path) {
+        return ConfigCheck::Invalid(format!(
+            "spec.specPath is {spec_path:?}, but the spec store lives in {dir}/; move the spec store there or set spec.specPath to {dir}/",
+            dir = decide::SPEC_STORE_DIR
+        ));
+    }
+    let vfs = match Git::discover(dir).and_then(|git| git.commit_vfs(head)) {
+        Ok(vfs) => vfs,
+        Err(f) => return ConfigCheck::Unreadable(describe(&f)),
+    };
+    match snapshot::open(vfs) {
+        Ok(_) => ConfigCheck::Valid,
+        Err(f) if f.code == "storage.read_failed" => ConfigCheck::Unreadable(describe(&f)),
+        Err(f) => ConfigCheck::Invalid(describe(&f)),
+    }
+}
+
+/// The first error of a spec-store failure, with where and what to do.
+fn describe(f: &Failure) -> String {
+    let Some(d) = f.diagnostics.first() else {
+        return format!("{}: {}", f.code, f.message);
+    };
+    let at: Vec<&str> = [d.path.as_deref(), d.field.as_deref()]
+        .into_iter()
+        .flatten()
+        .collect();
+    let mut s = format!("{}: {}", d.code, d.message);
+    if !at.is_empty() {
+        s.push_str(&format!(" ({})", at.join(" ")));
+    }
+    if let Some(hint) = &d.hint {
+        s.push_str("; ");
+        s.push_str(hint);
+    }
+    s
+}
+
+/// Requeues failed reconciles with a delay (the runtime adds its own backoff per object).
+pub fn error_policy(project: Arc<Project>, error: &Error, _ctx: Arc<Context>) -> Action {
+    tracing::warn!(project = %project.name_any(), category = error.category(), %error, "reconcile failed");
+    Action::requeue(Duration::from_secs(5))
+}
+
+/// Runs the controller until the stream ends (shutdown).
+pub async fn run(client: Client, namespace: Option<String>) {
+    run_with(
+        client,
+        namespace,
+        std::env::temp_dir().join("protobot-repositories"),
+    )
+    .await;
+}
+
+/// [`run`] with the repository cache under `workdir`.
+pub async fn run_with(client: Client, namespace: Option<String>, workdir: PathBuf) {
+    run_context(namespace, Arc::new(Context::new(client, workdir))).await;
+}
+
+/// [`run`] with a prepared [`Context`] (e.g. with conformance summaries).
+pub async fn run_context(namespace: Option<String>, ctx: Arc<Context>) {
+    let api: Api<Project> = match &namespace {
+        Some(ns) => Api::namespaced(ctx.client.clone(), ns),
+        None => Api::all(ctx.client.clone()),
+    };
+    Controller::new(api, watcher::Config::default())
+        .run(reconcile, error_policy, ctx)
+        .for_each(|r| async move {
+            if let Err(e) = r {
+                tracing::debug!(error = %e, "controller event");
+            }
+        })
+        .await;
+}
