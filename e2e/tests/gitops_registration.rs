@@ -133,11 +133,15 @@ async fn a_wrong_merge_commit_is_reported_and_materializes_nothing() {
 }
 
 async fn create_project(cluster: &Cluster, name: &str, repo_url: &str) {
+    create_project_on(cluster, name, repo_url, "local").await;
+}
+
+async fn create_project_on(cluster: &Cluster, name: &str, repo_url: &str, profile: &str) {
     let projects: Api<Project> = Api::namespaced(cluster.client.clone(), &cluster.namespace);
     let project: Project = serde_json::from_value(json!({
         "apiVersion": "protobot.dev/v1alpha1", "kind": "Project",
         "metadata": {"name": name, "namespace": cluster.namespace},
-        "spec": {"repoUrl": repo_url, "sandboxProfile": "local"},
+        "spec": {"repoUrl": repo_url, "sandboxProfile": profile},
     }))
     .unwrap();
     projects
@@ -272,6 +276,109 @@ async fn the_project_controller_reports_the_repository_and_its_configuration() {
             .items
             .is_empty()
     );
+    controller.abort();
+    cluster.cleanup().await;
+}
+
+fn passing_report(profile: &str) -> protobot_executors::ConformanceReport {
+    use protobot_executors::{
+        BackendIdentity, Capability, ConformanceCheck, ConformanceReport,
+        conformance::{ALL_CAPABILITIES, ResourceLimitsReport},
+    };
+    ConformanceReport {
+        contract_version: protobot_executors::CONTRACT_VERSION.into(),
+        profile: profile.into(),
+        backend: BackendIdentity {
+            name: "protobot-kubernetes".into(),
+            version: "test".into(),
+        },
+        policy_version: 0,
+        policy_digest: String::new(),
+        executable_digests: Default::default(),
+        resource_limits: ResourceLimitsReport::from(&protobot_jobsite::executor::Limits::default()),
+        capabilities: ALL_CAPABILITIES
+            .iter()
+            .map(|c| Capability::supported(c, "test fixture"))
+            .collect(),
+        required_capabilities: ALL_CAPABILITIES.iter().map(|c| (*c).to_owned()).collect(),
+        checks: vec![ConformanceCheck {
+            id: "SB-FS-005".into(),
+            name: "host paths denied".into(),
+            passed: true,
+            skipped: false,
+            detail: None,
+        }],
+        passed: true,
+        autonomous_execution: true,
+        fail_closed_reason: None,
+        audit_head: None,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_project_controller_reads_each_profiles_conformance_report() {
+    let cluster = Cluster::connect("project-conformance").await;
+    let (repo, _merge) = spec_repo("cli-sync");
+    let url = format!("file://{}", repo.path().display());
+    // kata has a passing report stored where its profile says; gvisor has none.
+    let maps: Api<k8s_openapi::api::core::v1::ConfigMap> =
+        Api::namespaced(cluster.client.clone(), &cluster.namespace);
+    let report = serde_json::to_string(&passing_report("kata")).unwrap();
+    maps.create(
+        &PostParams::default(),
+        &serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "protobot-conformance-kata", "namespace": cluster.namespace},
+            "data": {"report.json": report},
+        }))
+        .unwrap(),
+    )
+    .await
+    .unwrap();
+    create_project_on(&cluster, "on-kata", &url, "kata").await;
+    create_project_on(&cluster, "on-gvisor", &url, "gvisor").await;
+    create_project_on(&cluster, "on-nothing", &url, "no-such-profile").await;
+    let cache = tempfile::tempdir().unwrap();
+    let mut ctx = protobot_controller::project::Context::new(
+        cluster.client.clone(),
+        cache.path().to_path_buf(),
+    );
+    ctx.profiles = Some(protobot_controller::project::ProfileReports {
+        dir: std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../sandbox-profiles"),
+        namespace: cluster.namespace.clone(),
+    });
+    let controller = tokio::spawn(protobot_controller::project::run_context(
+        Some(cluster.namespace.clone()),
+        std::sync::Arc::new(ctx),
+    ));
+    let projects: Api<Project> = Api::namespaced(cluster.client.clone(), &cluster.namespace);
+
+    let kata = observed_project(&projects, "on-kata").await;
+    assert_eq!(
+        project_condition(&kata, "SandboxConformant"),
+        ("True".into(), "Passed".into())
+    );
+    let summary = kata.sandbox_conformance.clone().unwrap();
+    assert!(summary.passed && summary.profile == "kata" && summary.checks_passed == 1);
+    assert_eq!(project_condition(&kata, "Ready").0, "True", "{kata:?}");
+
+    // No report stored: the Job Site would refuse, so the condition says False.
+    let gvisor = observed_project(&projects, "on-gvisor").await;
+    assert_eq!(project_condition(&gvisor, "SandboxConformant").0, "False");
+    assert_eq!(gvisor.sandbox_conformance, None);
+    assert_eq!(project_condition(&gvisor, "Ready").0, "False");
+
+    // A profile the operator does not have: Unknown, with the path it looked at.
+    let nothing = observed_project(&projects, "on-nothing").await;
+    let (status, _) = project_condition(&nothing, "SandboxConformant");
+    assert_eq!(status, "Unknown");
+    let message = &nothing
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "SandboxConformant")
+        .unwrap()
+        .message;
+    assert!(message.contains("no-such-profile.yaml"), "{message}");
     controller.abort();
     cluster.cleanup().await;
 }

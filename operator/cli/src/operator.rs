@@ -125,8 +125,16 @@ pub fn operator(args: OperatorArgs) -> ExitCode {
                 return ExitCode::from(2);
             }
         };
+        // Every replica (with or without a Job Site) checks Projects' sandbox
+        // profiles from the same profile documents and report ConfigMaps.
+        let profiles = args.sandbox_profile.parent().map(|dir| {
+            protobot_controller::project::ProfileReports {
+                dir: dir.to_path_buf(),
+                namespace: args.sandbox_namespace.clone(),
+            }
+        });
         tokio::select! {
-            result = protobot_controller::operator::run(args.namespace.clone(), args.admin_addr, job_site) => match result {
+            result = protobot_controller::operator::run(args.namespace.clone(), args.admin_addr, job_site, profiles) => match result {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     tracing::error!(error = %e, "operator stopped");

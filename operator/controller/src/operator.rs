@@ -131,6 +131,7 @@ pub async fn run<E: protobot_jobsite::executor::Executor + 'static>(
     namespace: Option<String>,
     admin_addr: SocketAddr,
     job_site: Option<JobSiteRuntime<E>>,
+    profiles: Option<crate::project::ProfileReports>,
 ) -> Result<(), OperatorError> {
     let client = Client::try_default().await.map_err(OperatorError::Client)?;
     let items: Api<BuildWorkItem> = match &namespace {
@@ -162,7 +163,9 @@ pub async fn run<E: protobot_jobsite::executor::Executor + 'static>(
         crate::changeset::run_with(client.clone(), namespace.clone(), registry_dir.clone());
     // Every replica observes Projects: the status is applied under one field
     // manager from what each observed, so replicas write the same thing.
-    let projects = crate::project::run_with(client.clone(), namespace.clone(), registry_dir);
+    let mut project_ctx = crate::project::Context::new(client.clone(), registry_dir);
+    project_ctx.profiles = profiles;
+    let projects = crate::project::run_context(namespace.clone(), Arc::new(project_ctx));
     let jobs = async {
         match job_site {
             Some(j) => {

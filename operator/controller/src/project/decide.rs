@@ -48,8 +48,37 @@ pub enum ConfigCheck {
 pub enum Conformance {
     /// The summary of the profile's conformance report.
     Report(SandboxConformance),
+    /// The profile names a report location, but no report is stored there: the
+    /// Job Site refuses to schedule (why, for the condition message).
+    Missing(String),
     /// No report is available to this controller: why.
     Unavailable(String),
+}
+
+/// The status summary of a profile's conformance report (pure): at most 32
+/// failed check names, the count exact.
+pub fn summarize(
+    profile: &str,
+    report: &protobot_executors::conformance::ConformanceReport,
+    digest: Option<String>,
+    now: Timestamp,
+) -> SandboxConformance {
+    let failed: Vec<String> = report
+        .checks
+        .iter()
+        .filter(|c| !c.passed && !c.skipped)
+        .map(|c| c.id.clone())
+        .collect();
+    SandboxConformance {
+        profile: profile.to_string(),
+        passed: report.passed,
+        checks_passed: u32::try_from(report.checks.iter().filter(|c| c.passed).count())
+            .unwrap_or(u32::MAX),
+        checks_failed: u32::try_from(failed.len()).unwrap_or(u32::MAX),
+        failed_checks: failed.into_iter().take(32).collect(),
+        report_digest: digest,
+        checked_time: Time(now),
+    }
 }
 
 /// What the pipeline observed.
@@ -179,6 +208,12 @@ fn conformance_update(c: &Conformance) -> ConditionUpdate {
                     format!(": {}", r.failed_checks.join(", "))
                 }
             ),
+        ),
+        Conformance::Missing(why) => update(
+            types::SANDBOX_CONFORMANT,
+            ConditionStatus::False,
+            reasons::FAILED,
+            why.clone(),
         ),
         Conformance::Unavailable(why) => update(
             types::SANDBOX_CONFORMANT,
@@ -333,7 +368,7 @@ pub fn status(
 fn report(c: &Conformance) -> Option<SandboxConformance> {
     match c {
         Conformance::Report(r) => Some(r.clone()),
-        Conformance::Unavailable(_) => None,
+        Conformance::Missing(_) | Conformance::Unavailable(_) => None,
     }
 }
 
@@ -443,6 +478,55 @@ mod tests {
             config,
             conformance,
         }
+    }
+
+    #[test]
+    fn a_missing_report_is_not_conformant_and_summaries_count_failed_checks() {
+        let now = t("2026-09-18T12:00:00Z");
+        let outcome = observed(
+            ConfigCheck::Valid,
+            Conformance::Missing("no conformance report is stored for kata".into()),
+        );
+        let s = status(None, &outcome, Some(1), now);
+        assert_eq!(of(&s, types::SANDBOX_CONFORMANT).0, ConditionStatus::False);
+        assert_eq!(of(&s, types::READY).0, ConditionStatus::False);
+        assert_eq!(s.sandbox_conformance, None);
+
+        let mut report: protobot_executors::conformance::ConformanceReport =
+            serde_json::from_value(serde_json::json!({
+                "contract_version": "jobsite-sandbox/v1",
+                "profile": "kata",
+                "backend": {"name": "protobot-kubernetes", "version": "t"},
+                "policy_version": 0,
+                "policy_digest": "",
+                "executable_digests": {},
+                "resource_limits": serde_json::to_value(
+                    protobot_executors::conformance::ResourceLimitsReport::from(
+                        &protobot_jobsite::executor::Limits::default()
+                    )
+                ).unwrap(),
+                "capabilities": [],
+                "required_capabilities": [],
+                "checks": [
+                    {"id": "SB-NET-001", "name": "no egress", "passed": false, "skipped": false},
+                    {"id": "SB-FS-005", "name": "host paths", "passed": true, "skipped": false},
+                    {"id": "SB-GPU-001", "name": "gpu", "passed": false, "skipped": true},
+                ],
+                "passed": false,
+                "autonomous_execution": false,
+            }))
+            .unwrap();
+        let summary = summarize("kata", &report, None, now);
+        assert!(!summary.passed);
+        assert_eq!((summary.checks_passed, summary.checks_failed), (1, 1));
+        assert_eq!(
+            summary.failed_checks,
+            ["SB-NET-001"],
+            "skipped checks are not failures"
+        );
+        report.passed = true;
+        report.checks.retain(|c| c.passed);
+        assert!(summarize("kata", &report, None, now).passed);
     }
 
     #[test]

@@ -80,8 +80,23 @@ pub struct Context {
     /// Conformance summaries of the sandbox profiles this operator knows, by
     /// profile name. A profile missing here is reported `SandboxConformant=Unknown`.
     pub conformance: BTreeMap<String, SandboxConformance>,
+    /// Where sandbox profiles and their conformance reports are read from when
+    /// `conformance` has no summary for a profile.
+    pub profiles: Option<ProfileReports>,
     /// Publishes the `Ready` Events.
     pub recorder: Recorder,
+}
+
+/// Where the controller finds sandbox profiles (`<dir>/<name>.yaml`, the chart's
+/// profiles ConfigMap mount) and the namespace of their conformance-report
+/// ConfigMaps. Every replica reads the same files and ConfigMaps, so replicas
+/// agree on `SandboxConformant`.
+#[derive(Clone, Debug)]
+pub struct ProfileReports {
+    /// Directory of the profile documents.
+    pub dir: PathBuf,
+    /// Namespace of the sandbox pods and report ConfigMaps.
+    pub namespace: String,
 }
 
 impl Context {
@@ -92,6 +107,7 @@ impl Context {
             client,
             workdir,
             conformance: BTreeMap::new(),
+            profiles: None,
         }
     }
 }
@@ -143,13 +159,42 @@ pub async fn reconcile(project: Arc<Project>, ctx: Arc<Context>) -> Result<Actio
     })
 }
 
-fn conformance(ctx: &Context, profile: &str) -> Conformance {
-    match ctx.conformance.get(profile) {
-        Some(report) => Conformance::Report(report.clone()),
-        None => Conformance::Unavailable(format!(
-            "the Project controller has no conformance report for sandbox profile {profile}; \
-             the Job Site checks its own profile's report when it starts and claims no work while it fails \
-             (produce one with 'protobot sandbox conformance --profile {profile}')"
+async fn conformance(ctx: &Context, profile: &str) -> Conformance {
+    if let Some(report) = ctx.conformance.get(profile) {
+        return Conformance::Report(report.clone());
+    }
+    let Some(source) = &ctx.profiles else {
+        return Conformance::Unavailable(format!(
+            "this operator was started without sandbox profiles, so it cannot check profile {profile} \
+             (the Job Site checks its own profile's report when it starts and claims no work while it fails)"
+        ));
+    };
+    let path = source.dir.join(format!("{profile}.yaml"));
+    let loaded = match protobot_kube_executor::SandboxProfile::load(&path) {
+        Ok(p) => p,
+        Err(e) => {
+            return Conformance::Unavailable(format!(
+                "sandbox profile {profile} cannot be read from {}: {e}; install it with the chart's sandbox profiles",
+                path.display()
+            ));
+        }
+    };
+    match protobot_kube_executor::read_report_configmap(
+        ctx.client.clone(),
+        &source.namespace,
+        &loaded,
+    )
+    .await
+    {
+        Ok(Some(report)) => {
+            Conformance::Report(decide::summarize(profile, &report, None, Timestamp::now()))
+        }
+        Ok(None) => Conformance::Missing(format!(
+            "no conformance report is stored for sandbox profile {profile} in namespace {}; run 'protobot sandbox conformance --profile {profile}' on the deployment and store its report: the Job Site schedules nothing for this project until a passing report is stored",
+            source.namespace
+        )),
+        Err(e) => Conformance::Unavailable(format!(
+            "the conformance report of sandbox profile {profile} could not be read: {e}"
         )),
     }
 }
@@ -159,7 +204,7 @@ async fn observe(project: &Project, dir: &Path, ctx: &Context) -> Outcome {
     if let Err(why) = decide::validate_spec(spec) {
         return Outcome::InvalidSpec(why);
     }
-    let conformance = conformance(ctx, &spec.sandbox_profile);
+    let conformance = conformance(ctx, &spec.sandbox_profile).await;
     let local = crate::changeset::local_repository(&spec.repo_url);
     let (url, branch, spec_path, dir) = (
         crate::repo_cache::clone_url(&spec.repo_url),
