@@ -104,3 +104,41 @@ impl Cluster {
         }
     }
 }
+
+/// A passing jobsite-sandbox/v1 conformance report for `profile`, for scenarios
+/// only: the double (or the test cluster) stands in for a conformant deployment.
+/// Never store it in a real deployment.
+pub fn conformant_report(profile: &str) -> protobot_executors::ConformanceReport {
+    use protobot_executors::{
+        BackendIdentity, Capability, ConformanceCheck, ConformanceReport,
+        conformance::{ALL_CAPABILITIES, ResourceLimitsReport},
+    };
+    ConformanceReport {
+        contract_version: protobot_executors::CONTRACT_VERSION.into(),
+        profile: profile.into(),
+        backend: BackendIdentity {
+            name: "testkit-kubelet".into(),
+            version: "e2e".into(),
+        },
+        policy_version: 0,
+        policy_digest: String::new(),
+        executable_digests: Default::default(),
+        resource_limits: ResourceLimitsReport::from(&protobot_jobsite::executor::Limits::default()),
+        capabilities: ALL_CAPABILITIES
+            .iter()
+            .map(|c| Capability::supported(c, "the double stands in for a conformant deployment"))
+            .collect(),
+        required_capabilities: ALL_CAPABILITIES.iter().map(|c| (*c).to_owned()).collect(),
+        checks: vec![ConformanceCheck {
+            id: "SB-FS-005".into(),
+            name: "host paths denied".into(),
+            passed: true,
+            skipped: false,
+            detail: Some("the double's kubelet binds only declared volumes".into()),
+        }],
+        passed: true,
+        autonomous_execution: true,
+        fail_closed_reason: None,
+        audit_head: None,
+    }
+}

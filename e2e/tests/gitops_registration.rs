@@ -280,41 +280,6 @@ async fn the_project_controller_reports_the_repository_and_its_configuration() {
     cluster.cleanup().await;
 }
 
-fn passing_report(profile: &str) -> protobot_executors::ConformanceReport {
-    use protobot_executors::{
-        BackendIdentity, Capability, ConformanceCheck, ConformanceReport,
-        conformance::{ALL_CAPABILITIES, ResourceLimitsReport},
-    };
-    ConformanceReport {
-        contract_version: protobot_executors::CONTRACT_VERSION.into(),
-        profile: profile.into(),
-        backend: BackendIdentity {
-            name: "protobot-kubernetes".into(),
-            version: "test".into(),
-        },
-        policy_version: 0,
-        policy_digest: String::new(),
-        executable_digests: Default::default(),
-        resource_limits: ResourceLimitsReport::from(&protobot_jobsite::executor::Limits::default()),
-        capabilities: ALL_CAPABILITIES
-            .iter()
-            .map(|c| Capability::supported(c, "test fixture"))
-            .collect(),
-        required_capabilities: ALL_CAPABILITIES.iter().map(|c| (*c).to_owned()).collect(),
-        checks: vec![ConformanceCheck {
-            id: "SB-FS-005".into(),
-            name: "host paths denied".into(),
-            passed: true,
-            skipped: false,
-            detail: None,
-        }],
-        passed: true,
-        autonomous_execution: true,
-        fail_closed_reason: None,
-        audit_head: None,
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_project_controller_reads_each_profiles_conformance_report() {
     let cluster = Cluster::connect("project-conformance").await;
@@ -323,7 +288,7 @@ async fn the_project_controller_reads_each_profiles_conformance_report() {
     // kata has a passing report stored where its profile says; gvisor has none.
     let maps: Api<k8s_openapi::api::core::v1::ConfigMap> =
         Api::namespaced(cluster.client.clone(), &cluster.namespace);
-    let report = serde_json::to_string(&passing_report("kata")).unwrap();
+    let report = serde_json::to_string(&protobot_e2e::conformant_report("kata")).unwrap();
     maps.create(
         &PostParams::default(),
         &serde_json::from_value(json!({

@@ -373,7 +373,7 @@ async fn the_operator_runs_every_role_in_pods_from_the_sandbox_profile() {
         "/../sandbox-profiles/kata.yaml"
     )))
     .unwrap();
-    let report = conformant_report("kata");
+    let report = protobot_e2e::conformant_report("kata");
     let executor = Arc::new(
         KubernetesExecutor::new(cluster.client.clone(), config, profile, Some(report)).unwrap(),
     );
@@ -432,39 +432,4 @@ async fn the_operator_runs_every_role_in_pods_from_the_sandbox_profile() {
     }
     drop(kubelet);
     cluster.cleanup().await;
-}
-
-fn conformant_report(profile: &str) -> protobot_executors::ConformanceReport {
-    use protobot_executors::{
-        BackendIdentity, Capability, ConformanceCheck, ConformanceReport,
-        conformance::{ALL_CAPABILITIES, ResourceLimitsReport},
-    };
-    ConformanceReport {
-        contract_version: protobot_executors::CONTRACT_VERSION.into(),
-        profile: profile.into(),
-        backend: BackendIdentity {
-            name: "testkit-kubelet".into(),
-            version: "e2e".into(),
-        },
-        policy_version: 0,
-        policy_digest: String::new(),
-        executable_digests: Default::default(),
-        resource_limits: ResourceLimitsReport::from(&protobot_jobsite::executor::Limits::default()),
-        capabilities: ALL_CAPABILITIES
-            .iter()
-            .map(|c| Capability::supported(c, "the double stands in for a conformant deployment"))
-            .collect(),
-        required_capabilities: ALL_CAPABILITIES.iter().map(|c| (*c).to_owned()).collect(),
-        checks: vec![ConformanceCheck {
-            id: "SB-FS-005".into(),
-            name: "host paths denied".into(),
-            passed: true,
-            skipped: false,
-            detail: Some("the double's kubelet binds only declared volumes".into()),
-        }],
-        passed: true,
-        autonomous_execution: true,
-        fail_closed_reason: None,
-        audit_head: None,
-    }
 }

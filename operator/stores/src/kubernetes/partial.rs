@@ -318,23 +318,7 @@ pub fn unmet_dependencies(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{
-        MemoryStore,
-        kubernetes::shard::{join, split},
-    };
-
-    async fn lived_in() -> WmsState {
-        let store = std::sync::Arc::new(MemoryStore::new(
-            crate::conformance::PROJECT,
-            crate::conformance::config(),
-        ));
-        let h = crate::conformance::Harness {
-            store: store.clone(),
-            now: crate::conformance::eval_time(),
-        };
-        crate::conformance::vr_023_add_requirement_resolution_end_to_end(h).await;
-        store.snapshot().unwrap()
-    }
+    use crate::kubernetes::shard::{join, split};
 
     fn closure(
         all: &BTreeMap<ShardId, Value>,
@@ -356,7 +340,7 @@ mod tests {
 
     #[tokio::test]
     async fn every_closed_subset_splits_back_to_itself() {
-        let state = lived_in().await;
+        let state = crate::kubernetes::shard::tests::lived_in_state().await;
         let all = split(&state, &BTreeMap::new());
         let kinds: BTreeSet<Kind> = all.keys().map(|(k, _)| *k).collect();
         assert!(

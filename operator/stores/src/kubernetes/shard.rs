@@ -369,15 +369,14 @@ pub fn join(project_id: &str, shards: &BTreeMap<ShardId, Value>) -> Result<WmsSt
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use protobot_lifecycle::State;
 
     use super::*;
     use crate::{AdapterConfig, Import, MemoryStore, WorkStore};
 
-    #[tokio::test]
-    async fn split_then_join_is_the_identity_on_a_lived_in_state() {
-        // Reuse the conformance scenario that touches the most record families.
+    /// The state after the conformance scenario that touches the most record families.
+    pub(crate) async fn lived_in_state() -> WmsState {
         let store = std::sync::Arc::new(MemoryStore::new(
             crate::conformance::PROJECT,
             crate::conformance::config(),
@@ -387,7 +386,12 @@ mod tests {
             now: crate::conformance::eval_time(),
         };
         crate::conformance::vr_023_add_requirement_resolution_end_to_end(h).await;
-        let state = store.snapshot().unwrap();
+        store.snapshot().unwrap()
+    }
+
+    #[tokio::test]
+    async fn split_then_join_is_the_identity_on_a_lived_in_state() {
+        let state = lived_in_state().await;
         let shards = split(&state, &BTreeMap::new());
         let back = join(&state.project_id, &shards).unwrap();
         assert_eq!(back.records, state.records);
