@@ -18,6 +18,8 @@
 
 use std::{path::PathBuf, sync::Arc};
 
+use tracing::Instrument;
+
 use protobot_lifecycle::{
     AuthorizationContext, Command, OperationEnvelope, Reconciliation, State, WorkItemRecord,
 };
@@ -190,6 +192,37 @@ impl ContractSource for RegisteredContracts {
     }
 }
 
+/// A W3C-format trace id (32 hex digits) for the build under one claim: a
+/// digest (FNV-1a, 128 bits) of the work item and the claim's fencing token, so
+/// every process logging about the same claim derives the same id, and a new
+/// claim gets a new one.
+pub fn trace_id(work_item_id: &str, fencing_token: &str) -> String {
+    const OFFSET: u128 = 0x6c62_272e_07bb_0142_62b8_2175_6295_c58d;
+    const PRIME: u128 = 0x0000_0000_0100_0000_0000_0000_0000_013b;
+    let mut hash = OFFSET;
+    for byte in work_item_id
+        .bytes()
+        .chain(std::iter::once(0))
+        .chain(fencing_token.bytes())
+    {
+        hash ^= u128::from(byte);
+        hash = hash.wrapping_mul(PRIME);
+    }
+    format!("{hash:032x}")
+}
+
+/// The span every log line of one build carries (JSON logs show it): the work
+/// item, the contract version the build started from and the trace id.
+fn build_span(claim: &Claim, record: &WorkItemRecord) -> tracing::Span {
+    let token = claim.held().map(|h| h.fencing_token).unwrap_or_default();
+    tracing::info_span!(
+        "build",
+        work_item = %record.id,
+        contract_version = record.contract_version,
+        trace_id = %trace_id(&record.id, &token),
+    )
+}
+
 /// What a pass did to one item.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(tag = "action", rename_all = "kebab-case")]
@@ -321,7 +354,11 @@ impl<S: WorkStore + 'static, E: Executor> JobSite<S, E> {
                     contract_version: record.contract_version,
                 });
                 tracing::info!(work_item = %record.id, state = %record.state, "resuming an item this Job Site still holds");
-                actions.push(self.build(&claim, &record).await);
+                actions.push(
+                    self.build(&claim, &record)
+                        .instrument(build_span(&claim, &record))
+                        .await,
+                );
             }
         }
         // Claim nothing while the executor refuses to run (a missing or failing
@@ -362,7 +399,11 @@ impl<S: WorkStore + 'static, E: Executor> JobSite<S, E> {
                         });
                         continue;
                     }
-                    actions.push(self.build(&claim, record).await)
+                    actions.push(
+                        self.build(&claim, record)
+                            .instrument(build_span(&claim, record))
+                            .await,
+                    )
                 }
                 None => actions.push(SiteAction::LostClaim { work_item_id: id }),
             }
@@ -674,4 +715,23 @@ pub fn is_lost(error: &EngineError) -> bool {
         error,
         EngineError::LeaseLost(_) | EngineError::Rejected { .. }
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::trace_id;
+
+    #[test]
+    fn trace_ids_are_w3c_shaped_stable_and_distinct_per_claim() {
+        let id = trace_id("wi-cs-00001-abcdef0123", "fence-7");
+        assert_eq!(id.len(), 32);
+        assert!(
+            id.bytes()
+                .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
+        );
+        assert_ne!(id, "0".repeat(32), "all zeros is an invalid trace id");
+        assert_eq!(id, trace_id("wi-cs-00001-abcdef0123", "fence-7"));
+        assert_ne!(id, trace_id("wi-cs-00001-abcdef0123", "fence-8"));
+        assert_ne!(trace_id("ab", "c"), trace_id("a", "bc"));
+    }
 }
