@@ -75,6 +75,7 @@ fn contract(i: usize) -> BuildContract {
         dependencies: vec![],
         priority: "normal".into(),
         scopes: vec![],
+        paths: vec![],
     }
 }
 

@@ -92,6 +92,9 @@ pub struct ChangeSetFacts {
     pub depends_on: Vec<String>,
     /// Business priority snapshot.
     pub priority: String,
+    /// Test-catalog files verifying the changed requirements (at the merge commit).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub touched_paths: Vec<String>,
 }
 
 /// A true bug: violated requirements, no spec change.
@@ -113,6 +116,9 @@ pub struct BugFacts {
     /// conservatively `applicable` (excluding one takes a reviewed change set).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub impact: Vec<ImpactEntry>,
+    /// Test-catalog files verifying the violated requirements (at the spec commit).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub touched_paths: Vec<String>,
 }
 
 /// How work enters the Job Site.
@@ -156,6 +162,10 @@ pub struct BuildContract {
     /// affected interface and `requirement:<id>` for each changed requirement.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub scopes: Vec<String>,
+    /// Paths the build is expected to touch, for dispatch: the files of the test
+    /// catalog entries that verify a changed (or violated) requirement.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub paths: Vec<String>,
 }
 
 /// Why a contract could not be built (bad registration input, not a block).
@@ -284,6 +294,7 @@ fn from_change_set(f: &ChangeSetFacts) -> Result<BuildContract, ContractError> {
         dependencies: sorted(f.depends_on.iter().cloned()),
         priority: f.priority.clone(),
         scopes,
+        paths: sorted(f.touched_paths.iter().cloned()),
     })
 }
 
@@ -348,6 +359,7 @@ fn from_bug(b: &BugFacts) -> Result<BuildContract, ContractError> {
         dependencies: Vec::new(),
         priority: b.priority.clone(),
         scopes,
+        paths: sorted(b.touched_paths.iter().cloned()),
     })
 }
 
@@ -399,6 +411,7 @@ mod tests {
 
     pub(crate) fn facts() -> ChangeSetFacts {
         ChangeSetFacts {
+            touched_paths: vec![],
             project_id: "cli-sync".into(),
             change_set_id: "CS-00042".into(),
             merge_commit: MERGE.into(),
@@ -517,6 +530,7 @@ mod tests {
     #[test]
     fn a_true_bug_is_contradicts_with_the_violated_requirements() {
         let bug = BugFacts {
+            touched_paths: vec!["tests/sync_test.sh".into()],
             project_id: "cli-sync".into(),
             bug_id: "GH#17 sync deletes".into(),
             spec_commit: MERGE.into(),
@@ -538,6 +552,7 @@ mod tests {
             ["REQ-SYNC-002", "REQ-SYNC-003"]
         );
         assert_eq!(c.scopes, ["requirement:REQ-SYNC-002", "sync"]);
+        assert_eq!(c.paths, ["tests/sync_test.sh"]);
         let mut excluded = bug.clone();
         excluded.impact[0].disposition = Disposition::NotApplicable;
         assert!(

@@ -177,6 +177,7 @@ mod tests {
 
     fn facts() -> BugFacts {
         BugFacts {
+            touched_paths: vec![],
             project_id: "cli-sync".into(),
             bug_id: "GH-17".into(),
             spec_commit: "1a2b3c4d5e6f7a8b9c0d1a2b3c4d5e6f7a8b9c0d".into(),

@@ -174,6 +174,7 @@ pub fn read_bug_facts(workdir: &Path, bug: &BugIntake) -> Result<BugFacts, Mater
         })
         .collect();
     Ok(BugFacts {
+        touched_paths: touched_paths(&repo, head, &bug.violated_requirement_ids),
         project_id: bug.project_id.clone(),
         bug_id: bug.bug_id.clone(),
         spec_commit: head.to_string(),
@@ -189,6 +190,34 @@ fn repo_error(path: &Path, reason: impl std::fmt::Display) -> MaterializeError {
         path: path.display().to_string(),
         reason: reason.to_string(),
     }
+}
+
+/// Files of the test-catalog entries at `commit` that verify any of
+/// `requirements`: what a build of them is expected to touch (a dispatch hint,
+/// so a missing or malformed catalog gives none; the build reports it).
+fn touched_paths(
+    repo: &git2::Repository,
+    commit: git2::Oid,
+    requirements: &[String],
+) -> Vec<String> {
+    let text = repo
+        .find_commit(commit)
+        .and_then(|c| c.tree())
+        .and_then(|t| t.get_path(Path::new(protobot_repo::catalog::CATALOG_PATH)))
+        .and_then(|e| repo.find_blob(e.id()))
+        .ok()
+        .and_then(|b| String::from_utf8(b.content().to_vec()).ok());
+    let Some(entries) = text.and_then(|t| protobot_repo::catalog::parse_catalog(&t).ok()) else {
+        return Vec::new();
+    };
+    let mut paths: Vec<String> = entries
+        .into_iter()
+        .filter(|e| e.verifies.iter().any(|v| requirements.contains(v)))
+        .flat_map(|e| e.paths)
+        .collect();
+    paths.sort();
+    paths.dedup();
+    paths
 }
 
 /// Reads the facts of a registration from the work tree at `workdir`.
@@ -268,7 +297,15 @@ pub fn read_facts(workdir: &Path, reg: &Registration) -> Result<ChangeSetFacts, 
             rationale: a.rationale.clone(),
         })
         .collect();
+    let changed: Vec<String> = cs
+        .ops()
+        .iter()
+        .filter(|op| op.action != "retire")
+        .map(|op| op.requirement_id.clone())
+        .collect();
+    let touched_paths = touched_paths(&repo, merge, &changed);
     Ok(ChangeSetFacts {
+        touched_paths,
         project_id: reg.project_id.clone(),
         change_set_id: reg.change_set_id.clone(),
         merge_commit: approved.merge_commit,

@@ -302,6 +302,7 @@ pub async fn world<S: WorkStore>(store: Arc<S>, items: &[String]) -> World<S> {
                 dependencies: vec![],
                 priority: "normal".into(),
                 scopes: vec![],
+                paths: vec![],
             },
         );
     }

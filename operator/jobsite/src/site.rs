@@ -58,6 +58,9 @@ pub const RECONCILER_ACTIONS: &[&str] = &[
 /// The Materializer commands of the dependency refresh.
 pub const REFRESH_ACTIONS: &[&str] = &["refresh-dependencies", "revalidate"];
 
+/// What a contract declares for dispatch: its scopes and the paths it expects to touch.
+pub type Declared = (Vec<String>, Vec<String>);
+
 /// Where a claimed item's build contract comes from. The contract is a
 /// deterministic function of the registration, so a restarted Job Site can
 /// always rebuild it.
@@ -65,10 +68,11 @@ pub trait ContractSource: Send + Sync {
     /// The contract of `record`.
     fn contract(&self, record: &WorkItemRecord) -> Result<BuildContract, String>;
 
-    /// The scopes `record`'s contract declares (dispatch asks for every ready
-    /// and running item on every pass, so sources that read a repository cache them).
-    fn scopes(&self, record: &WorkItemRecord) -> Result<Vec<String>, String> {
-        self.contract(record).map(|c| c.scopes)
+    /// The scopes `record`'s contract declares and the paths it expects to
+    /// touch (dispatch asks for every ready and running item on every pass, so
+    /// sources that read a repository cache them).
+    fn footprint(&self, record: &WorkItemRecord) -> Result<Declared, String> {
+        self.contract(record).map(|c| (c.scopes, c.paths))
     }
 }
 
@@ -97,8 +101,9 @@ pub struct RegisteredContracts {
     pub repo: PathBuf,
     /// The default branch.
     pub default_branch: String,
-    /// Declared scopes by materialization key (they depend on the merge commit only).
-    scopes: std::sync::Mutex<std::collections::BTreeMap<String, Vec<String>>>,
+    /// Declared scopes and touched paths by materialization key (they depend on
+    /// the registration only).
+    footprints: std::sync::Mutex<std::collections::BTreeMap<String, Declared>>,
     /// Where bug intakes are recorded.
     bugs: Option<crate::intake::IntakeFiles>,
 }
@@ -110,7 +115,7 @@ impl RegisteredContracts {
         RegisteredContracts {
             repo,
             default_branch: default_branch.to_string(),
-            scopes: std::sync::Mutex::new(Default::default()),
+            footprints: std::sync::Mutex::new(Default::default()),
             bugs: None,
         }
     }
@@ -179,16 +184,22 @@ impl ContractSource for RegisteredContracts {
         Ok(contract)
     }
 
-    fn scopes(&self, record: &WorkItemRecord) -> Result<Vec<String>, String> {
+    fn footprint(&self, record: &WorkItemRecord) -> Result<Declared, String> {
         let key = &record.materialization_key;
-        if let Some(hit) = self.scopes.lock().ok().and_then(|c| c.get(key).cloned()) {
+        if let Some(hit) = self
+            .footprints
+            .lock()
+            .ok()
+            .and_then(|c| c.get(key).cloned())
+        {
             return Ok(hit);
         }
-        let scopes = self.contract(record)?.scopes;
-        if let Ok(mut cache) = self.scopes.lock() {
-            cache.insert(key.clone(), scopes.clone());
+        let contract = self.contract(record)?;
+        let footprint = (contract.scopes, contract.paths);
+        if let Ok(mut cache) = self.footprints.lock() {
+            cache.insert(key.clone(), footprint.clone());
         }
-        Ok(scopes)
+        Ok(footprint)
     }
 }
 
@@ -411,20 +422,20 @@ impl<S: WorkStore + 'static, E: Executor> JobSite<S, E> {
         Ok(actions)
     }
 
-    /// What dispatch knows of an item: its priority, when it became ready and
-    /// the scopes its contract declares (none when the contract cannot be read:
-    /// the build reports that error itself).
+    /// What dispatch knows of an item: its priority, when it became ready, the
+    /// scopes its contract declares and the paths it expects to touch (none when
+    /// the contract cannot be read: the build reports that error itself).
     fn footprint(&self, record: &WorkItemRecord) -> Footprint {
-        let scopes = self.contracts.scopes(record).unwrap_or_else(|error| {
-            tracing::debug!(work_item = %record.id, %error, "no declared scopes for dispatch");
-            Vec::new()
+        let (scopes, paths) = self.contracts.footprint(record).unwrap_or_else(|error| {
+            tracing::debug!(work_item = %record.id, %error, "no declared footprint for dispatch");
+            (Vec::new(), Vec::new())
         });
         Footprint {
             id: record.id.clone(),
             priority: Priority::from_snapshot(&record.priority),
             ready_since: record.state_since.unwrap_or(jiff::Timestamp::UNIX_EPOCH),
             scopes: scopes.into_iter().collect(),
-            paths: Default::default(),
+            paths: paths.into_iter().collect(),
         }
     }
 

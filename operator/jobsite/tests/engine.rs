@@ -180,6 +180,7 @@ async fn a_work_item_is_built_through_a_triage_cycle_and_merged() {
         dependencies: vec![],
         priority: "normal".into(),
         scopes: vec![],
+        paths: vec![],
     };
     let ctx = context.clone();
     let engine = Engine {

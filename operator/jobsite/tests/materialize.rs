@@ -30,6 +30,7 @@ fn materializer() -> AuthorizationContext {
 
 fn facts(cs: &str, merge: &str) -> ChangeSetFacts {
     ChangeSetFacts {
+        touched_paths: vec![],
         project_id: PROJECT.into(),
         change_set_id: cs.into(),
         merge_commit: merge.into(),

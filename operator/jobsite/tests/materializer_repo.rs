@@ -85,10 +85,12 @@ fn a_restarted_job_site_rebuilds_the_same_contract_from_the_materialization_key(
         "{:?}",
         contract.scopes
     );
-    assert_eq!(source.scopes(&record).unwrap(), contract.scopes);
+    // ... and the test files verifying them, from the catalog at the merge commit.
+    let expected = (contract.scopes.clone(), contract.paths.clone());
+    assert_eq!(source.footprint(&record).unwrap(), expected);
     assert_eq!(
-        source.scopes(&record).unwrap(),
-        contract.scopes,
+        source.footprint(&record).unwrap(),
+        expected,
         "served from the cache"
     );
     assert_eq!(
@@ -109,4 +111,47 @@ fn a_restarted_job_site_rebuilds_the_same_contract_from_the_materialization_key(
     record.id = "wi-someone-else".into();
     let err = source.contract(&record).unwrap_err();
     assert!(err.contains("rebuilds as"), "{err}");
+}
+
+#[test]
+fn touched_paths_come_from_the_test_catalog_and_bugs_must_name_active_requirements() {
+    use protobot_jobsite::materializer::{BugIntake, read_bug_facts};
+    let tmp = tempfile::tempdir().unwrap();
+    let (work, origin) = (tmp.path().join("work"), tmp.path().join("origin.git"));
+    let merge = protobot_jobsite::example::author(&work, &origin).unwrap();
+    let facts = read_facts(&work, &registration("CS-00001", Some(merge))).unwrap();
+    assert_eq!(
+        facts.touched_paths,
+        [
+            "tests/test_apply.sh",
+            "tests/test_dry_run.sh",
+            "tests/test_refuse.sh"
+        ]
+    );
+    let contract = build(&Intake::ChangeSet(facts)).unwrap();
+    assert_eq!(contract.paths.len(), 3);
+    let bug = |violates: &str| BugIntake {
+        project_id: "cli-sync".into(),
+        bug_id: "GH-1".into(),
+        violated_requirement_ids: vec![violates.into()],
+        scopes: vec![],
+        default_branch: "main".into(),
+        priority: "high".into(),
+    };
+    let facts = read_bug_facts(&work, &bug("REQ-CLI-00001")).unwrap();
+    assert_eq!(facts.touched_paths, ["tests/test_dry_run.sh"]);
+    assert!(
+        facts
+            .impact
+            .iter()
+            .all(|e| e.disposition == protobot_jobsite::contract::Disposition::Applicable)
+    );
+    let contract = build(&Intake::Bug(facts)).unwrap();
+    assert_eq!(contract.change_type, "contradicts");
+    assert_eq!(contract.paths, ["tests/test_dry_run.sh"]);
+    let err = read_bug_facts(&work, &bug("REQ-CLI-09999")).unwrap_err();
+    assert!(
+        matches!(err, MaterializeError::UnknownRequirement { .. }),
+        "{err}"
+    );
 }
