@@ -32,20 +32,6 @@ pub enum Outcome {
     },
 }
 
-fn update(
-    type_: &'static str,
-    status: ConditionStatus,
-    reason: &'static str,
-    message: String,
-) -> ConditionUpdate {
-    ConditionUpdate {
-        type_,
-        status,
-        reason,
-        message,
-    }
-}
-
 fn change_type(s: &str) -> ChangeType {
     match s {
         "changes" => ChangeType::Changes,
@@ -77,7 +63,7 @@ pub fn status(
         set_condition(&mut s.conditions, u, generation, now);
     };
     let pending = |why: &str| {
-        update(
+        ConditionUpdate::new(
             types::MATERIALIZED,
             ConditionStatus::False,
             reasons::PENDING,
@@ -86,7 +72,7 @@ pub fn status(
     };
     match outcome {
         Outcome::ProjectNotFound(m) => {
-            set(update(
+            set(ConditionUpdate::new(
                 types::VERIFIED,
                 ConditionStatus::False,
                 reasons::PROJECT_NOT_FOUND,
@@ -95,7 +81,7 @@ pub fn status(
             set(pending("waiting for verification"));
         }
         Outcome::RepositoryUnavailable(m) => {
-            set(update(
+            set(ConditionUpdate::new(
                 types::VERIFIED,
                 ConditionStatus::Unknown,
                 reasons::REPOSITORY_UNAVAILABLE,
@@ -104,7 +90,7 @@ pub fn status(
             set(pending("waiting for verification"));
         }
         Outcome::NotVerified(m) => {
-            set(update(
+            set(ConditionUpdate::new(
                 types::VERIFIED,
                 ConditionStatus::False,
                 reasons::MERGE_COMMIT_NOT_FOUND,
@@ -113,7 +99,7 @@ pub fn status(
             set(pending("waiting for verification"));
         }
         Outcome::ManifestInvalid(m) => {
-            set(update(
+            set(ConditionUpdate::new(
                 types::VERIFIED,
                 ConditionStatus::False,
                 reasons::MANIFEST_INVALID,
@@ -122,7 +108,7 @@ pub fn status(
             set(pending("waiting for a valid manifest"));
         }
         Outcome::Materialized { contract, result } => {
-            set(update(
+            set(ConditionUpdate::new(
                 types::VERIFIED,
                 ConditionStatus::True,
                 reasons::MERGE_COMMIT_VERIFIED,
@@ -150,29 +136,28 @@ pub fn status(
             match (result.ok, result.code()) {
                 (true, _) if omitted => {
                     s.work_item_ref = None;
-                    set(update(
+                    set(ConditionUpdate::new(
                         types::MATERIALIZED,
                         ConditionStatus::True,
                         reasons::OMITTED,
-                        "no implementation required; reservation kept".into(),
+                        "no implementation required; reservation kept",
                     ));
                 }
                 (true, _) => {
                     let name = protobot_stores::kubernetes::item_name(&contract.work_item_id);
                     s.work_item_ref = Some(LocalRef::new(name.clone()));
-                    set(update(
+                    set(ConditionUpdate::new(
                         types::MATERIALIZED,
                         ConditionStatus::True,
                         reasons::WORK_ITEM_CREATED,
                         format!("BuildWorkItem {name}"),
                     ));
                 }
-                (false, Some(Code::IdempotencyConflict)) => set(update(
+                (false, Some(Code::IdempotencyConflict)) => set(ConditionUpdate::new(
                     types::MATERIALIZED,
                     ConditionStatus::False,
                     reasons::SOURCE_CONFLICT,
-                    "the materialization key is bound to a different source; register a new merge"
-                        .into(),
+                    "the materialization key is bound to a different source; register a new merge",
                 )),
                 (false, code) => set(pending(&format!(
                     "materialize was rejected: {}",

@@ -160,22 +160,8 @@ pub fn redact_credentials(text: &str) -> String {
     out
 }
 
-fn update(
-    type_: &'static str,
-    status: ConditionStatus,
-    reason: &'static str,
-    message: String,
-) -> ConditionUpdate {
-    ConditionUpdate {
-        type_,
-        status,
-        reason,
-        message,
-    }
-}
-
 fn not_checked(type_: &'static str, why: &str) -> ConditionUpdate {
-    update(
+    ConditionUpdate::new(
         type_,
         ConditionStatus::Unknown,
         reasons::CHECK_ERROR,
@@ -185,7 +171,7 @@ fn not_checked(type_: &'static str, why: &str) -> ConditionUpdate {
 
 fn conformance_update(c: &Conformance) -> ConditionUpdate {
     match c {
-        Conformance::Report(r) if r.passed => update(
+        Conformance::Report(r) if r.passed => ConditionUpdate::new(
             types::SANDBOX_CONFORMANT,
             ConditionStatus::True,
             reasons::PASSED,
@@ -194,7 +180,7 @@ fn conformance_update(c: &Conformance) -> ConditionUpdate {
                 r.profile, r.checks_passed
             ),
         ),
-        Conformance::Report(r) => update(
+        Conformance::Report(r) => ConditionUpdate::new(
             types::SANDBOX_CONFORMANT,
             ConditionStatus::False,
             reasons::FAILED,
@@ -209,13 +195,13 @@ fn conformance_update(c: &Conformance) -> ConditionUpdate {
                 }
             ),
         ),
-        Conformance::Missing(why) => update(
+        Conformance::Missing(why) => ConditionUpdate::new(
             types::SANDBOX_CONFORMANT,
             ConditionStatus::False,
             reasons::FAILED,
             why.clone(),
         ),
-        Conformance::Unavailable(why) => update(
+        Conformance::Unavailable(why) => ConditionUpdate::new(
             types::SANDBOX_CONFORMANT,
             ConditionStatus::Unknown,
             reasons::CHECK_ERROR,
@@ -240,14 +226,14 @@ pub fn ready(conditions: &[protobot_api::Condition]) -> ConditionUpdate {
     })
     .collect();
     if pending.is_empty() {
-        update(
+        ConditionUpdate::new(
             types::READY,
             ConditionStatus::True,
             READY,
-            "repository reachable, project configuration valid, sandbox profile conformant".into(),
+            "repository reachable, project configuration valid, sandbox profile conformant",
         )
     } else {
-        update(
+        ConditionUpdate::new(
             types::READY,
             ConditionStatus::False,
             NOT_READY,
@@ -285,7 +271,7 @@ pub fn status(
             conformance,
         } => {
             s.repo_reachable = Some(false);
-            updates.push(update(
+            updates.push(ConditionUpdate::new(
                 types::REPO_REACHABLE,
                 ConditionStatus::False,
                 reasons::REPOSITORY_UNAVAILABLE,
@@ -304,7 +290,7 @@ pub fn status(
             conformance,
         } => {
             s.repo_reachable = Some(true);
-            updates.push(update(
+            updates.push(ConditionUpdate::new(
                 types::REPO_REACHABLE,
                 ConditionStatus::True,
                 reasons::PASSED,
@@ -319,7 +305,7 @@ pub fn status(
             updates.push(match config {
                 ConfigCheck::Valid => {
                     s.project_config_valid = Some(true);
-                    update(
+                    ConditionUpdate::new(
                         types::PROJECT_CONFIG_VALID,
                         ConditionStatus::True,
                         reasons::PASSED,
@@ -328,7 +314,7 @@ pub fn status(
                 }
                 ConfigCheck::Invalid(why) => {
                     s.project_config_valid = Some(false);
-                    update(
+                    ConditionUpdate::new(
                         types::PROJECT_CONFIG_VALID,
                         ConditionStatus::False,
                         reasons::FAILED,
@@ -337,7 +323,7 @@ pub fn status(
                 }
                 ConfigCheck::Unreadable(why) => {
                     s.project_config_valid = None;
-                    update(
+                    ConditionUpdate::new(
                         types::PROJECT_CONFIG_VALID,
                         ConditionStatus::Unknown,
                         reasons::CHECK_ERROR,
@@ -353,7 +339,7 @@ pub fn status(
         set_condition(&mut s.conditions, u, generation, now);
     }
     let readiness = match outcome {
-        Outcome::InvalidSpec(why) => update(
+        Outcome::InvalidSpec(why) => ConditionUpdate::new(
             types::READY,
             ConditionStatus::False,
             INVALID_SPEC,
@@ -781,7 +767,7 @@ mod tests {
             assert_eq!(ready(&conditions).status, ConditionStatus::False);
             set_condition(
                 &mut conditions,
-                update(ty, ConditionStatus::True, reasons::PASSED, String::new()),
+                ConditionUpdate::new(ty, ConditionStatus::True, reasons::PASSED, String::new()),
                 None,
                 t0,
             );
@@ -789,7 +775,7 @@ mod tests {
         assert_eq!(ready(&conditions).status, ConditionStatus::True);
         set_condition(
             &mut conditions,
-            update(
+            ConditionUpdate::new(
                 types::SANDBOX_CONFORMANT,
                 ConditionStatus::Unknown,
                 reasons::CHECK_ERROR,

@@ -311,22 +311,13 @@ pub fn error_policy(project: Arc<Project>, error: &Error, _ctx: Arc<Context>) ->
     Action::requeue(Duration::from_secs(5))
 }
 
-/// Runs the controller until the stream ends (shutdown).
-pub async fn run(client: Client, namespace: Option<String>) {
-    run_with(
-        client,
-        namespace,
-        std::env::temp_dir().join("protobot-repositories"),
-    )
-    .await;
-}
-
-/// [`run`] with the repository cache under `workdir`.
+/// Runs the controller until the stream ends (shutdown), with the repository
+/// cache under `workdir` and no sandbox profiles.
 pub async fn run_with(client: Client, namespace: Option<String>, workdir: PathBuf) {
     run_context(namespace, Arc::new(Context::new(client, workdir))).await;
 }
 
-/// [`run`] with a prepared [`Context`] (e.g. with conformance summaries).
+/// [`run_with`] with a prepared [`Context`] (e.g. with sandbox profiles).
 pub async fn run_context(namespace: Option<String>, ctx: Arc<Context>) {
     let api: Api<Project> = match &namespace {
         Some(ns) => Api::namespaced(ctx.client.clone(), ns),
