@@ -225,14 +225,29 @@ async fn scenario<E: protobot_jobsite::executor::Executor + 'static>(
     assert_eq!(outcomes, ["implementation-fault", "passed"]);
     // Transitions are reported as Kubernetes Events on the item; a finished item
     // no longer carries the unfinished-work finalizer.
+    // Events are published when the Job Site's pass ends, after the status write
+    // the wait above saw: wait for the event (bounded) rather than list once.
     let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(client.clone(), &ns);
+    let item_name = kube::ResourceExt::name_any(item);
+    let is_completed = |e: &k8s_openapi::api::events::v1::Event| {
+        e.reason.as_deref() == Some("Completed")
+            && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(item_name.as_str())
+    };
+    let completed_event = tokio::time::timeout(timeout(), async {
+        let mut seen = kube::runtime::watcher(events.clone(), Default::default())
+            .applied_objects()
+            .boxed();
+        while let Some(Ok(event)) = seen.next().await {
+            if is_completed(&event) {
+                return true;
+            }
+        }
+        false
+    })
+    .await;
     let reported = events.list(&Default::default()).await.unwrap().items;
     assert!(
-        reported
-            .iter()
-            .any(|e| e.reason.as_deref() == Some("Completed")
-                && e.regarding.as_ref().and_then(|r| r.name.as_deref())
-                    == Some(kube::ResourceExt::name_any(item).as_str())),
+        matches!(completed_event, Ok(true)) && reported.iter().any(is_completed),
         "no Completed event for the item: {:?}",
         reported.iter().map(|e| &e.reason).collect::<Vec<_>>()
     );
