@@ -233,3 +233,94 @@ async fn commands_read_only_the_objects_they_touch() {
         20
     );
 }
+
+fn ledger_of(item: &BuildWorkItem) -> serde_json::Value {
+    serde_json::from_str(item.status.as_ref().unwrap().ledger.as_deref().unwrap()).unwrap()
+}
+
+#[tokio::test]
+async fn a_long_build_keeps_its_ledger_bounded_and_every_old_key_replays() {
+    // A build renews its lease many times; each renewal leaves a result and
+    // an audit event. The item keeps the newest; older ones move to their key
+    // claims, where replays still find them.
+    let server = server();
+    let store = seeded(&server).await;
+    let job_site = || AuthorizationContext {
+        allowed_actions: vec!["claim".into(), "renew-lease".into()],
+        ..job_site()
+    };
+    let claimed = store
+        .execute(Some(&job_site()), &claim("k1"), now())
+        .await
+        .unwrap();
+    let fence = claimed.decision.unwrap().fencing_token_issued.unwrap();
+    let renew = |n: u64| OperationEnvelope {
+        operation: "renew-lease".into(),
+        actor_context_ref: "job-site".into(),
+        work_item_id: "wi-1".into(),
+        expected_state: Some("building".into()),
+        expected_contract_version: Some(2 + n),
+        idempotency_key: format!("renew-{n}"),
+        fencing_token: fence.clone(),
+        ..OperationEnvelope::default()
+    };
+    let mut first = None;
+    let renewals = 150;
+    for n in 0..renewals {
+        let r = store
+            .execute(Some(&job_site()), &renew(n), now())
+            .await
+            .unwrap();
+        assert!(r.ok, "renewal {n}: {:?}", r.error);
+        if n == 0 {
+            first = Some(r);
+        }
+    }
+    let api: Api<BuildWorkItem> = Api::namespaced(server.client(), "default");
+    let item = api.get("wi-1").await.unwrap();
+    let ledger = ledger_of(&item);
+    let results = ledger["idempotency"].as_object().unwrap().len();
+    let events = ledger["audit"].as_array().unwrap().len();
+    assert!(
+        results <= 64 && events <= 64,
+        "{results} results, {events} events"
+    );
+    assert!(
+        ledger["archived_below"].as_u64().unwrap() > 64,
+        "older results were archived: {ledger}"
+    );
+    // Every command is still accounted for, once, in order.
+    let audit = store.audit_events().await.unwrap();
+    assert_eq!(audit.len() as u64, renewals + 1);
+    assert_eq!(audit[0].idempotency_key, "k1");
+    assert_eq!(audit[1].idempotency_key, "renew-0");
+    assert_eq!(
+        audit.last().unwrap().idempotency_key,
+        format!("renew-{}", renewals - 1)
+    );
+    // The oldest renewal replays its original result instead of renewing again.
+    let replay = store
+        .execute(Some(&job_site()), &renew(0), now())
+        .await
+        .unwrap();
+    let replayed = replay.decision.clone().unwrap();
+    assert!(replayed.replayed, "{replay:?}");
+    let original = first.unwrap().decision.unwrap();
+    assert_eq!(replayed.after, original.after);
+    assert_eq!(
+        store.get("wi-1").await.unwrap().unwrap().contract_version,
+        2 + renewals,
+        "the replay changed nothing"
+    );
+    // Reusing an archived key with another request is still a conflict.
+    let mut other = renew(0);
+    other.expected_contract_version = Some(2 + renewals);
+    let reused = store
+        .execute(Some(&job_site()), &other, now())
+        .await
+        .unwrap();
+    assert!(
+        !reused.ok,
+        "an archived key reused with a new fingerprint conflicts"
+    );
+}

@@ -337,7 +337,9 @@ impl KubeStore {
                 self.fetch(&mut s, hint.clone()).await?;
                 s
             };
+            let mut reread: BTreeSet<ShardId> = BTreeSet::new();
             let (out, after) = loop {
+                self.reread_stale_claims(&mut snapshot, &mut reread).await?;
                 let state = shard::join(&self.project, &snapshot.shards)
                     .map_err(|e| StoreError::Unavailable(e.to_string()))?;
                 let mut view = Partial::new(state, &snapshot.known, snapshot.everything);
@@ -352,8 +354,21 @@ impl KubeStore {
                     }
                 }
             };
-            let after = shard::split(&after, &snapshot.shards);
-            match self.commit(&snapshot, &after).await {
+            let mut shards = shard::split(&after, &snapshot.shards);
+            // Results archived out of an item move into their claims, which
+            // must be read before they are rewritten.
+            loop {
+                let unread: BTreeSet<ShardId> = shard::archive_targets(&shards)
+                    .into_iter()
+                    .filter(|id| !snapshot.knows(id))
+                    .collect();
+                if unread.is_empty() {
+                    break;
+                }
+                self.fetch(&mut snapshot, unread).await?;
+                shards = shard::split(&after, &snapshot.shards);
+            }
+            match self.commit(&snapshot, &shards).await {
                 Ok(()) => return Ok(out),
                 Err(WriteError::Conflict) => {
                     hint = snapshot.known;
@@ -365,6 +380,34 @@ impl KubeStore {
         Err(StoreError::Unavailable(format!(
             "gave up after {MAX_ATTEMPTS} write conflicts; the project is under heavy contention, retry with the same idempotency key"
         )))
+    }
+
+    /// Reads again, once per call, each claim that was read just before its
+    /// result was archived out of an item read just after
+    /// ([`shard::stale_claims`]).
+    async fn reread_stale_claims(
+        &self,
+        snapshot: &mut Snapshot,
+        reread: &mut BTreeSet<ShardId>,
+    ) -> Result<(), StoreError> {
+        let stale: BTreeSet<ShardId> = shard::stale_claims(&snapshot.shards)
+            .into_iter()
+            .filter(|id| !reread.contains(id))
+            .collect();
+        if stale.is_empty() {
+            return Ok(());
+        }
+        let everything = snapshot.everything;
+        snapshot.everything = false;
+        for id in &stale {
+            snapshot.shards.remove(id);
+            snapshot.objects.remove(id);
+            snapshot.known.remove(id);
+            reread.insert(id.clone());
+        }
+        let fetched = self.fetch(snapshot, stale).await;
+        snapshot.everything = everything;
+        fetched
     }
 
     async fn commit(

@@ -17,8 +17,26 @@
 //! [`split`] maps a state to shard values and [`join`] maps them back; a
 //! store diffs the shards before and after a call and writes only what moved,
 //! the home work item last (its status write is the commit point).
+//!
+//! # Bounded item ledgers
+//!
+//! Every command on an item leaves a result (and usually an audit event) in
+//! its ledger, and a long build renews its lease many times, so an item's
+//! ledger would grow without bound towards the 1 MiB object limit. Each result
+//! homed in an item gets a sequence number from the item (`next_seq`). When
+//! more than [`ITEM_LEDGER_HIGH`] results are homed in an item, [`split`]
+//! *archives* the oldest down to [`ITEM_LEDGER_LOW`]: each moves, with its
+//! audit events, into its own key claim (which keeps `home` and `seq`), and
+//! the item records `archived_below` (every sequence number under it lives in
+//! a claim). A replay of an archived key still finds its result: the key's
+//! claim is read first, and it holds it. The claims are written before the
+//! item, so a crash between the two leaves the result in both places, which
+//! [`join`] reads as one. A reader that read a claim just before it was
+//! archived and the item just after sees neither copy; [`stale_claims`] names
+//! such claims (sequence number under the item's `archived_below`, no result
+//! in either) so the store reads them again.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use protobot_lifecycle::{
     ApprovalRecord, AuditEvent, IdempotencyEntry, Readiness, Reservation, Submission,
@@ -91,6 +109,11 @@ impl Kind {
     }
 }
 
+/// An item ledger holding more results than this archives its oldest.
+pub const ITEM_LEDGER_HIGH: usize = 64;
+/// How many results an item keeps after archiving.
+pub const ITEM_LEDGER_LOW: usize = 32;
+
 /// Everything homed at one work item.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct ItemShard {
@@ -108,6 +131,20 @@ pub struct ItemShard {
     pub approval_status: BTreeMap<String, String>,
     /// Its audit events, oldest first.
     pub audit: Vec<AuditEvent>,
+    /// Sequence number of each result in `idempotency` (arrival order).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub sequence: BTreeMap<String, u64>,
+    /// The sequence number the next result homed here gets.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub next_seq: u64,
+    /// Results with a lower sequence number were archived into their claims.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub archived_below: u64,
+}
+
+#[allow(clippy::trivially_copy_pass_by_ref)] // serde's skip_serializing_if passes a reference
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// An idempotency-key claim.
@@ -121,8 +158,19 @@ pub struct KeyClaim {
     pub home: Option<String>,
     /// The result, when no work item holds it.
     pub entry: Option<IdempotencyEntry>,
-    /// Audit events of an unhomed mutation.
+    /// Audit events of an unhomed mutation, or of an archived one.
     pub audit: Vec<AuditEvent>,
+    /// The result's sequence number in its home item (see the module docs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seq: Option<u64>,
+}
+
+impl KeyClaim {
+    /// Whether the claim holds the result of a command on its home item
+    /// (archived there from the item's ledger).
+    pub fn is_archived(&self) -> bool {
+        self.home.is_some() && self.entry.is_some()
+    }
 }
 
 /// A materialization-key claim.
@@ -149,8 +197,59 @@ fn target_of(entry: &IdempotencyEntry) -> Option<&str> {
         .and_then(Value::as_str)
 }
 
+fn previous_claim(previous: &BTreeMap<ShardId, Value>, key: &str) -> Option<KeyClaim> {
+    previous
+        .get(&(Kind::Key, key.to_string()))
+        .and_then(|v| serde_json::from_value::<KeyClaim>(v.clone()).ok())
+}
+
+fn previous_item(previous: &BTreeMap<ShardId, Value>, id: &str) -> Option<ItemShard> {
+    previous
+        .get(&(Kind::Item, id.to_string()))
+        .and_then(|v| serde_json::from_value::<ItemShard>(v.clone()).ok())
+}
+
+/// Gives the results homed in one item their sequence numbers (old ones keep
+/// theirs; new ones follow in key order) and archives the oldest when there
+/// are more than [`ITEM_LEDGER_HIGH`]. Returns the archived keys with their
+/// sequence numbers.
+fn sequence_item(item: &mut ItemShard, previous: Option<&ItemShard>) -> Vec<(String, u64)> {
+    let (old, mut next_seq, mut archived_below) = previous
+        .map(|p| (p.sequence.clone(), p.next_seq, p.archived_below))
+        .unwrap_or_default();
+    let mut sequence = BTreeMap::new();
+    for key in item.idempotency.keys() {
+        if let Some(n) = old.get(key) {
+            sequence.insert(key.clone(), *n);
+        }
+    }
+    for key in item.idempotency.keys() {
+        if !sequence.contains_key(key) {
+            sequence.insert(key.clone(), next_seq);
+            next_seq += 1;
+        }
+    }
+    let mut archived = Vec::new();
+    if sequence.len() > ITEM_LEDGER_HIGH {
+        let mut by_age: Vec<(u64, String)> =
+            sequence.iter().map(|(k, n)| (*n, k.clone())).collect();
+        by_age.sort();
+        for (n, key) in by_age.into_iter().take(sequence.len() - ITEM_LEDGER_LOW) {
+            sequence.remove(&key);
+            archived_below = archived_below.max(n + 1);
+            archived.push((key, n));
+        }
+    }
+    item.sequence = sequence;
+    item.next_seq = next_seq;
+    item.archived_below = archived_below;
+    archived
+}
+
 /// Splits a state into shard values. `previous` (the shards as loaded) keeps
-/// the imported status of approvals whose current status lives in an item.
+/// the imported status of approvals whose current status lives in an item,
+/// the sequence numbers of item ledgers, and results already frozen or
+/// archived in their claims where they are.
 pub fn split(state: &WmsState, previous: &BTreeMap<ShardId, Value>) -> BTreeMap<ShardId, Value> {
     let mut items: BTreeMap<String, ItemShard> = BTreeMap::new();
     for (id, r) in &state.records {
@@ -160,25 +259,23 @@ pub fn split(state: &WmsState, previous: &BTreeMap<ShardId, Value>) -> BTreeMap<
     let mut out: BTreeMap<ShardId, Value> = BTreeMap::new();
     let mut keys: BTreeMap<String, KeyClaim> = BTreeMap::new();
     for (key, e) in &state.idempotency {
-        // A result first frozen in its claim (no work item existed then) stays
-        // there: moving it would take two writes that could be torn apart.
-        let frozen_in_claim = previous
-            .get(&(Kind::Key, key.clone()))
-            .and_then(|v| serde_json::from_value::<KeyClaim>(v.clone()).ok())
-            .is_some_and(|c| c.entry.is_some());
-        let home = target_of(e)
-            .filter(|t| homed(t) && !frozen_in_claim)
-            .map(str::to_string);
-        if let Some(h) = &home {
+        // A result already in its claim stays there: a result first frozen in
+        // its claim (no work item existed then) because moving it would take
+        // two writes that could be torn apart, an archived one because its
+        // item has let it go.
+        let claimed = previous_claim(previous, key).filter(|c| c.entry.is_some());
+        let home = match &claimed {
+            Some(c) => c.home.clone(),
+            None => target_of(e).filter(|t| homed(t)).map(str::to_string),
+        };
+        let entry = if claimed.is_some() || home.is_none() {
+            Some(e.clone())
+        } else {
             items
-                .entry(h.clone())
+                .entry(home.clone().unwrap_or_default())
                 .or_default()
                 .idempotency
                 .insert(key.clone(), e.clone());
-        }
-        let entry = if home.is_none() {
-            Some(e.clone())
-        } else {
             None
         };
         keys.insert(
@@ -189,8 +286,26 @@ pub fn split(state: &WmsState, previous: &BTreeMap<ShardId, Value>) -> BTreeMap<
                 home,
                 entry,
                 audit: Vec::new(),
+                seq: claimed.and_then(|c| c.seq),
             },
         );
+    }
+    for (id, item) in &mut items {
+        if item.record.is_none() {
+            continue;
+        }
+        let archived = sequence_item(item, previous_item(previous, id).as_ref());
+        for (key, n) in archived {
+            if let (Some(e), Some(claim)) = (item.idempotency.remove(&key), keys.get_mut(&key)) {
+                claim.entry = Some(e);
+                claim.seq = Some(n);
+            }
+        }
+        for (key, n) in &item.sequence {
+            if let Some(claim) = keys.get_mut(key) {
+                claim.seq = Some(*n);
+            }
+        }
     }
     for (mkey, r) in &state.reservations {
         let is_homed = homed(&r.work_item_id);
@@ -240,14 +355,18 @@ pub fn split(state: &WmsState, previous: &BTreeMap<ShardId, Value>) -> BTreeMap<
         out.insert((Kind::Approval, id.clone()), to_value(&base));
     }
     for e in &state.audit {
-        if homed(&e.work_item_id) {
-            items
+        match keys.get_mut(&e.idempotency_key) {
+            // An archived command's events go with its result.
+            Some(k) if k.is_archived() && k.home.as_deref() == Some(e.work_item_id.as_str()) => {
+                k.audit.push(e.clone());
+            }
+            _ if homed(&e.work_item_id) => items
                 .entry(e.work_item_id.clone())
                 .or_default()
                 .audit
-                .push(e.clone());
-        } else if let Some(k) = keys.get_mut(&e.idempotency_key) {
-            k.audit.push(e.clone());
+                .push(e.clone()),
+            Some(k) => k.audit.push(e.clone()),
+            None => {}
         }
     }
     for (key, claim) in keys {
@@ -275,6 +394,49 @@ pub fn split(state: &WmsState, previous: &BTreeMap<ShardId, Value>) -> BTreeMap<
     out
 }
 
+/// The claims among the shards that were read just before their result was
+/// archived while their home item was read just after (see the module docs):
+/// the store must read them again.
+pub fn stale_claims(shards: &BTreeMap<ShardId, Value>) -> Vec<ShardId> {
+    let mut stale = Vec::new();
+    for ((kind, key), v) in shards {
+        if *kind != Kind::Key {
+            continue;
+        }
+        let Ok(claim) = serde_json::from_value::<KeyClaim>(v.clone()) else {
+            continue;
+        };
+        let (Some(home), None) = (&claim.home, &claim.entry) else {
+            continue;
+        };
+        let Some(item) = shards
+            .get(&(Kind::Item, home.clone()))
+            .and_then(|v| serde_json::from_value::<ItemShard>(v.clone()).ok())
+        else {
+            continue;
+        };
+        // A claim from before sequence numbers counts as the oldest.
+        if !item.idempotency.contains_key(key) && claim.seq.unwrap_or(0) < item.archived_below {
+            stale.push((Kind::Key, key.clone()));
+        }
+    }
+    stale
+}
+
+/// Key claims the split moved a result into that must have been read before
+/// they can be written (claims are written with a `resourceVersion`
+/// precondition, and only when read).
+pub fn archive_targets(shards: &BTreeMap<ShardId, Value>) -> BTreeSet<ShardId> {
+    shards
+        .iter()
+        .filter(|((kind, _), v)| {
+            *kind == Kind::Key
+                && serde_json::from_value::<KeyClaim>((*v).clone()).is_ok_and(|c| c.is_archived())
+        })
+        .map(|(id, _)| id.clone())
+        .collect()
+}
+
 /// Why loaded shards could not be joined.
 #[derive(Debug, thiserror::Error)]
 #[error("failed to decode the {kind:?} shard {id}: {reason}")]
@@ -299,7 +461,9 @@ fn decode<T: serde::de::DeserializeOwned>(kind: Kind, id: &str, v: &Value) -> Re
 pub fn join(project_id: &str, shards: &BTreeMap<ShardId, Value>) -> Result<WmsState, JoinError> {
     let mut s = WmsState::new(project_id);
     let mut overrides: BTreeMap<String, String> = BTreeMap::new();
-    let mut item_audit: Vec<AuditEvent> = Vec::new();
+    // Per item: its archived events (by sequence number), then its ledger's tail.
+    let mut item_audit: BTreeMap<String, Vec<AuditEvent>> = BTreeMap::new();
+    let mut archived_audit: BTreeMap<String, Vec<(u64, Vec<AuditEvent>)>> = BTreeMap::new();
     let mut key_audit: Vec<AuditEvent> = Vec::new();
     for ((kind, id), v) in shards {
         match kind {
@@ -316,14 +480,21 @@ pub fn join(project_id: &str, shards: &BTreeMap<ShardId, Value>) -> Result<WmsSt
                 }
                 s.submissions.extend(item.submissions);
                 overrides.extend(item.approval_status);
-                item_audit.extend(item.audit);
+                item_audit.insert(id.clone(), item.audit);
             }
             Kind::Key => {
                 let claim: KeyClaim = decode(*kind, id, v)?;
+                let archived = claim.is_archived();
                 if let Some(e) = claim.entry {
                     s.idempotency.entry(e.key.clone()).or_insert(e);
                 }
-                key_audit.extend(claim.audit);
+                match claim.home {
+                    Some(home) if archived => archived_audit
+                        .entry(home)
+                        .or_default()
+                        .push((claim.seq.unwrap_or(0), claim.audit)),
+                    _ => key_audit.extend(claim.audit),
+                }
             }
             Kind::Reservation => {
                 let claim: ReservationClaim = decode(*kind, id, v)?;
@@ -363,7 +534,25 @@ pub fn join(project_id: &str, shards: &BTreeMap<ShardId, Value>) -> Result<WmsSt
     }
     // A key claimed but whose home item holds no entry yet (crash between the
     // claim and the commit point) contributes nothing: the retry evaluates afresh.
-    s.audit = item_audit;
+    let mut homes: BTreeSet<String> = item_audit.keys().cloned().collect();
+    homes.extend(archived_audit.keys().cloned());
+    for home in homes {
+        let tail = item_audit.remove(&home).unwrap_or_default();
+        if let Some(mut archived) = archived_audit.remove(&home) {
+            // A crash between archiving a result and rewriting its item leaves
+            // its events in both: the item's copy counts.
+            let in_tail: BTreeSet<&str> = tail.iter().map(|e| e.idempotency_key.as_str()).collect();
+            archived.sort_by_key(|(n, _)| *n);
+            for (_, events) in archived {
+                s.audit.extend(
+                    events
+                        .into_iter()
+                        .filter(|e| !in_tail.contains(e.idempotency_key.as_str())),
+                );
+            }
+        }
+        s.audit.extend(tail);
+    }
     s.audit.extend(key_audit);
     Ok(s)
 }
@@ -371,6 +560,7 @@ pub fn join(project_id: &str, shards: &BTreeMap<ShardId, Value>) -> Result<WmsSt
 #[cfg(test)]
 pub(crate) mod tests {
     use protobot_lifecycle::State;
+    use serde_json::Value;
 
     use super::*;
     use crate::{AdapterConfig, Import, MemoryStore, WorkStore};
@@ -441,5 +631,169 @@ pub(crate) mod tests {
             join("p", &after).unwrap().approvals["ap-1"].status,
             "consumed"
         );
+    }
+
+    fn command(state: &mut WmsState, item: &str, n: usize) -> String {
+        let key = format!("renew-{n:04}");
+        let mut result = protobot_lifecycle::ResultEnvelope::read("renew-lease", "work-item");
+        result
+            .fields
+            .insert("work_item_id".into(), Value::from(item.to_string()));
+        state.idempotency.insert(
+            key.clone(),
+            IdempotencyEntry {
+                key: key.clone(),
+                fingerprint: format!("fp-{n}"),
+                result,
+            },
+        );
+        state.audit.push(AuditEvent {
+            operation: "renew-lease".into(),
+            subject: "job-site-a".into(),
+            authorized_human_subject: String::new(),
+            request_id: String::new(),
+            work_item_id: item.into(),
+            idempotency_key: key.clone(),
+            outcome: "applied".into(),
+            rule_version: "validation-rules/v1".into(),
+            policy_version: "v1".into(),
+            before: None,
+            after: None,
+        });
+        key
+    }
+
+    fn one_item() -> WmsState {
+        let mut state = WmsState::new("p");
+        state.records.insert(
+            "wi-1".into(),
+            WorkItemRecord::new("wi-1", "p", State::Building, 2),
+        );
+        state
+    }
+
+    fn item_of(shards: &BTreeMap<ShardId, Value>) -> ItemShard {
+        serde_json::from_value(shards[&(Kind::Item, "wi-1".to_string())].clone()).unwrap()
+    }
+
+    fn claim_of(shards: &BTreeMap<ShardId, Value>, key: &str) -> KeyClaim {
+        serde_json::from_value(shards[&(Kind::Key, key.to_string())].clone()).unwrap()
+    }
+
+    #[test]
+    fn an_item_ledger_stays_bounded_and_what_it_archives_joins_back() {
+        let mut shards = split(&one_item(), &BTreeMap::new());
+        let mut archived_total = 0;
+        for n in 0..300 {
+            // What a store does per command: join what it read, run, split.
+            let mut state = join("p", &shards).unwrap();
+            let before_len = state.audit.len();
+            let key = command(&mut state, "wi-1", n);
+            let next = split(&state, &shards);
+            let item = item_of(&next);
+            assert!(item.idempotency.len() <= ITEM_LEDGER_HIGH, "after {n}");
+            assert!(item.audit.len() <= ITEM_LEDGER_HIGH, "after {n}");
+            assert_eq!(item.sequence.len(), item.idempotency.len());
+            // Only the item, the new claim and archived claims change.
+            let changed: Vec<&ShardId> = next
+                .iter()
+                .filter(|(id, v)| shards.get(*id) != Some(*v))
+                .map(|(id, _)| id)
+                .collect();
+            let archived_now = changed.len() - 2;
+            assert!(
+                archived_now == 0 || archived_now == ITEM_LEDGER_HIGH + 1 - ITEM_LEDGER_LOW,
+                "step {n} rewrote {changed:?}"
+            );
+            assert!(changed.contains(&&(Kind::Key, key.clone())));
+            archived_total += archived_now;
+            let back = join("p", &next).unwrap();
+            assert_eq!(back.idempotency, state.idempotency, "after {n}");
+            assert_eq!(back.audit, state.audit, "events keep their order after {n}");
+            assert_eq!(back.audit.len(), before_len + 1);
+            shards = next;
+        }
+        assert!(archived_total > 200, "{archived_total} archived");
+        let item = item_of(&shards);
+        let oldest = claim_of(&shards, "renew-0000");
+        assert!(oldest.is_archived());
+        assert_eq!(oldest.seq, Some(0));
+        assert_eq!(oldest.audit.len(), 1, "its event went with it");
+        assert!(oldest.seq.unwrap() < item.archived_below);
+        assert_eq!(item.next_seq, 300);
+        // A read-only pass over the final state rewrites nothing.
+        assert_eq!(split(&join("p", &shards).unwrap(), &shards), shards);
+    }
+
+    #[test]
+    fn a_crash_between_archiving_and_the_item_write_loses_and_repeats_nothing() {
+        let mut shards = split(&one_item(), &BTreeMap::new());
+        for n in 0..ITEM_LEDGER_HIGH {
+            let mut state = join("p", &shards).unwrap();
+            command(&mut state, "wi-1", n);
+            shards = split(&state, &shards);
+        }
+        let mut state = join("p", &shards).unwrap();
+        command(&mut state, "wi-1", ITEM_LEDGER_HIGH);
+        let archived = split(&state, &shards);
+        // Claims are written first: the new ones landed, the item write did not.
+        let mut torn = shards.clone();
+        for (id, v) in &archived {
+            if id.0 == Kind::Key {
+                torn.insert(id.clone(), v.clone());
+            }
+        }
+        let joined = join("p", &torn).unwrap();
+        let before = join("p", &shards).unwrap();
+        assert_eq!(
+            joined.idempotency, before.idempotency,
+            "the command did not commit"
+        );
+        assert_eq!(joined.audit, before.audit, "no event twice, none lost");
+        // The next write (here: a read-only pass) finishes the archiving
+        // without touching the claims again.
+        let retried = split(&joined, &torn);
+        assert_eq!(item_of(&retried).idempotency.len(), ITEM_LEDGER_LOW - 1);
+        for (id, v) in &retried {
+            if id.0 == Kind::Key && torn.contains_key(id) {
+                assert_eq!(&torn[id], v, "claim {id:?} rewritten");
+            }
+        }
+    }
+
+    #[test]
+    fn a_claim_read_before_its_result_was_archived_is_stale() {
+        let mut shards = split(&one_item(), &BTreeMap::new());
+        for n in 0..=ITEM_LEDGER_HIGH {
+            let mut state = join("p", &shards).unwrap();
+            command(&mut state, "wi-1", n);
+            let next = split(&state, &shards);
+            if n < ITEM_LEDGER_HIGH {
+                shards = next;
+                continue;
+            }
+            // Old claim, archived item: the reader must read the claim again.
+            let mut torn = next.clone();
+            let key = (Kind::Key, "renew-0000".to_string());
+            torn.insert(key.clone(), shards[&key].clone());
+            assert_eq!(stale_claims(&torn), vec![key.clone()]);
+            assert!(stale_claims(&next).is_empty(), "fresh claims are not stale");
+            assert!(stale_claims(&shards).is_empty(), "nothing archived yet");
+            // A claim from before sequence numbers counts as the oldest.
+            let mut legacy = claim_of(&shards, "renew-0000");
+            legacy.seq = None;
+            torn.insert(key.clone(), to_value(&legacy));
+            assert_eq!(stale_claims(&torn), vec![key.clone()]);
+            // A claim whose result is still in the item is never stale.
+            let live = (Kind::Key, format!("renew-{:04}", ITEM_LEDGER_HIGH - 1));
+            let mut unsequenced = claim_of(&next, &live.1);
+            unsequenced.seq = None;
+            torn.insert(live, to_value(&unsequenced));
+            assert_eq!(stale_claims(&torn), vec![key]);
+            assert_eq!(
+                archive_targets(&next).len(),
+                ITEM_LEDGER_HIGH + 1 - ITEM_LEDGER_LOW
+            );
+        }
     }
 }
