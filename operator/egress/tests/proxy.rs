@@ -1,0 +1,690 @@
+//! The proxy over real sockets: a fixture upstream and the broker on
+//! 127.0.0.1:0, requests sent as a sandbox would. The cases follow
+//! jobsite-sandbox/v1's SB-NET-001..010 and SB-CRED checks; each names the
+//! check it mirrors.
+//!
+//! Fixture upstream (plain HTTP, reached through `Upstream::plaintext_for_tests`
+//! for `registry.example.invalid` and `evil.example.invalid`):
+//! `/v2/allowed` → 200 `ok-payload` echoing the Authorization it received in
+//! a header and the body; `/v2/redirect` → 302 to `/v2/secret`; `/v2/gzip` →
+//! 200 with `Content-Encoding: gzip`; anything else → 403.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::{
+    collections::{BTreeSet, HashMap},
+    io::Write,
+    net::SocketAddr,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::{HeaderMap, Method, Request, Response, StatusCode, body::Incoming};
+use hyper_util::rt::TokioIo;
+use prometheus::Registry;
+use protobot_egress::{
+    Broker, Credential, CredentialStore, EgressMetrics, EgressPolicy, Limits, Session,
+    SessionRegistry, SessionSecret, Upstream, exec_token, server::serve, session_token,
+};
+use tokio::net::TcpListener;
+
+const APPROVED: &str = "sha256:aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
+const CURL: &str = "sha256:cccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccc";
+const CREDENTIAL: &str = "PROTOBOT-SANDBOX-BROKER-TOKEN";
+const DEST: &str = "registry.example.invalid";
+
+/// What the fixture upstream saw: one entry per request.
+#[derive(Clone, Debug)]
+struct Seen {
+    path: String,
+    headers: HeaderMap,
+}
+
+type Log = Arc<Mutex<Vec<Seen>>>;
+
+async fn fixture(request: Request<Incoming>, log: Log) -> Response<Full<Bytes>> {
+    let auth = request
+        .headers()
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_owned();
+    log.lock().unwrap().push(Seen {
+        path: request.uri().path().to_owned(),
+        headers: request.headers().clone(),
+    });
+    let builder = Response::builder();
+    let (builder, status, body) = match request.uri().path() {
+        "/v2/allowed" => (
+            builder
+                .header("x-echo-authorization", auth.clone())
+                .header("set-cookie", "upstream-session=1")
+                .header("content-type", "text/plain"),
+            StatusCode::OK,
+            format!("ok-payload; you sent: {auth}"),
+        ),
+        "/v2/redirect" => (
+            builder.header("location", "/v2/secret"),
+            StatusCode::FOUND,
+            String::new(),
+        ),
+        "/v2/gzip" => (
+            builder.header("content-encoding", "gzip"),
+            StatusCode::OK,
+            format!("pretend-compressed {auth}"),
+        ),
+        _ => (builder, StatusCode::FORBIDDEN, "forbidden".to_owned()),
+    };
+    builder
+        .status(status)
+        .body(Full::new(Bytes::from(body)))
+        .unwrap()
+}
+
+const POLICY: &str = r#"
+rules:
+  - executableDigest: "sha256:aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+    role: worker-b
+    destination: registry.example.invalid
+    method: GET
+    path: /v2/allowed
+    credential: registry
+  - executableDigest: "sha256:aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+    role: worker-b
+    destination: registry.example.invalid
+    method: GET
+    path: /v2/redirect
+    credential: registry
+  - executableDigest: "sha256:aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+    role: worker-b
+    destination: registry.example.invalid
+    method: GET
+    path: /v2/gzip
+    credential: registry
+  - executableDigest: "sha256:aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+    role: worker-b
+    destination: registry.example.invalid
+    method: GET
+    path: /v2/missing
+    credential: absent
+  - executableDigest: "sha256:aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+    role: worker-b
+    destination: down.example.invalid
+    method: GET
+    path: /v2/allowed
+"#;
+
+struct Harness {
+    proxy: SocketAddr,
+    admin: SocketAddr,
+    token: String,
+    upstream_log: Log,
+    metrics: EgressMetrics,
+}
+
+fn session() -> Session {
+    Session {
+        work_item: "wi-egress-1".into(),
+        role: "worker-b".into(),
+        trace_id: "trace-jobsite-sandbox-v1".into(),
+        source_commit: "0123abcd".into(),
+    }
+}
+
+async fn start() -> Harness {
+    let upstream_log: Log = Arc::default();
+    let fixture_listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let fixture_addr = fixture_listener.local_addr().unwrap();
+    let log = upstream_log.clone();
+    tokio::spawn(serve(
+        fixture_listener,
+        move |req| fixture(req, log.clone()),
+        std::future::pending(),
+    ));
+
+    let secret = SessionSecret::new(vec![42u8; 32]);
+    let sessions = SessionRegistry::new(secret.clone());
+    sessions.replace(vec![session()]);
+    let token = session_token(&secret, &session());
+
+    let registry = Registry::new();
+    let metrics = EgressMetrics::register(&registry).unwrap();
+    let broker = Broker::new(
+        EgressPolicy::from_yaml(POLICY, "<test>").unwrap(),
+        CredentialStore::from_pairs([("registry", Credential::new(CREDENTIAL))]),
+        sessions,
+        Upstream::plaintext_for_tests(HashMap::from([
+            (DEST.to_owned(), fixture_addr),
+            ("evil.example.invalid".to_owned(), fixture_addr),
+        ])),
+        metrics.clone(),
+        Limits {
+            upstream_timeout: Duration::from_secs(10),
+            ..Limits::default()
+        },
+    );
+    let proxy_listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let proxy = proxy_listener.local_addr().unwrap();
+    tokio::spawn(serve(
+        proxy_listener,
+        move |req| {
+            let broker = broker.clone();
+            async move { broker.handle(req).await }
+        },
+        std::future::pending(),
+    ));
+    let admin_listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let admin = admin_listener.local_addr().unwrap();
+    tokio::spawn(serve(
+        admin_listener,
+        move |req| {
+            let registry = registry.clone();
+            async move { protobot_egress::admin::respond(&registry, &req) }
+        },
+        std::future::pending(),
+    ));
+    Harness {
+        proxy,
+        admin,
+        token,
+        upstream_log,
+        metrics,
+    }
+}
+
+/// The answer as the sandbox sees it.
+#[derive(Debug)]
+struct Answer {
+    status: StatusCode,
+    headers: HeaderMap,
+    body: String,
+}
+
+impl Answer {
+    fn json(&self) -> serde_json::Value {
+        serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("{e}: {}", self.body))
+    }
+
+    fn reason(&self) -> String {
+        self.json()["reason"].as_str().unwrap().to_owned()
+    }
+
+    fn assert_denied(&self, reason: &str) {
+        assert_eq!(self.status, StatusCode::FORBIDDEN, "{self:?}");
+        let json = self.json();
+        assert_eq!(json["code"], "sandbox.denied", "{self:?}");
+        assert_eq!(json["reason"], reason, "{self:?}");
+    }
+
+    /// Nothing the sandbox receives holds the credential.
+    fn assert_no_credential(&self) {
+        assert!(!self.body.contains(CREDENTIAL), "body leaks: {}", self.body);
+        for (name, value) in &self.headers {
+            assert!(
+                !String::from_utf8_lossy(value.as_bytes()).contains(CREDENTIAL),
+                "header {name} leaks"
+            );
+        }
+    }
+}
+
+async fn send_raw(addr: SocketAddr, request: Request<Full<Bytes>>) -> Answer {
+    let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    let response = sender.send_request(request).await.unwrap();
+    let status = response.status();
+    let headers = response.headers().clone();
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    Answer {
+        status,
+        headers,
+        body: String::from_utf8_lossy(&body).into_owned(),
+    }
+}
+
+/// A request builder with the session token and the approved executable.
+struct Call<'a> {
+    h: &'a Harness,
+    method: Method,
+    target: String,
+    headers: Vec<(String, String)>,
+}
+
+impl<'a> Call<'a> {
+    fn new(h: &'a Harness, method: Method, target: &str) -> Call<'a> {
+        Call {
+            h,
+            method,
+            target: target.to_owned(),
+            headers: vec![
+                ("x-sandbox-session-token".into(), h.token.clone()),
+                ("x-sandbox-exec-digest".into(), APPROVED.into()),
+                (
+                    "x-sandbox-exec-token".into(),
+                    exec_token(&h.token, APPROVED),
+                ),
+            ],
+        }
+    }
+
+    fn get(h: &'a Harness, target: &str) -> Call<'a> {
+        Call::new(h, Method::GET, target)
+    }
+
+    fn without(mut self, name: &str) -> Call<'a> {
+        self.headers.retain(|(n, _)| n != name);
+        self
+    }
+
+    fn with(mut self, name: &str, value: &str) -> Call<'a> {
+        self = self.without(name);
+        self.headers.push((name.into(), value.into()));
+        self
+    }
+
+    async fn send(self) -> Answer {
+        let mut builder = Request::builder().method(self.method).uri(&self.target);
+        for (n, v) in &self.headers {
+            builder = builder.header(n, v);
+        }
+        if !self.target.starts_with('/') {
+            // Absolute and authority forms carry their own host.
+            builder = builder.header("host", "proxy");
+        } else {
+            builder = builder.header("host", "protobot-egress-proxy:3128");
+        }
+        send_raw(self.h.proxy, builder.body(Full::new(Bytes::new())).unwrap()).await
+    }
+}
+
+fn allowed_url() -> String {
+    format!("/{DEST}/v2/allowed")
+}
+
+fn upstream_paths(h: &Harness) -> Vec<String> {
+    h.upstream_log
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|s| s.path.clone())
+        .collect()
+}
+
+#[tokio::test]
+async fn sb_net_001_and_cred_004_approved_request_gets_200_without_the_credential() {
+    let h = start().await;
+    for target in [allowed_url(), format!("https://{DEST}/v2/allowed")] {
+        let a = Call::get(&h, &target).send().await;
+        assert_eq!(a.status, StatusCode::OK, "{target}: {a:?}");
+        assert!(a.body.starts_with("ok-payload"), "{a:?}");
+        a.assert_no_credential();
+        assert!(
+            a.body.contains("[redacted]"),
+            "the echo was scrubbed: {}",
+            a.body
+        );
+        assert!(a.headers.get("x-echo-authorization").is_none());
+        assert!(a.headers.get("set-cookie").is_none());
+    }
+    // The upstream saw the injected credential, and never the session token.
+    let log = h.upstream_log.lock().unwrap().clone();
+    assert_eq!(log.len(), 2);
+    for seen in log {
+        assert_eq!(
+            seen.headers.get("authorization").unwrap(),
+            &format!("Bearer {CREDENTIAL}")
+        );
+        assert_eq!(seen.headers.get("host").unwrap(), DEST);
+        assert!(
+            seen.headers
+                .keys()
+                .all(|k| !k.as_str().starts_with("x-sandbox-")),
+            "sandbox headers forwarded: {:?}",
+            seen.headers
+        );
+    }
+}
+
+#[tokio::test]
+async fn sb_net_002_and_cred_006_other_binary_denied_then_approved_client_allowed() {
+    let h = start().await;
+    let curl = Call::get(&h, &allowed_url())
+        .with("x-sandbox-exec-digest", CURL)
+        .with("x-sandbox-exec-token", &exec_token(&h.token, CURL))
+        .send()
+        .await;
+    curl.assert_denied("executable-not-approved");
+    assert!(upstream_paths(&h).is_empty(), "nothing reached upstream");
+    let approved = Call::get(&h, &allowed_url()).send().await;
+    assert_eq!(approved.status, StatusCode::OK);
+    assert_eq!(upstream_paths(&h), ["/v2/allowed"]);
+}
+
+#[tokio::test]
+async fn unattested_or_forged_executables_are_denied() {
+    let h = start().await;
+    Call::get(&h, &allowed_url())
+        .without("x-sandbox-exec-digest")
+        .without("x-sandbox-exec-token")
+        .send()
+        .await
+        .assert_denied("executable-not-approved");
+    // A token for another digest does not attest the approved one.
+    Call::get(&h, &allowed_url())
+        .with("x-sandbox-exec-token", &exec_token(&h.token, CURL))
+        .send()
+        .await
+        .assert_denied("executable-attestation-invalid");
+    Call::get(&h, &allowed_url())
+        .without("x-sandbox-exec-token")
+        .send()
+        .await
+        .assert_denied("executable-attestation-invalid");
+    assert!(upstream_paths(&h).is_empty());
+}
+
+#[tokio::test]
+async fn sb_net_003_unapproved_destination_is_denied() {
+    let h = start().await;
+    Call::get(&h, "/evil.example.invalid/v2/allowed")
+        .send()
+        .await
+        .assert_denied("no-matching-rule");
+    Call::get(&h, "https://evil.example.invalid/v2/allowed")
+        .send()
+        .await
+        .assert_denied("no-matching-rule");
+    assert!(upstream_paths(&h).is_empty());
+}
+
+#[tokio::test]
+async fn sb_net_004_direct_ip_forms_are_denied() {
+    let h = start().await;
+    for target in [
+        "/127.0.0.1/v2/allowed",
+        "/::1/v2/allowed",
+        "https://[::1]/v2/allowed",
+        "/127.1/v2/allowed",
+        "/2130706433/v2/allowed",
+        "/0x7f000001/v2/allowed",
+        "/localhost/v2/allowed",
+        "https://127.0.0.1:443/v2/allowed",
+    ] {
+        let a = Call::get(&h, target).send().await;
+        assert_eq!(a.reason(), "direct-ip", "{target}: {a:?}");
+        a.assert_denied("direct-ip");
+    }
+    assert!(upstream_paths(&h).is_empty());
+}
+
+#[tokio::test]
+async fn sb_net_005_dns_is_denied() {
+    let h = start().await;
+    Call::get(&h, "dns://resolver.example.invalid/")
+        .send()
+        .await
+        .assert_denied("dns");
+    Call::get(&h, "/dns-tunnel.invalid/v2/allowed")
+        .send()
+        .await
+        .assert_denied("dns");
+}
+
+#[tokio::test]
+async fn sb_net_006_redirects_are_not_followed_and_reach_the_sandbox_as_denials() {
+    let h = start().await;
+    let a = Call::get(&h, &format!("/{DEST}/v2/redirect")).send().await;
+    a.assert_denied("upstream-redirect");
+    assert!(a.headers.get("location").is_none());
+    a.assert_no_credential();
+    // The broker asked once and did not go to /v2/secret.
+    assert_eq!(upstream_paths(&h), ["/v2/redirect"]);
+}
+
+#[tokio::test]
+async fn sb_net_007_raw_sockets_are_denied() {
+    let h = start().await;
+    for scheme in ["tcp", "udp", "raw"] {
+        Call::get(&h, &format!("{scheme}://{DEST}/v2/allowed"))
+            .send()
+            .await
+            .assert_denied("raw-socket");
+    }
+}
+
+#[tokio::test]
+async fn sb_net_008_alternate_ports_are_denied() {
+    let h = start().await;
+    Call::get(&h, &format!("/{DEST}:8443/v2/allowed"))
+        .send()
+        .await
+        .assert_denied("alternate-port");
+    Call::get(&h, &format!("https://{DEST}:8443/v2/allowed"))
+        .send()
+        .await
+        .assert_denied("alternate-port");
+    // :443 is the same destination.
+    let a = Call::get(&h, &format!("/{DEST}:443/v2/allowed"))
+        .send()
+        .await;
+    assert_eq!(a.status, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn sb_net_009_plaintext_http_and_connect_tunnels_are_denied() {
+    let h = start().await;
+    Call::get(&h, &format!("http://{DEST}/v2/allowed"))
+        .send()
+        .await
+        .assert_denied("plaintext-http");
+    Call::new(&h, Method::CONNECT, &format!("{DEST}:443"))
+        .send()
+        .await
+        .assert_denied("tls-bypass");
+    Call::get(&h, &format!("/{DEST}/tls-bypass"))
+        .send()
+        .await
+        .assert_denied("tls-bypass");
+    assert!(upstream_paths(&h).is_empty());
+}
+
+#[tokio::test]
+async fn sb_net_010_post_to_a_get_only_rule_is_denied() {
+    let h = start().await;
+    Call::new(&h, Method::POST, &allowed_url())
+        .send()
+        .await
+        .assert_denied("no-matching-rule");
+    assert!(upstream_paths(&h).is_empty());
+}
+
+#[tokio::test]
+async fn missing_or_unknown_session_tokens_get_401() {
+    let h = start().await;
+    for call in [
+        Call::get(&h, &allowed_url()).without("x-sandbox-session-token"),
+        Call::get(&h, &allowed_url()).with("x-sandbox-session-token", &"0".repeat(64)),
+    ] {
+        let a = call.send().await;
+        assert_eq!(a.status, StatusCode::UNAUTHORIZED, "{a:?}");
+        assert_eq!(a.reason(), "unauthenticated");
+    }
+    assert!(upstream_paths(&h).is_empty());
+}
+
+#[tokio::test]
+async fn a_caller_supplied_authorization_gets_403_and_is_never_forwarded() {
+    let h = start().await;
+    let a = Call::get(&h, &allowed_url())
+        .with("authorization", "Bearer my-own")
+        .send()
+        .await;
+    a.assert_denied("caller-authorization");
+    assert!(upstream_paths(&h).is_empty());
+}
+
+#[tokio::test]
+async fn a_rule_whose_credential_is_missing_fails_closed() {
+    let h = start().await;
+    let a = Call::get(&h, &format!("/{DEST}/v2/missing")).send().await;
+    assert_eq!(a.status, StatusCode::FORBIDDEN);
+    assert_eq!(a.json()["code"], "sandbox.fail_closed");
+    assert_eq!(a.reason(), "credential-unavailable");
+    assert!(upstream_paths(&h).is_empty());
+}
+
+#[tokio::test]
+async fn encoded_upstream_bodies_are_refused_because_they_cannot_be_scrubbed() {
+    let h = start().await;
+    let a = Call::get(&h, &format!("/{DEST}/v2/gzip")).send().await;
+    a.assert_denied("upstream-encoding");
+    a.assert_no_credential();
+    // The broker asked for identity encoding.
+    let log = h.upstream_log.lock().unwrap().clone();
+    assert_eq!(log[0].headers.get("accept-encoding").unwrap(), "identity");
+}
+
+#[tokio::test]
+async fn an_unreachable_upstream_is_a_502_that_names_the_host() {
+    let h = start().await;
+    let a = Call::get(&h, "/down.example.invalid/v2/allowed")
+        .send()
+        .await;
+    assert_eq!(a.status, StatusCode::BAD_GATEWAY, "{a:?}");
+    assert!(a.body.contains("down.example.invalid"), "{a:?}");
+}
+
+#[tokio::test]
+async fn decisions_are_counted_by_outcome_and_served_on_the_admin_port() {
+    let h = start().await;
+    Call::get(&h, &allowed_url()).send().await;
+    Call::get(&h, &allowed_url()).send().await;
+    Call::new(&h, Method::POST, &allowed_url()).send().await;
+    Call::get(&h, &allowed_url())
+        .without("x-sandbox-session-token")
+        .send()
+        .await;
+    Call::get(&h, &format!("/{DEST}/v2/redirect")).send().await;
+    assert_eq!(h.metrics.decisions.with_label_values(&["allowed"]).get(), 2);
+    assert_eq!(h.metrics.decisions.with_label_values(&["denied"]).get(), 3);
+    let get = |path: &str| {
+        Request::builder()
+            .uri(path)
+            .header("host", "admin")
+            .body(Full::new(Bytes::new()))
+            .unwrap()
+    };
+    let metrics = send_raw(h.admin, get("/metrics")).await;
+    assert_eq!(metrics.status, StatusCode::OK);
+    assert!(
+        metrics
+            .body
+            .contains("protobot_egress_decisions_total{outcome=\"allowed\"} 2"),
+        "{}",
+        metrics.body
+    );
+    assert!(
+        metrics
+            .body
+            .contains("protobot_egress_decisions_total{outcome=\"denied\"} 3"),
+        "{}",
+        metrics.body
+    );
+    let health = send_raw(h.admin, get("/healthz")).await;
+    assert_eq!(
+        (health.status, health.body.as_str()),
+        (StatusCode::OK, "ok\n")
+    );
+    assert_eq!(
+        send_raw(h.admin, get("/nope")).await.status,
+        StatusCode::NOT_FOUND
+    );
+}
+
+/// A `MakeWriter` collecting formatted events.
+#[derive(Clone, Default)]
+struct Capture(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Capture {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl<'a> tracing_subscriber::fmt::MakeWriter<'a> for Capture {
+    type Writer = Capture;
+
+    fn make_writer(&'a self) -> Capture {
+        self.clone()
+    }
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn decision_events_name_the_session_and_never_hold_credential_or_token() {
+    let capture = Capture::default();
+    let subscriber = tracing_subscriber::fmt()
+        .json()
+        .with_writer(capture.clone())
+        .with_max_level(tracing::Level::TRACE)
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+    let h = start().await;
+    Call::get(&h, &allowed_url()).send().await;
+    Call::get(&h, &format!("/{DEST}/v2/redirect")).send().await;
+    // The session token (and a credential-looking string) smuggled into the path.
+    Call::get(&h, &format!("/{DEST}/v2/{}/{CREDENTIAL}", h.token))
+        .send()
+        .await;
+    Call::get(&h, &allowed_url())
+        .with("authorization", &format!("Bearer {CREDENTIAL}"))
+        .send()
+        .await;
+    Call::get(&h, "/127.0.0.1/v2/allowed").send().await;
+
+    let text = String::from_utf8(capture.0.lock().unwrap().clone()).unwrap();
+    assert!(!text.contains(CREDENTIAL), "credential logged:\n{text}");
+    assert!(!text.contains(&h.token), "session token logged:\n{text}");
+    let events: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .filter(|e: &serde_json::Value| {
+            e["target"] == "protobot::egress" && e["fields"]["message"] == "egress decision"
+        })
+        .collect();
+    assert_eq!(events.len(), 5, "one event per request:\n{text}");
+    let reasons: BTreeSet<_> = events
+        .iter()
+        .map(|e| e["fields"]["reason"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(
+        reasons,
+        BTreeSet::from(
+            [
+                "rule-matched",
+                "upstream-redirect",
+                "no-matching-rule",
+                "caller-authorization",
+                "direct-ip"
+            ]
+            .map(str::to_owned)
+        )
+    );
+    let first = &events[0]["fields"];
+    assert_eq!(first["work_item"], "wi-egress-1");
+    assert_eq!(first["role"], "worker-b");
+    assert_eq!(first["trace_id"], "trace-jobsite-sandbox-v1");
+    assert_eq!(first["destination"], DEST);
+    assert_eq!(first["method"], "GET");
+    assert_eq!(first["path"], "/v2/allowed");
+    assert_eq!(first["outcome"], "allowed");
+}
