@@ -8,6 +8,7 @@ use clap::{Parser, Subcommand};
 
 mod crd;
 mod demo;
+mod egress;
 mod operator;
 mod repo;
 mod rules;
@@ -53,6 +54,8 @@ enum Command {
         #[command(subcommand)]
         command: sandbox::SandboxCommand,
     },
+    /// Run the egress proxy and credential broker sandboxes reach the network through.
+    EgressProxy(egress::EgressProxyArgs),
     /// Inspect the validation-rules/v1 lifecycle evaluator.
     Rules {
         #[command(subcommand)]
@@ -73,6 +76,7 @@ fn main() -> ExitCode {
         Command::Run(args) => run::run(args),
         Command::Status(args) => status::status(args),
         Command::Operator(args) => operator::operator(args),
+        Command::EgressProxy(args) => egress::egress_proxy(args),
         Command::Crd { command } => {
             let stdout = std::io::stdout();
             let mut out = stdout.lock();

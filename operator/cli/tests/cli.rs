@@ -578,3 +578,42 @@ fn protobot_run_builds_a_change_set_of_your_repository_with_your_harness() {
     let other = bug("GH-1", "REQ-CLI-00002");
     assert_eq!(other.status.code(), Some(2), "{other:?}");
 }
+
+#[test]
+fn egress_proxy_refuses_a_bad_policy_with_one_line_naming_the_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("policy.yaml");
+    std::fs::write(
+        &policy,
+        "rules:\n  - destination: 127.0.0.1\n    method: GET\n    path: /v2/allowed\n",
+    )
+    .unwrap();
+    let secret = dir.path().join("secret");
+    std::fs::write(&secret, "0123456789abcdef0123456789abcdef").unwrap();
+    let sessions = dir.path().join("sessions.yaml");
+    std::fs::write(&sessions, "sessions: []\n").unwrap();
+    let output = protobot(&[
+        "egress-proxy",
+        "--listen=127.0.0.1:0",
+        "--admin-listen=127.0.0.1:0",
+        "--policy",
+        policy.to_str().unwrap(),
+        "--credentials-dir",
+        dir.path().to_str().unwrap(),
+        "--sessions",
+        sessions.to_str().unwrap(),
+        "--session-secret",
+        secret.to_str().unwrap(),
+    ]);
+    assert_eq!(output.status.code(), Some(1), "{output:?}");
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.starts_with("protobot: invalid egress policy ")
+            && stderr.contains("rules[0].destination"),
+        "{stderr}"
+    );
+    // Nothing was started: no startup event on stdout.
+    let stdout = String::from_utf8(output.stdout).unwrap();
+    assert!(!stdout.contains("egress proxy started"), "{stdout}");
+}

@@ -1,0 +1,194 @@
+//! `protobot egress-proxy`: runs the egress proxy and credential broker
+//! (docs/egress-proxy.md). Everything is loaded and both listeners are bound
+//! before anything is served, so a bad policy, secret, credential or address
+//! exits non-zero with one line and nothing started. The sessions file is
+//! re-read whenever its modification time changes.
+
+use std::{net::SocketAddr, path::PathBuf, process::ExitCode, time::Duration};
+
+use clap::Args;
+use protobot_egress::{
+    Broker, CredentialStore, EgressMetrics, EgressPolicy, Limits, SessionRegistry, SessionSecret,
+    Upstream, decide::CredentialPresence, server::serve,
+};
+use tokio::net::TcpListener;
+
+/// How often the sessions file's modification time is checked.
+const SESSIONS_POLL: Duration = Duration::from_secs(2);
+
+/// Arguments of `protobot egress-proxy`.
+#[derive(Debug, Args)]
+pub struct EgressProxyArgs {
+    /// Address sandboxes send their requests to.
+    #[arg(long, default_value = "0.0.0.0:3128")]
+    pub listen: SocketAddr,
+    /// Address of `/metrics` and `/healthz` (keep it off the sandbox port).
+    #[arg(long, default_value = "0.0.0.0:9090")]
+    pub admin_listen: SocketAddr,
+    /// The egress policy (YAML or JSON; docs/egress-proxy.md).
+    #[arg(long)]
+    pub policy: PathBuf,
+    /// Directory with one file per credential, named as the policy names it.
+    #[arg(long)]
+    pub credentials_dir: PathBuf,
+    /// The sessions file the control plane writes (`sessions:` list).
+    #[arg(long)]
+    pub sessions: PathBuf,
+    /// File holding the secret session tokens are derived from (≥ 32 bytes).
+    #[arg(long)]
+    pub session_secret: PathBuf,
+    /// Connect timeout to upstreams, in seconds.
+    #[arg(long, default_value_t = 10)]
+    pub connect_timeout_secs: u64,
+    /// Log filter (tracing `EnvFilter` syntax); `RUST_LOG` wins when set.
+    #[arg(long, default_value = "info")]
+    pub log: String,
+}
+
+/// Why the proxy did not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// The policy is unreadable or invalid.
+    #[error(transparent)]
+    Policy(#[from] protobot_egress::PolicyError),
+    /// The secret or sessions file is unreadable or invalid.
+    #[error(transparent)]
+    Session(#[from] protobot_egress::session::SessionError),
+    /// The credentials directory is unreadable or holds an unusable file.
+    #[error(transparent)]
+    Credentials(#[from] protobot_egress::CredentialError),
+    /// The upstream TLS client could not be built.
+    #[error(transparent)]
+    Upstream(#[from] protobot_egress::UpstreamError),
+    /// The metrics could not be registered.
+    #[error("failed to register the egress metrics")]
+    Metrics(#[source] prometheus::Error),
+    /// A listener could not be bound.
+    #[error("failed to listen on {addr}; is the address in use or the port privileged?")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// The I/O error.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Runs the proxy until SIGINT or SIGTERM.
+pub fn egress_proxy(args: EgressProxyArgs) -> ExitCode {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .or_else(|_| tracing_subscriber::EnvFilter::try_new(&args.log))
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .json()
+        .with_env_filter(filter)
+        .init();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("protobot: failed to start the async runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    runtime.block_on(async {
+        match run(&args).await {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(error) => {
+                tracing::error!(error = %crate::one_line(&error), "egress proxy not started");
+                crate::fail(&error)
+            }
+        }
+    })
+}
+
+async fn run(args: &EgressProxyArgs) -> Result<(), StartError> {
+    let policy = EgressPolicy::load(&args.policy)?;
+    let secret = SessionSecret::load(&args.session_secret)?;
+    let credentials = CredentialStore::load_dir(&args.credentials_dir)?;
+    for name in policy.credential_names() {
+        if !credentials.has(name) {
+            tracing::warn!(
+                credential = name,
+                dir = %args.credentials_dir.display(),
+                "the policy names a credential the directory does not hold; its rules fail closed"
+            );
+        }
+    }
+    let sessions = SessionRegistry::new(secret);
+    let session_count = sessions.load_file(&args.sessions)?;
+    let upstream = Upstream::tls(Duration::from_secs(args.connect_timeout_secs))?;
+    let registry = prometheus::Registry::new();
+    let metrics = EgressMetrics::register(&registry).map_err(StartError::Metrics)?;
+    let bind = |addr: SocketAddr| async move {
+        TcpListener::bind(addr)
+            .await
+            .map_err(|source| StartError::Bind { addr, source })
+    };
+    let proxy_listener = bind(args.listen).await?;
+    let admin_listener = bind(args.admin_listen).await?;
+
+    tracing::info!(
+        version = env!("CARGO_PKG_VERSION"),
+        listen = %args.listen,
+        admin_listen = %args.admin_listen,
+        rules = policy.rules().len(),
+        credentials = credentials.names().count(),
+        sessions = session_count,
+        "egress proxy started"
+    );
+    let watcher = tokio::spawn(
+        sessions
+            .clone()
+            .watch_file(args.sessions.clone(), SESSIONS_POLL),
+    );
+    let broker = Broker::new(
+        policy,
+        credentials,
+        sessions,
+        upstream,
+        metrics,
+        Limits::default(),
+    );
+    let proxy = serve(
+        proxy_listener,
+        move |req| {
+            let broker = broker.clone();
+            async move { broker.handle(req).await }
+        },
+        shutdown_signal(),
+    );
+    let admin = serve(
+        admin_listener,
+        move |req| {
+            let registry = registry.clone();
+            async move { protobot_egress::admin::respond(&registry, &req) }
+        },
+        shutdown_signal(),
+    );
+    tokio::join!(proxy, admin);
+    watcher.abort();
+    tracing::info!("egress proxy stopped");
+    Ok(())
+}
+
+/// Resolves on SIGINT or SIGTERM (Kubernetes stops pods with SIGTERM).
+async fn shutdown_signal() {
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(error) => {
+                tracing::warn!(error = %error, "cannot watch SIGTERM; stop with SIGINT");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        () = terminate => {}
+    }
+}
