@@ -211,7 +211,7 @@ impl Broker {
         };
         match self.forward(request, &target, &grant, secrets).await {
             Forwarded::Answer(response) => (response, Outcome::Allowed, Reason::RuleMatched, None),
-            Forwarded::Refused(denial) => refuse(StatusCode::FORBIDDEN, denial),
+            Forwarded::Refused(status, denial) => refuse(status, denial),
             Forwarded::Failed(status, message) => {
                 let body = DenialBody {
                     code: "upstream.unavailable",
@@ -240,11 +240,14 @@ impl Broker {
         let body = match Limited::new(body, limits.max_request_body).collect().await {
             Ok(collected) => collected.to_bytes(),
             Err(_) => {
-                return Forwarded::Failed(
+                return Forwarded::Refused(
                     StatusCode::PAYLOAD_TOO_LARGE,
-                    format!(
-                        "the request body could not be read or exceeds {} bytes",
-                        limits.max_request_body
+                    Denial::denied(
+                        Reason::RequestTooLarge,
+                        format!(
+                            "the request body could not be read or exceeds {} bytes",
+                            limits.max_request_body
+                        ),
                     ),
                 );
             }
@@ -256,10 +259,13 @@ impl Broker {
         let uri = match format!("https://{}{path_and_query}", grant.host).parse::<Uri>() {
             Ok(uri) => uri,
             Err(_) => {
-                return Forwarded::Refused(Denial::denied(
-                    Reason::MalformedRequest,
-                    "the target does not form a valid upstream URL",
-                ));
+                return Forwarded::Refused(
+                    StatusCode::FORBIDDEN,
+                    Denial::denied(
+                        Reason::MalformedRequest,
+                        "the target does not form a valid upstream URL",
+                    ),
+                );
             }
         };
         let mut upstream = Request::new(Full::new(body));
@@ -282,11 +288,14 @@ impl Broker {
                 .get(name)
                 .and_then(|c| HeaderValue::from_str(&format!("Bearer {}", c.expose())).ok())
             else {
-                return Forwarded::Refused(Denial {
-                    code: Code::FailClosed,
-                    reason: Reason::CredentialUnavailable,
-                    detail: format!("credential {name:?} cannot be sent as a header"),
-                });
+                return Forwarded::Refused(
+                    StatusCode::FORBIDDEN,
+                    Denial {
+                        code: Code::FailClosed,
+                        reason: Reason::CredentialUnavailable,
+                        detail: format!("credential {name:?} cannot be sent as a header"),
+                    },
+                );
             };
             let mut value = value;
             value.set_sensitive(true);
@@ -345,7 +354,7 @@ impl Broker {
                 );
             }
             Ok(Err((status, message))) => return Forwarded::Failed(status, message),
-            Ok(Ok(Err(denial))) => return Forwarded::Refused(denial),
+            Ok(Ok(Err(denial))) => return Forwarded::Refused(StatusCode::FORBIDDEN, denial),
             Ok(Ok(Ok(answer))) => answer,
         };
         let mut response = Response::new(Full::new(scrub_body(body, secrets)));
@@ -360,8 +369,9 @@ impl Broker {
 enum Forwarded {
     /// A scrubbed answer for the sandbox.
     Answer(Response<Full<Bytes>>),
-    /// A denial decided on the response (redirect, encoded body).
-    Refused(Denial),
+    /// A denial decided after the policy allowed the request (body too
+    /// large, redirect, encoded body), with its status.
+    Refused(StatusCode, Denial),
     /// The upstream could not be reached or read.
     Failed(StatusCode, String),
 }

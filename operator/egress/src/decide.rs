@@ -137,6 +137,8 @@ pub enum Reason {
     ExecutableAttestationInvalid,
     /// Broker: the request target could not be read as any request form.
     MalformedRequest,
+    /// Broker: the request body is larger than the broker forwards.
+    RequestTooLarge,
     /// Broker: the upstream answered with a redirect (never followed).
     UpstreamRedirect,
     /// Broker: the upstream sent a compressed or otherwise encoded body,
@@ -164,6 +166,7 @@ impl Reason {
             Reason::CallerAuthorization => "caller-authorization",
             Reason::ExecutableAttestationInvalid => "executable-attestation-invalid",
             Reason::MalformedRequest => "malformed-request",
+            Reason::RequestTooLarge => "request-too-large",
             Reason::UpstreamRedirect => "upstream-redirect",
             Reason::UpstreamEncoding => "upstream-encoding",
         }

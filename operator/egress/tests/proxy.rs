@@ -111,6 +111,12 @@ rules:
     credential: absent
   - executableDigest: "sha256:aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
     role: worker-b
+    destination: registry.example.invalid
+    method: POST
+    path: /v2/upload
+    credential: registry
+  - executableDigest: "sha256:aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+    role: worker-b
     destination: down.example.invalid
     method: GET
     path: /v2/allowed
@@ -134,6 +140,14 @@ fn session() -> Session {
 }
 
 async fn start() -> Harness {
+    start_with(Limits {
+        upstream_timeout: Duration::from_secs(10),
+        ..Limits::default()
+    })
+    .await
+}
+
+async fn start_with(limits: Limits) -> Harness {
     let upstream_log: Log = Arc::default();
     let fixture_listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let fixture_addr = fixture_listener.local_addr().unwrap();
@@ -160,10 +174,7 @@ async fn start() -> Harness {
             ("evil.example.invalid".to_owned(), fixture_addr),
         ])),
         metrics.clone(),
-        Limits {
-            upstream_timeout: Duration::from_secs(10),
-            ..Limits::default()
-        },
+        limits,
     );
     let proxy_listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let proxy = proxy_listener.local_addr().unwrap();
@@ -253,6 +264,7 @@ struct Call<'a> {
     method: Method,
     target: String,
     headers: Vec<(String, String)>,
+    body: Bytes,
 }
 
 impl<'a> Call<'a> {
@@ -269,6 +281,7 @@ impl<'a> Call<'a> {
                     exec_token(&h.token, APPROVED),
                 ),
             ],
+            body: Bytes::new(),
         }
     }
 
@@ -287,6 +300,11 @@ impl<'a> Call<'a> {
         self
     }
 
+    fn body(mut self, body: &'static [u8]) -> Call<'a> {
+        self.body = Bytes::from_static(body);
+        self
+    }
+
     async fn send(self) -> Answer {
         let mut builder = Request::builder().method(self.method).uri(&self.target);
         for (n, v) in &self.headers {
@@ -298,7 +316,7 @@ impl<'a> Call<'a> {
         } else {
             builder = builder.header("host", "protobot-egress-proxy:3128");
         }
-        send_raw(self.h.proxy, builder.body(Full::new(Bytes::new())).unwrap()).await
+        send_raw(self.h.proxy, builder.body(Full::new(self.body)).unwrap()).await
     }
 }
 
@@ -547,6 +565,32 @@ async fn encoded_upstream_bodies_are_refused_because_they_cannot_be_scrubbed() {
     // The broker asked for identity encoding.
     let log = h.upstream_log.lock().unwrap().clone();
     assert_eq!(log[0].headers.get("accept-encoding").unwrap(), "identity");
+}
+
+#[tokio::test]
+async fn request_bodies_over_the_limit_are_refused_before_anything_is_sent() {
+    let h = start_with(Limits {
+        max_request_body: 8,
+        ..Limits::default()
+    })
+    .await;
+    let a = Call::new(&h, Method::POST, &format!("/{DEST}/v2/upload"))
+        .body(b"far more than eight bytes")
+        .send()
+        .await;
+    assert_eq!(a.status, StatusCode::PAYLOAD_TOO_LARGE, "{a:?}");
+    assert_eq!(a.reason(), "request-too-large");
+    assert!(upstream_paths(&h).is_empty());
+    // Within the limit the same rule reaches the upstream (which answers 403 itself).
+    let a = Call::new(&h, Method::POST, &format!("/{DEST}/v2/upload"))
+        .body(b"small")
+        .send()
+        .await;
+    assert_eq!(
+        (a.status, a.body.as_str()),
+        (StatusCode::FORBIDDEN, "forbidden")
+    );
+    assert_eq!(upstream_paths(&h), ["/v2/upload"]);
 }
 
 #[tokio::test]
