@@ -634,19 +634,8 @@ fn write_blob_worker(
                     source,
                 }
             };
-            let object = odb.read(file.id).map_err(git("read a source blob"))?;
-            if object.kind() != ObjectType::Blob {
-                return Err(ExportError::Io {
-                    operation: "read a source blob",
-                    path: PathBuf::from(path),
-                    source: std::io::Error::other(format!(
-                        "{} is a {}, not a blob",
-                        file.id,
-                        object.kind()
-                    )),
-                });
-            }
-            let content = object.data();
+            let blob = read_source_blob(&odb, file.id, path)?;
+            let content = blob.data();
             let target = workdir.join(path);
             let mut handle =
                 create_file(&target).map_err(io("write a projection file", &target))?;
@@ -671,6 +660,71 @@ fn write_blob_worker(
             }
         }
     }
+}
+
+/// A blob read from the source repository.
+enum SourceBlob<'odb> {
+    /// Streamed from a loose object.
+    Streamed(Vec<u8>),
+    /// Read whole (packed objects, which libgit2 cannot stream).
+    Read(git2::OdbObject<'odb>),
+}
+
+impl SourceBlob<'_> {
+    fn data(&self) -> &[u8] {
+        match self {
+            SourceBlob::Streamed(bytes) => bytes,
+            SourceBlob::Read(object) => object.data(),
+        }
+    }
+}
+
+/// Reads a blob of the source (canonical or integration) repository.
+///
+/// Loose objects are streamed, which reads them as `git` itself does: without hashing the
+/// content again. libgit2's whole-object read re-hashes every object with collision-detecting
+/// SHA-1, which was the largest cost of an export. The source repository is the Job Site's
+/// own; objects from Workers (untrusted) are never read here, and reads of Worker repositories
+/// ([`crate::bundle`]) keep libgit2's verification. Packed objects, which libgit2 does not
+/// stream, are read whole (and verified).
+fn read_source_blob<'odb>(
+    odb: &'odb git2::Odb<'_>,
+    id: Oid,
+    path: &str,
+) -> Result<SourceBlob<'odb>, ExportError> {
+    let not_a_blob = |kind: ObjectType| ExportError::Io {
+        operation: "read a source blob",
+        path: PathBuf::from(path),
+        source: std::io::Error::other(format!("{id} is a {kind}, not a blob")),
+    };
+    if let Ok((mut reader, size, kind)) = odb.reader(id) {
+        if kind != ObjectType::Blob {
+            return Err(not_a_blob(kind));
+        }
+        let mut bytes = Vec::with_capacity(size);
+        let read = std::io::Read::read_to_end(&mut reader, &mut bytes).map_err(|source| {
+            ExportError::Io {
+                operation: "read a source blob",
+                path: PathBuf::from(path),
+                source,
+            }
+        })?;
+        if read != size {
+            return Err(ExportError::Io {
+                operation: "read a source blob",
+                path: PathBuf::from(path),
+                source: std::io::Error::other(format!(
+                    "{id} announced {size} bytes but holds {read}"
+                )),
+            });
+        }
+        return Ok(SourceBlob::Streamed(bytes));
+    }
+    let object = odb.read(id).map_err(git("read a source blob"))?;
+    if object.kind() != ObjectType::Blob {
+        return Err(not_a_blob(object.kind()));
+    }
+    Ok(SourceBlob::Read(object))
 }
 
 /// Creates (truncates) a working-tree file, creating its missing parent directories on the

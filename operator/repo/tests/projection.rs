@@ -514,4 +514,24 @@ fn the_same_projection_twice_gives_the_same_pack_bytes_and_name() {
         assert_eq!(again.0, first.0, "pack name");
         assert!(again.1 == first.1, "pack bytes differ");
     }
+    // Loose objects are streamed, packed ones read whole: a packed source
+    // projects to the same bytes.
+    let gc = std::process::Command::new("git")
+        .args(["gc", "--quiet"])
+        .current_dir(dir.path())
+        .status()
+        .unwrap();
+    assert!(gc.success());
+    let loose_left = fs::read_dir(dir.path().join(".git/objects"))
+        .unwrap()
+        .filter_map(Result::ok)
+        .filter(|e| e.file_name().len() == 2)
+        .count();
+    assert_eq!(loose_left, 0, "the source is packed now");
+    let packed = pack_of(&project(dir.path(), Role::WorkerB));
+    assert_eq!(packed.0, first.0, "pack name from a packed source");
+    assert!(
+        packed.1 == first.1,
+        "pack bytes from a packed source differ"
+    );
 }
