@@ -237,6 +237,7 @@ async fn run(
     let sh = |script: &str| WorkerClass {
         command: vec!["sh".into(), "-c".into(), script.into()],
         image: None,
+        egress: false,
     };
     let engine = Engine {
         store: store.clone(),
@@ -260,6 +261,7 @@ async fn run(
             scratch: root.join("scratch"),
             remote: "origin".into(),
             target_branch: "main".into(),
+            egress_proxy: None,
         },
         on_stage: Some(recorder),
         faults: None,

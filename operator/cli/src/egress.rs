@@ -31,9 +31,11 @@ pub struct EgressProxyArgs {
     /// Directory with one file per credential, named as the policy names it.
     #[arg(long)]
     pub credentials_dir: PathBuf,
-    /// The sessions file the control plane writes (`sessions:` list).
+    /// A sessions file (`sessions:` list) of registered sessions, re-read when
+    /// it changes. Optional: the operator gives each sandbox a signed session
+    /// token, which needs no registration.
     #[arg(long)]
-    pub sessions: PathBuf,
+    pub sessions: Option<PathBuf>,
     /// File holding the secret session tokens are derived from (≥ 32 bytes).
     #[arg(long)]
     pub session_secret: PathBuf,
@@ -118,7 +120,10 @@ async fn run(args: &EgressProxyArgs) -> Result<(), StartError> {
         }
     }
     let sessions = SessionRegistry::new(secret);
-    let session_count = sessions.load_file(&args.sessions)?;
+    let session_count = match &args.sessions {
+        Some(path) => sessions.load_file(path)?,
+        None => 0,
+    };
     let upstream = Upstream::tls(Duration::from_secs(args.connect_timeout_secs))?;
     let registry = prometheus::Registry::new();
     let metrics = EgressMetrics::register(&registry).map_err(StartError::Metrics)?;
@@ -139,11 +144,10 @@ async fn run(args: &EgressProxyArgs) -> Result<(), StartError> {
         sessions = session_count,
         "egress proxy started"
     );
-    let watcher = tokio::spawn(
-        sessions
-            .clone()
-            .watch_file(args.sessions.clone(), SESSIONS_POLL),
-    );
+    let watcher = args
+        .sessions
+        .clone()
+        .map(|path| tokio::spawn(sessions.clone().watch_file(path, SESSIONS_POLL)));
     let broker = Broker::new(
         policy,
         credentials,
@@ -169,7 +173,9 @@ async fn run(args: &EgressProxyArgs) -> Result<(), StartError> {
         shutdown_signal(),
     );
     tokio::join!(proxy, admin);
-    watcher.abort();
+    if let Some(watcher) = watcher {
+        watcher.abort();
+    }
     tracing::info!("egress proxy stopped");
     Ok(())
 }

@@ -96,6 +96,7 @@ fn read_harness(dir: &Path, name: &str) -> Result<Option<WorkerClass>, RunError>
         Ok(script) => Ok(Some(WorkerClass {
             command: vec!["sh".into(), "-c".into(), script],
             image: None,
+            egress: false,
         })),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(RunError::Input(format!(

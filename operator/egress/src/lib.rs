@@ -47,5 +47,8 @@ pub use credentials::{Credential, CredentialError, CredentialStore};
 pub use decide::{Code, Decision, Denial, EgressRequest, Grant, Outcome, Reason, decide};
 pub use metrics::EgressMetrics;
 pub use policy::{EgressPolicy, PolicyError, Rule};
-pub use session::{Session, SessionRegistry, SessionSecret, exec_token, session_token};
+pub use session::{
+    Session, SessionRegistry, SessionSecret, exec_token, issue_session_token, session_token,
+    verify_session_token,
+};
 pub use upstream::{Upstream, UpstreamError};

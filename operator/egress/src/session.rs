@@ -8,6 +8,12 @@
 //! are compared in constant time, against every session, without stopping at
 //! the first match.
 //!
+//! A *signed* session token (`pbs1.…`, [`issue_session_token`]) carries its
+//! session and an expiry, authenticated with the same secret, so the proxy
+//! needs no registration at all: the operator mints one per sandbox run,
+//! valid until the run's deadline, and nothing has to reach the proxy before
+//! the sandbox's first request. Registered sessions still work.
+//!
 //! Executable identity is optional: `X-Sandbox-Exec-Token` is HMAC-SHA256
 //! keyed with the session token over the executable's digest. An in-guest
 //! supervisor that holds the session token and measures the binary it runs
@@ -34,6 +40,9 @@ pub const EXEC_DIGEST_HEADER: &str = "x-sandbox-exec-digest";
 pub const EXEC_TOKEN_HEADER: &str = "x-sandbox-exec-token";
 
 const SESSION_CONTEXT: &[u8] = b"protobot-egress-session/v1";
+const SIGNED_CONTEXT: &[u8] = b"protobot-egress-signed-session/v1";
+/// Prefix of signed session tokens ([`issue_session_token`]).
+pub const SIGNED_TOKEN_PREFIX: &str = "pbs1.";
 const EXEC_CONTEXT: &[u8] = b"protobot-egress-exec/v1";
 
 /// A registered sandbox session.
@@ -168,6 +177,73 @@ pub fn session_token(secret: &SessionSecret, session: &Session) -> String {
     ))
 }
 
+/// What a signed session token carries.
+#[derive(Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct SignedClaims {
+    work_item: String,
+    role: String,
+    trace_id: String,
+    source_commit: String,
+    /// Unix seconds after which the token is refused.
+    expires_at: i64,
+}
+
+/// A self-contained session token for `session`, valid until
+/// `expires_at_unix` (seconds): `pbs1.<hex of the claims JSON>.<hex of
+/// HMAC-SHA256 over it, keyed with the secret>`. Not secret from the sandbox
+/// it is given to; it names only that sandbox's session.
+pub fn issue_session_token(
+    secret: &SessionSecret,
+    session: &Session,
+    expires_at_unix: i64,
+) -> String {
+    let claims = SignedClaims {
+        work_item: session.work_item.clone(),
+        role: session.role.clone(),
+        trace_id: session.trace_id.clone(),
+        source_commit: session.source_commit.clone(),
+        expires_at: expires_at_unix,
+    };
+    // Serializing plain strings and an integer cannot fail.
+    let payload = serde_json::to_vec(&claims).unwrap_or_default();
+    let mac = hmac(&secret.0, SIGNED_CONTEXT, &[&payload]);
+    format!(
+        "{SIGNED_TOKEN_PREFIX}{}.{}",
+        hex::encode(&payload),
+        hex::encode(mac)
+    )
+}
+
+/// The session of a signed token, if `secret` signed it and it has not
+/// expired at `now_unix`. The MAC is compared in constant time before the
+/// claims are parsed.
+pub fn verify_session_token(secret: &SessionSecret, token: &str, now_unix: i64) -> Option<Session> {
+    let rest = token.strip_prefix(SIGNED_TOKEN_PREFIX)?;
+    let (payload_hex, mac_hex) = rest.split_once('.')?;
+    let payload = hex::decode(payload_hex).ok()?;
+    let expected = hex::encode(hmac(&secret.0, SIGNED_CONTEXT, &[&payload]));
+    if !tokens_equal(&expected, mac_hex) {
+        return None;
+    }
+    let claims: SignedClaims = serde_json::from_slice(&payload).ok()?;
+    if now_unix >= claims.expires_at {
+        return None;
+    }
+    Some(Session {
+        work_item: claims.work_item,
+        role: claims.role,
+        trace_id: claims.trace_id,
+        source_commit: claims.source_commit,
+    })
+}
+
+fn unix_now() -> i64 {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
+}
+
 /// The `X-Sandbox-Exec-Token` attesting `digest` within the session of `token`.
 pub fn exec_token(session_token: &str, digest: &str) -> String {
     hex::encode(hmac(
@@ -230,9 +306,13 @@ impl SessionRegistry {
         self.len() == 0
     }
 
-    /// The session whose token is `token`, comparing against all of them in
-    /// constant time each.
+    /// The session of a signed token ([`verify_session_token`], against the
+    /// clock), or else the registered session whose token is `token`,
+    /// comparing against all of them in constant time each.
     pub fn authenticate(&self, token: &str) -> Option<Arc<Session>> {
+        if token.starts_with(SIGNED_TOKEN_PREFIX) {
+            return verify_session_token(&self.secret, token, unix_now()).map(Arc::new);
+        }
         let table = self.table.read().unwrap_or_else(|e| e.into_inner());
         let mut found = None;
         for (candidate, session) in &table.entries {
@@ -397,6 +477,47 @@ mod tests {
         assert!(reg.authenticate("").is_none());
         assert!(reg.authenticate(&token[..63]).is_none());
         assert!(reg.authenticate(&token.to_uppercase()).is_none());
+    }
+
+    #[test]
+    fn signed_tokens_carry_their_session_until_they_expire() {
+        let s = session("worker-b");
+        let token = issue_session_token(&secret(), &s, 1_000);
+        assert!(token.starts_with(SIGNED_TOKEN_PREFIX));
+        assert_eq!(
+            verify_session_token(&secret(), &token, 999),
+            Some(s.clone())
+        );
+        assert_eq!(
+            verify_session_token(&secret(), &token, 1_000),
+            None,
+            "expired"
+        );
+        let other = SessionSecret::new(vec![9u8; 32]);
+        assert_eq!(
+            verify_session_token(&other, &token, 0),
+            None,
+            "another secret"
+        );
+        // Any change to the claims breaks the MAC: here, a longer expiry.
+        let (payload, mac) = token[SIGNED_TOKEN_PREFIX.len()..].split_once('.').unwrap();
+        let claims = String::from_utf8(hex::decode(payload).unwrap()).unwrap();
+        let forged = claims.replace("1000", "9999999999");
+        let forged = format!("{SIGNED_TOKEN_PREFIX}{}.{mac}", hex::encode(forged));
+        assert_eq!(
+            verify_session_token(&secret(), &forged, 0),
+            None,
+            "forged claims"
+        );
+        for junk in ["pbs1.", "pbs1.zz.zz", "pbs1..", &token[..token.len() - 1]] {
+            assert_eq!(verify_session_token(&secret(), junk, 0), None, "{junk}");
+        }
+        // The registry accepts a live signed token with no registration.
+        let reg = SessionRegistry::new(secret());
+        let live = issue_session_token(&secret(), &s, unix_now() + 60);
+        assert_eq!(reg.authenticate(&live).as_deref(), Some(&s));
+        let stale = issue_session_token(&secret(), &s, unix_now() - 1);
+        assert!(reg.authenticate(&stale).is_none());
     }
 
     #[test]

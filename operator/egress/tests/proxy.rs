@@ -26,7 +26,8 @@ use hyper_util::rt::TokioIo;
 use prometheus::Registry;
 use protobot_egress::{
     Broker, Credential, CredentialStore, EgressMetrics, EgressPolicy, Limits, Session,
-    SessionRegistry, SessionSecret, Upstream, exec_token, server::serve, session_token,
+    SessionRegistry, SessionSecret, Upstream, exec_token, issue_session_token, server::serve,
+    session_token,
 };
 use tokio::net::TcpListener;
 
@@ -289,6 +290,13 @@ impl<'a> Call<'a> {
         Call::new(h, Method::GET, target)
     }
 
+    /// The same call under another session token (the executable attested
+    /// within it).
+    fn in_session(self, token: &str) -> Call<'a> {
+        self.with("x-sandbox-session-token", token)
+            .with("x-sandbox-exec-token", &exec_token(token, APPROVED))
+    }
+
     fn without(mut self, name: &str) -> Call<'a> {
         self.headers.retain(|(n, _)| n != name);
         self
@@ -533,6 +541,54 @@ async fn missing_or_unknown_session_tokens_get_401() {
         assert_eq!(a.reason(), "unauthenticated");
     }
     assert!(upstream_paths(&h).is_empty());
+}
+
+#[tokio::test]
+async fn a_signed_session_token_needs_no_registration_and_expires() {
+    let h = start().await;
+    let secret = SessionSecret::new(vec![42u8; 32]);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    // Another run of the same role, never written to any sessions file.
+    let run = Session {
+        trace_id: "run-wi-egress-1-c2-b".into(),
+        ..session()
+    };
+    let live = issue_session_token(&secret, &run, now + 600);
+    let a = Call::get(&h, &allowed_url()).in_session(&live).send().await;
+    assert_eq!(a.status, StatusCode::OK, "{a:?}");
+    a.assert_no_credential();
+    assert!(
+        !a.body.contains(&live),
+        "the token is scrubbed from answers"
+    );
+    for refused in [
+        issue_session_token(&secret, &run, now - 1),
+        issue_session_token(&SessionSecret::new(vec![7u8; 32]), &run, now + 600),
+    ] {
+        let a = Call::get(&h, &allowed_url())
+            .in_session(&refused)
+            .send()
+            .await;
+        assert_eq!(a.status, StatusCode::UNAUTHORIZED, "{a:?}");
+    }
+    // Rules still match on the role the token names.
+    let inspector = issue_session_token(
+        &secret,
+        &Session {
+            role: "inspector".into(),
+            ..run
+        },
+        now + 600,
+    );
+    let a = Call::get(&h, &allowed_url())
+        .in_session(&inspector)
+        .send()
+        .await;
+    assert_eq!(a.status, StatusCode::FORBIDDEN, "{a:?}");
+    assert_eq!(upstream_paths(&h).len(), 1);
 }
 
 #[tokio::test]

@@ -97,6 +97,11 @@ pub struct WorkerClass {
     pub command: Vec<String>,
     /// Container image (Kubernetes only).
     pub image: Option<String>,
+    /// Whether its runs may reach the egress proxy (and through it, as the
+    /// proxy's policy allows, a model API with a credential the broker adds).
+    /// Off by default: a run has no network at all.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub egress: bool,
 }
 
 /// A finding producer of the Inspection Run: an Inspector or a mutation campaign
@@ -110,6 +115,16 @@ pub struct Producer {
     pub kind: ProducerKind,
     /// Its harness.
     pub class: WorkerClass,
+}
+
+/// The egress proxy a run of `class` gets: none unless the class asks for
+/// egress, and then the configured proxy or a refusal that says what to set.
+pub fn egress_for(class: &WorkerClass, proxy: Option<&str>) -> Result<Option<String>, String> {
+    match (class.egress, proxy) {
+        (false, _) => Ok(None),
+        (true, Some(url)) => Ok(Some(url.to_owned())),
+        (true, None) => Err("its worker class asks for egress, but the Job Site has no egress proxy configured; set the proxy URL (protobot operator --egress-proxy-url) or remove \"egress\" from the class".into()),
+    }
 }
 
 /// Engine settings.
@@ -137,6 +152,9 @@ pub struct EngineConfig {
     pub remote: String,
     /// Default branch.
     pub target_branch: String,
+    /// Base URL of the egress proxy given to runs whose class asks for egress
+    /// (`None`: such runs are refused).
+    pub egress_proxy: Option<String>,
 }
 
 impl EngineConfig {
@@ -159,6 +177,7 @@ impl EngineConfig {
             scratch,
             remote: "origin".into(),
             target_branch: "main".into(),
+            egress_proxy: None,
         }
     }
 }
@@ -626,6 +645,12 @@ impl<S: WorkStore, E: Executor> Engine<S, E> {
         run_id: String,
     ) -> Result<crate::executor::RunOutput, EngineError> {
         claim.check()?;
+        let egress_proxy = match egress_for(class, self.config.egress_proxy.as_deref()) {
+            Ok(proxy) => proxy,
+            Err(reason) => {
+                return Err(crate::executor::ExecutorError::Start { run_id, reason }.into());
+            }
+        };
         let spec = RunSpec {
             run_id,
             role,
@@ -635,7 +660,7 @@ impl<S: WorkStore, E: Executor> Engine<S, E> {
             image: class.image.clone(),
             env: Default::default(),
             limits: self.config.limits.clone(),
-            egress_proxy: None,
+            egress_proxy,
         };
         Ok(self.executor.run(spec, claim.lost_signal()).await?)
     }
@@ -1636,5 +1661,40 @@ impl<S: WorkStore, E: Executor> Engine<S, E> {
             }
             Err(e) => Err(git_err("land the work item")(e.to_string())),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn class(egress: bool) -> WorkerClass {
+        WorkerClass {
+            command: vec!["harness".into()],
+            image: None,
+            egress,
+        }
+    }
+
+    #[test]
+    fn only_classes_that_ask_for_egress_get_the_proxy() {
+        let proxy = Some("http://egress:3128");
+        assert_eq!(egress_for(&class(false), proxy), Ok(None));
+        assert_eq!(
+            egress_for(&class(true), proxy),
+            Ok(Some("http://egress:3128".to_owned()))
+        );
+        let refused = egress_for(&class(true), None).unwrap_err();
+        assert!(refused.contains("--egress-proxy-url"), "{refused}");
+    }
+
+    #[test]
+    fn egress_is_off_unless_a_class_document_says_so() {
+        let plain: WorkerClass = serde_json::from_str(r#"{"command":["h"],"image":null}"#).unwrap();
+        assert!(!plain.egress);
+        assert!(!serde_json::to_string(&plain).unwrap().contains("egress"));
+        let asks: WorkerClass =
+            serde_json::from_str(r#"{"command":["h"],"image":null,"egress":true}"#).unwrap();
+        assert!(asks.egress);
     }
 }

@@ -395,6 +395,7 @@ pub fn site<S: WorkStore + 'static>(w: &World<S>, o: SiteOptions) -> JobSite<S, 
     let class = || WorkerClass {
         command: vec!["scripted".into()],
         image: None,
+        egress: false,
     };
     let mut config = EngineConfig::new(class(), class(), class(), home.join("scratch"));
     config.max_cycles = o.max_cycles;

@@ -38,6 +38,7 @@ fn sh(script: &str) -> WorkerClass {
     WorkerClass {
         command: vec!["sh".into(), "-c".into(), script.into()],
         image: None,
+        egress: false,
     }
 }
 
@@ -201,6 +202,7 @@ async fn a_work_item_is_built_through_a_triage_cycle_and_merged() {
             scratch: tmp.path().join("scratch"),
             remote: "origin".into(),
             target_branch: "main".into(),
+            egress_proxy: None,
         },
         on_stage: None,
         faults: None,

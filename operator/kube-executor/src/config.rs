@@ -65,6 +65,11 @@ pub struct KubeExecutorConfig {
     pub log_tail_bytes: usize,
     /// Who owns the staged `workspace` and `out` directories.
     pub staging_ownership: StagingOwnership,
+    /// The egress proxy's session secret: each run that asks for egress gets a
+    /// signed session token for its own session (work item, role, run),
+    /// valid until its deadline (`protobot_egress::issue_session_token`).
+    /// `None`: runs asking for egress are refused.
+    pub egress_session_secret: Option<protobot_egress::SessionSecret>,
     /// Owner reference put on every pod and NetworkPolicy (e.g. the
     /// `BuildWorkItem` or `InspectionRun`), so Kubernetes garbage-collects
     /// them with their owner. Set per executor with
@@ -87,6 +92,7 @@ impl KubeExecutorConfig {
             deletion_timeout: Duration::from_secs(60),
             log_tail_bytes: 4096,
             staging_ownership: StagingOwnership::Auto,
+            egress_session_secret: None,
             owner: None,
         }
     }

@@ -444,6 +444,23 @@ impl KubernetesExecutor {
             return self.empty_output(&run_id, out_dir, Termination::Cancelled);
         }
 
+        // A run with egress gets a session token valid until the run's own
+        // deadline (build_pod refused the run already if there is no secret).
+        let egress_token = match (&spec.egress_proxy, &config.egress_session_secret) {
+            (Some(_), Some(secret)) => {
+                let valid = spec.limits.wall_clock + config.start_allowance + config.grace_period;
+                let now = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .unwrap_or_default();
+                let expires = i64::try_from((now + valid).as_secs()).unwrap_or(i64::MAX);
+                Some(protobot_egress::issue_session_token(
+                    secret,
+                    &manifest::egress_session(&spec),
+                    expires,
+                ))
+            }
+            _ => None,
+        };
         let (runs, stage_name, workspace, task, owner_ids) = (
             self.runs_dir(),
             name.clone(),
@@ -452,7 +469,14 @@ impl KubernetesExecutor {
             self.staging_owner(),
         );
         let staged = tokio::task::spawn_blocking(move || {
-            staging::stage(&runs, &stage_name, &workspace, &task, owner_ids)
+            staging::stage(
+                &runs,
+                &stage_name,
+                &workspace,
+                &task,
+                egress_token.as_deref(),
+                owner_ids,
+            )
         })
         .await
         .map_err(|e| start_err(format!("staging the input panicked: {e}")))?
@@ -843,7 +867,7 @@ impl SandboxBackend for KubernetesExecutor {
             ),
             Capability::unsupported(
                 "credential-broker",
-                "no credential broker yet: the egress proxy is L3/L4-fenced only",
+                "runs with egress get a signed session token for the egress proxy and credential broker (protobot egress-proxy), which injects credentials after authorization; its probes are not run through pods yet, so the capability is reported unsupported",
             ),
             Capability::supported(
                 "lifecycle-cleanup",

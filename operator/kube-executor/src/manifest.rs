@@ -46,6 +46,12 @@ pub const ANNOTATION_RUN_ID: &str = "protobot.dev/run-id";
 pub const CONTAINER: &str = "sandbox";
 /// Directory of the staging volume holding `<instance>/<run name>` per run.
 pub const RUNS_DIR: &str = "runs";
+/// File under `/task` holding the run's egress session token (runs with egress only).
+pub const EGRESS_TOKEN_FILE: &str = "egress-session-token";
+/// Base URL of the egress proxy inside the sandbox (runs with egress only).
+pub const ENV_EGRESS_PROXY: &str = "PROTOBOT_EGRESS_PROXY";
+/// Path of the session token file inside the sandbox (runs with egress only).
+pub const ENV_EGRESS_TOKEN_FILE: &str = "PROTOBOT_EGRESS_SESSION_TOKEN_FILE";
 
 /// Why a run's objects could not be built (the run is refused before anything
 /// is created).
@@ -87,6 +93,14 @@ pub enum BuildError {
         /// The asked proxy URL.
         proxy: String,
     },
+    /// The run wants egress but the executor cannot give it a session.
+    #[error(
+        "sandbox.fail_closed: the run asks for egress through {proxy:?}, but the executor has no egress session secret to give it a session token; start the operator with --egress-session-secret (chart: egressProxy.enabled)"
+    )]
+    NoEgressSessions {
+        /// The asked proxy URL.
+        proxy: String,
+    },
     /// The run's environment overrides a variable the executor sets.
     #[error("the run's environment sets {name}, which the executor owns; rename it")]
     ReservedEnv {
@@ -105,6 +119,24 @@ pub fn role_label(role: SandboxRole) -> String {
     match serde_json::to_value(role) {
         Ok(serde_json::Value::String(s)) => s,
         _ => format!("{role:?}").to_ascii_lowercase(),
+    }
+}
+
+/// The egress session of a run: its work item (from the task document, else
+/// the run id), its role, the run id as trace id, and the source commit when
+/// the task names one. The proxy's rules match on the role.
+pub fn egress_session(spec: &RunSpec) -> protobot_egress::Session {
+    let field = |name: &str| {
+        spec.task
+            .get(name)
+            .and_then(serde_json::Value::as_str)
+            .map(str::to_owned)
+    };
+    protobot_egress::Session {
+        work_item: field("work_item_id").unwrap_or_else(|| spec.run_id.clone()),
+        role: role_label(spec.role),
+        trace_id: spec.run_id.clone(),
+        source_commit: field("source_commit").unwrap_or_default(),
     }
 }
 
@@ -159,11 +191,13 @@ fn ceil_secs(d: std::time::Duration) -> i64 {
 }
 
 /// Environment variables the executor sets (a run may not override them).
-const RESERVED_ENV: [&str; 8] = [
+const RESERVED_ENV: [&str; 10] = [
     "HOME",
     "PROTOBOT_WORKSPACE",
     "PROTOBOT_OUT",
     "PROTOBOT_TASK",
+    ENV_EGRESS_PROXY,
+    ENV_EGRESS_TOKEN_FILE,
     "HTTPS_PROXY",
     "HTTP_PROXY",
     "https_proxy",
@@ -205,6 +239,13 @@ pub fn check_spec(
     {
         return Err(BuildError::NoEgressInProfile {
             profile: profile.name().to_owned(),
+            proxy: proxy.clone(),
+        });
+    }
+    if let Some(proxy) = &spec.egress_proxy
+        && config.egress_session_secret.is_none()
+    {
+        return Err(BuildError::NoEgressSessions {
             proxy: proxy.clone(),
         });
     }
@@ -251,11 +292,17 @@ pub fn build_pod(
         value_from: None,
     })
     .collect();
+    // Egress is through the broker's base-URL form (`$PROTOBOT_EGRESS_PROXY/<host>/<path>`)
+    // with the session token from the file: no `HTTPS_PROXY`, whose CONNECT tunnels the
+    // proxy refuses because it could not see through them.
     if let Some(proxy) = &spec.egress_proxy {
-        for k in ["HTTPS_PROXY", "HTTP_PROXY", "https_proxy", "http_proxy"] {
+        for (k, v) in [
+            (ENV_EGRESS_PROXY, proxy.clone()),
+            (ENV_EGRESS_TOKEN_FILE, format!("/task/{EGRESS_TOKEN_FILE}")),
+        ] {
             env.push(EnvVar {
                 name: k.to_owned(),
-                value: Some(proxy.clone()),
+                value: Some(v),
                 value_from: None,
             });
         }
@@ -440,6 +487,7 @@ mod tests {
         );
         c.default_image = Some("registry.example.invalid/worker:1".into());
         c.instance = "replica-0".into();
+        c.egress_session_secret = Some(protobot_egress::SessionSecret::new(vec![5u8; 32]));
         c
     }
 
@@ -601,7 +649,43 @@ mod tests {
             .as_array()
             .unwrap()
             .clone();
-        assert!(env.contains(&json!({"name": "HTTPS_PROXY", "value": "http://10.0.0.9:3128"})));
+        assert!(env.contains(&json!({"name": ENV_EGRESS_PROXY, "value": "http://10.0.0.9:3128"})));
+        assert!(env.contains(
+            &json!({"name": ENV_EGRESS_TOKEN_FILE, "value": "/task/egress-session-token"})
+        ));
+        assert!(
+            env.iter().all(|e| !e["name"]
+                .as_str()
+                .unwrap()
+                .eq_ignore_ascii_case("https_proxy")),
+            "no CONNECT-style proxy variable: the proxy refuses tunnels"
+        );
+        // Without a session secret the executor cannot give the run a token.
+        let mut c = config();
+        c.egress_session_secret = None;
+        assert!(matches!(
+            build_pod(&profile(), &c, &s, None),
+            Err(BuildError::NoEgressSessions { .. })
+        ));
+        // A run without egress needs none.
+        assert!(build_pod(&profile(), &c, &spec(), None).is_ok());
+    }
+
+    #[test]
+    fn the_egress_session_names_the_work_item_role_and_run() {
+        let mut s = spec();
+        s.task = json!({"work_item_id": "wi-1", "source_commit": "abc123"});
+        let session = egress_session(&s);
+        assert_eq!(session.work_item, "wi-1");
+        assert_eq!(session.role, "worker-b");
+        assert_eq!(session.trace_id, "wi-1/cycle-1/worker-b");
+        assert_eq!(session.source_commit, "abc123");
+        let bare = egress_session(&spec());
+        assert_eq!(
+            bare.work_item, "wi-1/cycle-1/worker-b",
+            "falls back to the run id"
+        );
+        assert_eq!(bare.source_commit, "");
     }
 
     #[test]

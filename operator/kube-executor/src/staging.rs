@@ -108,13 +108,15 @@ pub fn check_sealed(workspace: &Path) -> Result<(), StageError> {
 }
 
 /// Stages run `name` in `runs` (an [`instance_dir`]): copies `workspace`,
-/// writes `task`, creates `out`.
+/// writes `task` (and the run's egress session token, if it has one, as
+/// [`crate::manifest::EGRESS_TOKEN_FILE`] beside it), creates `out`.
 /// Nothing is left behind on failure.
 pub fn stage(
     runs: &Path,
     name: &str,
     workspace: &Path,
     task: &serde_json::Value,
+    egress_token: Option<&str>,
     owner: Option<Owner>,
 ) -> Result<StagedRun, StageError> {
     check_sealed(workspace)?;
@@ -130,7 +132,7 @@ pub fn stage(
         task: root.join("task"),
         root,
     };
-    match populate(&run, workspace, task, owner) {
+    match populate(&run, workspace, task, egress_token, owner) {
         Ok(()) => Ok(run),
         Err(e) => {
             let _ = remove_tree(&run.root);
@@ -143,6 +145,7 @@ fn populate(
     run: &StagedRun,
     workspace: &Path,
     task: &serde_json::Value,
+    egress_token: Option<&str>,
     owner: Option<Owner>,
 ) -> Result<(), StageError> {
     tree::copy_tree(workspace, &run.workspace, 0o755, owner)?;
@@ -158,7 +161,12 @@ fn populate(
         path: file.clone(),
         source: io::Error::other(e),
     })?;
-    Ok(tree::write_new_file(&file, 0o444, &body)?)
+    tree::write_new_file(&file, 0o444, &body)?;
+    if let Some(token) = egress_token {
+        let file = run.task.join(crate::manifest::EGRESS_TOKEN_FILE);
+        tree::write_new_file(&file, 0o444, token.as_bytes())?;
+    }
+    Ok(())
 }
 
 /// Copies the run's `out` into `dst` (absent, created 0755): regular files and
@@ -214,7 +222,15 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let ws = repo(tmp.path());
         let staging = tmp.path().join("staging");
-        let run = stage(&staging, "pb-x", &ws, &serde_json::json!({"a": 1}), None).unwrap();
+        let run = stage(
+            &staging,
+            "pb-x",
+            &ws,
+            &serde_json::json!({"a": 1}),
+            Some("pbs1.t"),
+            None,
+        )
+        .unwrap();
         assert_eq!(
             fs::read_to_string(run.workspace.join("README")).unwrap(),
             "hello"
@@ -223,12 +239,17 @@ mod tests {
             !run.workspace.join(".git/logs").exists(),
             "reflogs scrubbed"
         );
+        assert_eq!(
+            fs::read_to_string(run.task.join(crate::manifest::EGRESS_TOKEN_FILE)).unwrap(),
+            "pbs1.t",
+            "the egress token is staged beside the task"
+        );
         let task: serde_json::Value =
             serde_json::from_slice(&fs::read(run.task.join("task.json")).unwrap()).unwrap();
         assert_eq!(task, serde_json::json!({"a": 1}));
         assert!(run.out.is_dir());
         assert!(matches!(
-            stage(&staging, "pb-x", &ws, &serde_json::json!({}), None),
+            stage(&staging, "pb-x", &ws, &serde_json::json!({}), None, None),
             Err(StageError::Exists { .. })
         ));
         assert_eq!(staged_runs(&staging).unwrap(), vec!["pb-x".to_owned()]);
@@ -244,7 +265,7 @@ mod tests {
         )
         .unwrap();
         let staging = tmp.path().join("staging");
-        let err = stage(&staging, "pb-y", &ws, &serde_json::json!({}), None).unwrap_err();
+        let err = stage(&staging, "pb-y", &ws, &serde_json::json!({}), None, None).unwrap_err();
         assert!(matches!(err, StageError::NotSealed { .. }), "{err}");
         assert!(staged_runs(&staging).unwrap().is_empty());
     }

@@ -155,6 +155,7 @@ impl Env {
         c.deletion_timeout = Duration::from_secs(10);
         // The test kubelet runs containers as the test's own uid.
         c.staging_ownership = StagingOwnership::Keep;
+        c.egress_session_secret = Some(egress_secret());
         c
     }
 
@@ -237,6 +238,10 @@ impl Env {
             .filter_map(|r| r.body)
             .collect()
     }
+}
+
+fn egress_secret() -> protobot_egress::SessionSecret {
+    protobot_egress::SessionSecret::new(vec![3u8; 32])
 }
 
 fn no_cancel() -> watch::Receiver<bool> {
@@ -655,8 +660,10 @@ async fn a_run_with_the_egress_proxy_gets_one_egress_rule_and_the_proxy_env() {
     let Some(env) = Env::start() else { return };
     let mut spec = env.spec(
         "wi-8/cycle-1/worker-b",
-        "printf %s \"$HTTPS_PROXY\" > /out/proxy",
+        "printf %s \"$PROTOBOT_EGRESS_PROXY\" > /out/proxy && cat \"$PROTOBOT_EGRESS_SESSION_TOKEN_FILE\" > /out/token && printf %s \"${HTTPS_PROXY:-unset}\" > /out/https_proxy",
     );
+    spec.role = SandboxRole::WorkerB;
+    spec.task = json!({"role": "worker-b", "work_item_id": "wi-8", "source_commit": "c0ffee"});
     spec.egress_proxy = Some("http://10.96.0.42:3128".into());
     let out = env.admitted().run(spec, no_cancel()).await.unwrap();
     assert_eq!(
@@ -668,6 +675,27 @@ async fn a_run_with_the_egress_proxy_gets_one_egress_rule_and_the_proxy_env() {
     assert_eq!(
         std::fs::read_to_string(out.out_dir.join("proxy")).unwrap(),
         "http://10.96.0.42:3128"
+    );
+    assert_eq!(
+        std::fs::read_to_string(out.out_dir.join("https_proxy")).unwrap(),
+        "unset",
+        "no CONNECT-style proxy variable"
+    );
+    // The sandbox holds a signed token for its own session, valid for now.
+    let token = std::fs::read_to_string(out.out_dir.join("token")).unwrap();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    let session = protobot_egress::verify_session_token(&egress_secret(), &token, now)
+        .expect("a token the proxy accepts");
+    assert_eq!(session.work_item, "wi-8");
+    assert_eq!(session.role, "worker-b");
+    assert_eq!(session.trace_id, "wi-8/cycle-1/worker-b");
+    assert_eq!(session.source_commit, "c0ffee");
+    assert!(
+        protobot_egress::verify_session_token(&egress_secret(), &token, now + 3_600).is_none(),
+        "it expires with the run"
     );
     let np = &env.created("networkpolicies")[0];
     assert_eq!(
