@@ -25,6 +25,9 @@ pub mod types {
     pub const VERIFIED: &str = "Verified";
     /// `ChangeSet`: the change set was materialized into a work item or an omitted reservation.
     pub const MATERIALIZED: &str = "Materialized";
+    /// `BugReport`: the spec is well formed and every violated requirement is active on the
+    /// default branch.
+    pub const VALID: &str = "Valid";
     /// `Project`: the repository answered with the default branch.
     pub const REPO_REACHABLE: &str = "RepoReachable";
     /// `Project`: `<specPath>/project.yaml` parsed and validated at the observed head.
@@ -63,6 +66,16 @@ pub mod reasons {
     pub const PROJECT_NOT_FOUND: &str = "ProjectNotFound";
     /// The Project's repository cannot be read (unsupported location or I/O failure).
     pub const REPOSITORY_UNAVAILABLE: &str = "RepositoryUnavailable";
+
+    /// `Valid=True` (`BugReport`): every violated requirement is active; the facts are recorded.
+    pub const REQUIREMENTS_ACTIVE: &str = "RequirementsActive";
+    /// `Valid=False` (`BugReport`): a violated requirement is not active on the default branch.
+    pub const UNKNOWN_REQUIREMENT: &str = "UnknownRequirement";
+    /// `Valid=False` (`BugReport`): the spec is malformed; the message names the field.
+    pub const SPEC_INVALID: &str = "SpecInvalid";
+    /// `Valid=False` (`BugReport`): the spec no longer matches the facts the bug was
+    /// materialized from; report the new facts under another bug ID.
+    pub const FACTS_CHANGED: &str = "FactsChanged";
 
     /// `Materialized=True`: a `BuildWorkItem` was created (or returned) for the change set.
     pub const WORK_ITEM_CREATED: &str = "WorkItemCreated";

@@ -1,7 +1,7 @@
 //! protobot custom resource types (`protobot.dev/v1alpha1`) and CRD generation.
 //!
-//! This crate is the API of the operator and nothing else: the four namespaced kinds
-//! ([`Project`], [`ChangeSet`], [`BuildWorkItem`], [`InspectionRun`]), the shared
+//! This crate is the API of the operator and nothing else: the five namespaced kinds
+//! ([`Project`], [`ChangeSet`], [`BugReport`], [`BuildWorkItem`], [`InspectionRun`]), the shared
 //! Kubernetes-style [`Condition`](conditions::Condition) with its pure merge function, the
 //! work-item [`Lease`](lease::Lease) and its `Leased` condition, and [`crdgen`], which renders
 //! the CRD YAML committed under `crds/`. It knows nothing of Kubernetes clients
@@ -11,9 +11,11 @@
 //! | --- | --- | --- |
 //! | `Project` | `pbproj` | `protobot` |
 //! | `ChangeSet` | `pbcs` | `protobot` |
+//! | `BugReport` | `pbbug` | `protobot` |
 //! | `BuildWorkItem` | `bwi` | `protobot` |
 //! | `InspectionRun` | `pbir` | `protobot` |
 
+pub mod bug_report;
 pub mod build_work_item;
 pub mod change_set;
 pub mod common;
@@ -23,6 +25,7 @@ pub mod inspection_run;
 pub mod lease;
 pub mod project;
 
+pub use bug_report::{BugReport, BugReportSpec, BugReportStatus};
 pub use build_work_item::{BuildWorkItem, BuildWorkItemSpec, BuildWorkItemStatus};
 pub use change_set::{ChangeSet, ChangeSetSpec, ChangeSetStatus};
 pub use common::{BusinessPriority, ChangeType, LifecycleState, LocalRef};

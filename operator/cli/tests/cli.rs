@@ -24,9 +24,15 @@ fn crd_print_writes_every_crd_to_stdout() {
         .collect();
     assert_eq!(
         kinds,
-        ["Project", "ChangeSet", "BuildWorkItem", "InspectionRun"]
+        [
+            "Project",
+            "ChangeSet",
+            "BugReport",
+            "BuildWorkItem",
+            "InspectionRun"
+        ]
     );
-    assert_eq!(stdout.matches("kind: CustomResourceDefinition").count(), 4);
+    assert_eq!(stdout.matches("kind: CustomResourceDefinition").count(), 5);
     assert!(output.stderr.is_empty());
 }
 
@@ -38,7 +44,7 @@ fn crd_write_prints_the_written_paths() {
     assert!(output.status.success(), "{output:?}");
     let stdout = String::from_utf8(output.stdout).unwrap();
     let printed: Vec<&str> = stdout.lines().collect();
-    assert_eq!(printed.len(), 4);
+    assert_eq!(printed.len(), 5);
     for path in printed {
         assert!(path.starts_with(target.to_str().unwrap()), "{path}");
         assert!(std::path::Path::new(path).is_file(), "{path}");

@@ -8,9 +8,10 @@ use serde_json::Value;
 use crate::util::{crd_json, root_schema};
 
 /// Kind → (plural, short name) as documented in the crate root.
-const KINDS: [(&str, &str, &str); 4] = [
+const KINDS: [(&str, &str, &str); 5] = [
     ("Project", "projects", "pbproj"),
     ("ChangeSet", "changesets", "pbcs"),
+    ("BugReport", "bugreports", "pbbug"),
     ("BuildWorkItem", "buildworkitems", "bwi"),
     ("InspectionRun", "inspectionruns", "pbir"),
 ];

@@ -17,6 +17,7 @@ fn file_names_are_the_crd_names() {
         [
             "projects.protobot.dev.yaml",
             "changesets.protobot.dev.yaml",
+            "bugreports.protobot.dev.yaml",
             "buildworkitems.protobot.dev.yaml",
             "inspectionruns.protobot.dev.yaml",
         ]

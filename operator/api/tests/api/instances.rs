@@ -4,9 +4,11 @@
 
 use kube::Resource;
 use protobot_api::{
-    BuildWorkItem, BuildWorkItemSpec, BuildWorkItemStatus, BusinessPriority, ChangeSet,
-    ChangeSetSpec, ChangeSetStatus, ChangeType, InspectionRun, InspectionRunSpec,
-    InspectionRunStatus, Lease, LifecycleState, LocalRef, Project, ProjectSpec, ProjectStatus,
+    BugReport, BugReportSpec, BugReportStatus, BuildWorkItem, BuildWorkItemSpec,
+    BuildWorkItemStatus, BusinessPriority, ChangeSet, ChangeSetSpec, ChangeSetStatus, ChangeType,
+    InspectionRun, InspectionRunSpec, InspectionRunStatus, Lease, LifecycleState, LocalRef,
+    Project, ProjectSpec, ProjectStatus,
+    bug_report::{RecordedBugFacts, RecordedImpact},
     build_work_item::{
         CompletionEvidence, ContractVersionEntry, CycleOutcome, CycleRecord, DecisionOutcome,
         DependencyStatus, GitMutation, IdempotencyResult, MergeEnvelope, Readiness, Reconciliation,
@@ -122,6 +124,46 @@ fn change_set() -> ChangeSet {
         conditions: Vec::new(),
     });
     change_set
+}
+
+fn bug_report() -> BugReport {
+    let mut bug = BugReport::new(
+        "gh-17",
+        BugReportSpec {
+            project_ref: LocalRef::new("cli-sync"),
+            bug_id: "GH-17".to_owned(),
+            violated_requirements: vec!["REQ-CLI-00001".to_owned()],
+            affected_scopes: vec!["cli".to_owned()],
+            business_priority: Some(BusinessPriority::High),
+            summary: Some("sync deletes files it should keep".to_owned()),
+        },
+    );
+    bug.status = Some(BugReportStatus {
+        observed_generation: Some(1),
+        work_item_ref: Some(LocalRef::new("wi-bug-gh-17-1111111111")),
+        recorded_facts: Some(RecordedBugFacts {
+            spec_commit: SPEC_COMMIT.to_owned(),
+            materialization_key: format!("cli-sync/bug:GH-17@{SPEC_COMMIT}"),
+            work_item_id: "wi-bug-gh-17-1111111111".to_owned(),
+            violated_requirements: vec!["REQ-CLI-00001".to_owned()],
+            affected_scopes: vec!["cli".to_owned()],
+            priority: "high".to_owned(),
+            impact: vec![RecordedImpact {
+                requirement_id: "REQ-CLI-00002".to_owned(),
+                rationale: "shares the interface cli-main".to_owned(),
+            }],
+            touched_paths: vec!["tests/test_dry_run.sh".to_owned()],
+        }),
+        impact: Some(ImpactSummary {
+            change_type: ChangeType::Contradicts,
+            implementation_required: true,
+            changed_requirements: vec!["REQ-CLI-00001".to_owned()],
+            applicable_requirements: vec!["REQ-CLI-00001".to_owned(), "REQ-CLI-00002".to_owned()],
+            dependencies: Vec::new(),
+        }),
+        conditions: Vec::new(),
+    });
+    bug
 }
 
 fn envelope(merge_commit: Option<&str>) -> MergeEnvelope {
@@ -293,6 +335,36 @@ fn sample_project_validates() {
 #[test]
 fn sample_change_set_validates() {
     assert_eq!(check("ChangeSet", &change_set()), Vec::<String>::new());
+}
+
+#[test]
+fn sample_bug_report_validates_and_a_malformed_one_does_not() {
+    assert_eq!(check("BugReport", &bug_report()), Vec::<String>::new());
+    let mut bad = bug_report();
+    bad.spec.bug_id = "17 is not an id".to_owned();
+    bad.spec.violated_requirements.clear();
+    let errors = check("BugReport", &bad);
+    assert!(
+        errors.iter().any(|e| e.starts_with("spec.bugId")),
+        "{errors:?}"
+    );
+    assert!(
+        errors
+            .iter()
+            .any(|e| e.starts_with("spec.violatedRequirements")),
+        "{errors:?}"
+    );
+    let mut bad = bug_report();
+    if let Some(facts) = bad.status.as_mut().and_then(|s| s.recorded_facts.as_mut()) {
+        facts.spec_commit = "main".to_owned();
+    }
+    let errors = check("BugReport", &bad);
+    assert!(
+        errors
+            .iter()
+            .any(|e| e.starts_with("status.recordedFacts.specCommit")),
+        "{errors:?}"
+    );
 }
 
 #[test]

@@ -91,7 +91,7 @@ fn business_priority_is_an_optional_closed_enum_on_change_sets_and_work_items() 
         expected,
         serde_json::json!(["low", "normal", "high", "urgent"])
     );
-    for kind in ["ChangeSet", "BuildWorkItem"] {
+    for kind in ["ChangeSet", "BugReport", "BuildWorkItem"] {
         let priority = schema_at(kind, "spec.businessPriority");
         assert_eq!(priority["enum"], expected, "{kind}");
         assert_eq!(priority["nullable"], true, "{kind}");
@@ -160,7 +160,13 @@ fn change_set_id_and_commits_carry_their_patterns() {
 
 #[test]
 fn conditions_follow_the_kubernetes_convention_and_merge_by_type() {
-    for kind in ["Project", "ChangeSet", "BuildWorkItem", "InspectionRun"] {
+    for kind in [
+        "Project",
+        "ChangeSet",
+        "BugReport",
+        "BuildWorkItem",
+        "InspectionRun",
+    ] {
         let conditions = schema_at(kind, "status.conditions");
         assert_eq!(conditions["type"], "array", "{kind}");
         assert_eq!(conditions["x-kubernetes-list-type"], "map", "{kind}");
@@ -359,7 +365,13 @@ fn every_schema_field_has_a_description() {
         }
     }
     let mut missing = Vec::new();
-    for kind in ["Project", "ChangeSet", "BuildWorkItem", "InspectionRun"] {
+    for kind in [
+        "Project",
+        "ChangeSet",
+        "BugReport",
+        "BuildWorkItem",
+        "InspectionRun",
+    ] {
         let root = crate::util::root_schema(kind);
         for part in ["spec", "status"] {
             walk(

@@ -95,6 +95,14 @@ fn validate_into(schema: &Value, value: &Value, path: &str, errors: &mut Vec<Str
                     items.len()
                 ));
             }
+            if let Some(min) = schema["minItems"].as_u64()
+                && (items.len() as u64) < min
+            {
+                errors.push(format!(
+                    "{path}: {} items are fewer than minItems {min}",
+                    items.len()
+                ));
+            }
             for (i, item) in items.iter().enumerate() {
                 validate_into(&schema["items"], item, &format!("{path}[{i}]"), errors);
             }
