@@ -7,8 +7,13 @@
 //! materialized, one JSON file per work item; a restarted Job Site rebuilds
 //! the same contract from them. Recording is idempotent: the same facts again
 //! are a no-op, different facts for the same work item are refused.
+//!
+//! The Job Site reads recorded intakes through [`BugIntakes`]: on one machine
+//! from [`IntakeFiles`], in the cluster from the facts each `BugReport` status
+//! records, handed over per pass as [`RecordedIntakes`].
 
 use std::{
+    collections::BTreeMap,
     io::Write,
     path::{Path, PathBuf},
 };
@@ -31,6 +36,14 @@ pub enum IntakeError {
         /// The recorded file.
         path: PathBuf,
     },
+    /// Two recorded intakes materialize as the same work item with different facts.
+    #[error(
+        "work item {work_item_id} is recorded twice with different bug facts; keep one report per bug id"
+    )]
+    Duplicate {
+        /// Work item.
+        work_item_id: String,
+    },
     /// The intake directory could not be read or written.
     #[error("failed to {what} {path}: {source}")]
     Io {
@@ -49,6 +62,66 @@ pub enum IntakeError {
         /// Decoder message.
         reason: String,
     },
+}
+
+/// Where a Job Site finds the facts recorded for bug intakes, to rebuild their
+/// contracts (a bug's facts cannot be read again from the repository).
+pub trait BugIntakes: Send + Sync + std::fmt::Debug {
+    /// The facts recorded for a work item, if any.
+    fn recorded(&self, work_item_id: &str) -> Result<Option<BugFacts>, IntakeError>;
+}
+
+impl BugIntakes for IntakeFiles {
+    fn recorded(&self, work_item_id: &str) -> Result<Option<BugFacts>, IntakeError> {
+        self.load(work_item_id)
+    }
+}
+
+/// Bug intakes recorded elsewhere (in the cluster: `BugReport` statuses),
+/// handed to the Job Site in memory, keyed by the work item they materialize as.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RecordedIntakes(BTreeMap<String, BugFacts>);
+
+impl RecordedIntakes {
+    /// No intakes.
+    pub fn new() -> RecordedIntakes {
+        RecordedIntakes::default()
+    }
+
+    /// Adds `facts` under the work item they materialize as and returns their
+    /// contract. The same facts twice are a no-op; other facts for the same
+    /// work item are refused.
+    pub fn insert(&mut self, facts: BugFacts) -> Result<BuildContract, IntakeError> {
+        let contract = build(&Intake::Bug(facts.clone()))?;
+        match self.0.get(&contract.work_item_id) {
+            Some(existing) if existing == &facts => {}
+            Some(_) => {
+                return Err(IntakeError::Duplicate {
+                    work_item_id: contract.work_item_id,
+                });
+            }
+            None => {
+                self.0.insert(contract.work_item_id.clone(), facts);
+            }
+        }
+        Ok(contract)
+    }
+
+    /// How many work items have recorded facts.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Whether no facts are recorded.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+}
+
+impl BugIntakes for RecordedIntakes {
+    fn recorded(&self, work_item_id: &str) -> Result<Option<BugFacts>, IntakeError> {
+        Ok(self.0.get(work_item_id).cloned())
+    }
 }
 
 /// Bug intakes recorded in a directory.
@@ -227,5 +300,35 @@ mod tests {
             files.contract(&contract.work_item_id).unwrap_err(),
             IntakeError::Corrupt { .. }
         ));
+    }
+
+    #[test]
+    fn recorded_intakes_key_facts_by_work_item_and_refuse_a_second_version() {
+        let mut recorded = RecordedIntakes::new();
+        let contract = recorded.insert(facts()).unwrap();
+        assert_eq!(
+            recorded.insert(facts()).unwrap(),
+            contract,
+            "same facts: no-op"
+        );
+        assert_eq!(
+            recorded.recorded(&contract.work_item_id).unwrap(),
+            Some(facts())
+        );
+        assert_eq!(recorded.recorded("wi-unknown").unwrap(), None);
+        let mut other = facts();
+        other.scopes = vec!["cli".into()];
+        assert!(matches!(
+            recorded.insert(other).unwrap_err(),
+            IntakeError::Duplicate { work_item_id } if work_item_id == contract.work_item_id
+        ));
+        let mut bad = facts();
+        bad.bug_id = "GH-18".into();
+        bad.spec_commit = "main".into();
+        assert!(matches!(
+            recorded.insert(bad).unwrap_err(),
+            IntakeError::Contract(_)
+        ));
+        assert_eq!(recorded.len(), 1);
     }
 }

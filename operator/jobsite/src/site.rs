@@ -93,8 +93,9 @@ impl ContractSource for KnownContracts {
 /// (`<project>/<CS-NNNNN>@<merge commit>`): the manifest at that merge commit is
 /// read again from `repo` through the spec store, so the contract is exactly the
 /// one the Materializer built. Bug intakes (`<project>/bug:…`) are rebuilt from
-/// the facts recorded in [`IntakeFiles`](crate::intake::IntakeFiles) when
-/// [`RegisteredContracts::with_bug_intakes`] names them.
+/// the facts recorded where [`RegisteredContracts::with_bug_intakes`] says:
+/// [`IntakeFiles`](crate::intake::IntakeFiles) on one machine, or
+/// [`RecordedIntakes`](crate::intake::RecordedIntakes) read from the cluster.
 #[derive(Debug)]
 pub struct RegisteredContracts {
     /// A clone of the project repository (the default branch fetched).
@@ -105,7 +106,7 @@ pub struct RegisteredContracts {
     /// the registration only).
     footprints: std::sync::Mutex<std::collections::BTreeMap<String, Declared>>,
     /// Where bug intakes are recorded.
-    bugs: Option<crate::intake::IntakeFiles>,
+    bugs: Option<Box<dyn crate::intake::BugIntakes>>,
 }
 
 impl RegisteredContracts {
@@ -120,9 +121,14 @@ impl RegisteredContracts {
         }
     }
 
-    /// Also rebuilds bug contracts from the intakes recorded in `bugs`.
-    pub fn with_bug_intakes(mut self, bugs: crate::intake::IntakeFiles) -> RegisteredContracts {
-        self.bugs = Some(bugs);
+    /// Also rebuilds bug contracts from the intakes recorded in `bugs` (an
+    /// [`IntakeFiles`](crate::intake::IntakeFiles) directory or facts held in
+    /// memory).
+    pub fn with_bug_intakes(
+        mut self,
+        bugs: impl crate::intake::BugIntakes + 'static,
+    ) -> RegisteredContracts {
+        self.bugs = Some(Box::new(bugs));
         self
     }
 }
@@ -144,10 +150,12 @@ impl ContractSource for RegisteredContracts {
                     record.id
                 ));
             };
-            let contract = bugs
-                .contract(&record.id)
+            let facts = bugs
+                .recorded(&record.id)
                 .map_err(|e| e.to_string())?
                 .ok_or_else(|| format!("no bug intake is recorded for work item {}", record.id))?;
+            let contract = crate::contract::build(&crate::contract::Intake::Bug(facts))
+                .map_err(|e| e.to_string())?;
             if contract.materialization_key != record.materialization_key {
                 return Err(format!(
                     "the recorded bug intake of {} rebuilds under key {}, not {}",
@@ -729,8 +737,64 @@ pub fn is_lost(error: &EngineError) -> bool {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
-    use super::trace_id;
+    use super::{ContractSource, RegisteredContracts, trace_id};
+    use crate::{
+        contract::BugFacts,
+        intake::{IntakeFiles, RecordedIntakes},
+    };
+    use protobot_lifecycle::{State, WorkItemRecord};
+
+    fn bug() -> BugFacts {
+        BugFacts {
+            touched_paths: vec!["tests/test_dry_run.sh".into()],
+            project_id: "cli-sync".into(),
+            bug_id: "GH-17".into(),
+            spec_commit: "1a2b3c4d5e6f7a8b9c0d1a2b3c4d5e6f7a8b9c0d".into(),
+            violated_requirement_ids: vec!["REQ-CLI-00001".into()],
+            scopes: vec!["cli".into()],
+            priority: "high".into(),
+            impact: vec![],
+        }
+    }
+
+    #[test]
+    fn bug_contracts_are_rebuilt_from_intakes_held_in_memory_or_on_disk() {
+        let mut recorded = RecordedIntakes::new();
+        let contract = recorded.insert(bug()).unwrap();
+        let mut record =
+            WorkItemRecord::new(&contract.work_item_id, "cli-sync", State::Building, 2);
+        record.materialization_key = contract.materialization_key.clone();
+        // No repository is read for a bug: the path does not even exist.
+        let nowhere = std::path::PathBuf::from("/nonexistent/protobot-repo");
+        let in_memory =
+            RegisteredContracts::new(nowhere.clone(), "main").with_bug_intakes(recorded);
+        assert_eq!(in_memory.contract(&record).unwrap(), contract);
+        assert_eq!(
+            in_memory.footprint(&record).unwrap(),
+            (contract.scopes.clone(), contract.paths.clone())
+        );
+        // One machine: the same facts from an intake directory give the same contract.
+        let tmp = tempfile::tempdir().unwrap();
+        let files = IntakeFiles::new(tmp.path());
+        files.record(&bug()).unwrap();
+        let on_disk = RegisteredContracts::new(nowhere.clone(), "main").with_bug_intakes(files);
+        assert_eq!(on_disk.contract(&record).unwrap(), contract);
+        // No facts for the item, a key the facts do not rebuild under, no intakes at all.
+        let empty = RegisteredContracts::new(nowhere.clone(), "main")
+            .with_bug_intakes(RecordedIntakes::new());
+        let err = empty.contract(&record).unwrap_err();
+        assert!(err.contains("no bug intake is recorded"), "{err}");
+        let mut moved = record.clone();
+        moved.materialization_key = format!("cli-sync/bug:GH-17@{}", "f".repeat(40));
+        let err = in_memory.contract(&moved).unwrap_err();
+        assert!(err.contains("rebuilds under key"), "{err}");
+        let err = RegisteredContracts::new(nowhere, "main")
+            .contract(&record)
+            .unwrap_err();
+        assert!(err.contains("no intake directory"), "{err}");
+    }
 
     #[test]
     fn trace_ids_are_w3c_shaped_stable_and_distinct_per_claim() {
