@@ -1,8 +1,11 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
-//! GitOps registration: applying a `ChangeSet` manifest is all it takes.
+//! GitOps registration: applying a `ChangeSet` or a `BugReport` manifest is all it takes.
 
-use kube::{Api, api::PostParams};
-use protobot_api::{BuildWorkItem, ChangeSet, LifecycleState, Project};
+use kube::{
+    Api,
+    api::{Patch, PatchParams, PostParams},
+};
+use protobot_api::{BugReport, BuildWorkItem, ChangeSet, ChangeType, LifecycleState, Project};
 use protobot_e2e::{Cluster, timeout};
 use protobot_jobsite::testing::spec_repo;
 use serde_json::json;
@@ -345,5 +348,416 @@ async fn the_project_controller_reads_each_profiles_conformance_report() {
         .message;
     assert!(message.contains("no-such-profile.yaml"), "{message}");
     controller.abort();
+    cluster.cleanup().await;
+}
+
+// === BugReport: true bugs registered like change sets ===
+
+fn git(dir: &std::path::Path, args: &[&str]) -> String {
+    let out = std::process::Command::new("git")
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "git {args:?}: {out:?}");
+    String::from_utf8(out.stdout).unwrap().trim().to_string()
+}
+
+async fn create_bug(cluster: &Cluster, name: &str, bug_id: &str, violates: &[&str]) {
+    let bugs: Api<BugReport> = Api::namespaced(cluster.client.clone(), &cluster.namespace);
+    let bug: BugReport = serde_json::from_value(json!({
+        "apiVersion": "protobot.dev/v1alpha1", "kind": "BugReport",
+        "metadata": {"name": name, "namespace": cluster.namespace},
+        "spec": {
+            "projectRef": {"name": "cli-sync"},
+            "bugId": bug_id,
+            "violatedRequirements": violates,
+            "businessPriority": "high",
+            "summary": "sync --dry-run writes files",
+        },
+    }))
+    .unwrap();
+    bugs.create(&PostParams::default(), &bug).await.unwrap();
+}
+
+/// Waits (through a watch, bounded) until the BugReport's status was computed
+/// from `generation` and its condition `type_` settled (not `Pending`).
+async fn settled_bug(api: &Api<BugReport>, name: &str, generation: i64, type_: &str) -> BugReport {
+    let settled = |b: Option<&BugReport>| {
+        b.and_then(|b| b.status.as_ref()).is_some_and(|s| {
+            s.observed_generation == Some(generation)
+                && s.conditions
+                    .iter()
+                    .any(|c| c.type_ == type_ && c.reason != "Pending")
+        })
+    };
+    protobot_testkit::wait::until(api, name, timeout(), settled)
+        .await
+        .unwrap()
+        .unwrap()
+}
+
+fn bug_condition(bug: &BugReport, type_: &str) -> (String, String, String) {
+    let c = bug
+        .status
+        .as_ref()
+        .unwrap()
+        .conditions
+        .iter()
+        .find(|c| c.type_ == type_)
+        .unwrap();
+    (c.status.to_string(), c.reason.clone(), c.message.clone())
+}
+
+/// Edits the BugReport's spec (a merge patch) and returns the new generation.
+async fn edit_bug(api: &Api<BugReport>, name: &str, spec: serde_json::Value) -> i64 {
+    api.patch(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(&json!({ "spec": spec })),
+    )
+    .await
+    .unwrap()
+    .metadata
+    .generation
+    .unwrap()
+}
+
+async fn bug_controller(cluster: &Cluster, cache: &std::path::Path) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(protobot_controller::bugreport::run_with(
+        cluster.client.clone(),
+        Some(cluster.namespace.clone()),
+        cache.to_path_buf(),
+    ))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_applied_bug_report_materializes_one_bug_work_item_and_reapplying_it_is_idempotent() {
+    let cluster = Cluster::connect("bug-report").await;
+    let tmp = tempfile::tempdir().unwrap();
+    let (work, origin) = (tmp.path().join("work"), tmp.path().join("origin.git"));
+    protobot_jobsite::example::author(&work, &origin).unwrap();
+    let head = git(&origin, &["rev-parse", "refs/heads/main"]);
+    create_project(
+        &cluster,
+        "cli-sync",
+        &format!("file://{}", origin.display()),
+    )
+    .await;
+    create_bug(&cluster, "gh-1", "GH-1", &["REQ-CLI-00001"]).await;
+    let controller = bug_controller(&cluster, &tmp.path().join("cache")).await;
+    let bugs: Api<BugReport> = Api::namespaced(cluster.client.clone(), &cluster.namespace);
+    let items: Api<BuildWorkItem> = Api::namespaced(cluster.client.clone(), &cluster.namespace);
+
+    // Applied: Valid, facts recorded at the default-branch head, one work item.
+    let bug = settled_bug(&bugs, "gh-1", 1, "Materialized").await;
+    assert_eq!(
+        bug_condition(&bug, "Materialized").0,
+        "True",
+        "{:?}",
+        bug.status
+    );
+    assert_eq!(bug_condition(&bug, "Materialized").1, "WorkItemCreated");
+    let (valid, reason, message) = bug_condition(&bug, "Valid");
+    assert_eq!(
+        (valid.as_str(), reason.as_str()),
+        ("True", "RequirementsActive")
+    );
+    assert!(
+        message.contains("REQ-CLI-00001") && message.contains(&head),
+        "{message}"
+    );
+    let status = bug.status.clone().unwrap();
+    let facts = status.recorded_facts.clone().unwrap();
+    assert_eq!(facts.spec_commit, head);
+    assert_eq!(
+        facts.materialization_key,
+        format!("cli-sync/bug:GH-1@{head}")
+    );
+    assert_eq!(facts.violated_requirements, ["REQ-CLI-00001"]);
+    assert_eq!(facts.priority, "high");
+    // Every impact candidate is applicable, the violated requirement first of all.
+    let impact = status.impact.clone().unwrap();
+    assert_eq!(impact.change_type, ChangeType::Contradicts);
+    assert!(
+        impact
+            .applicable_requirements
+            .contains(&"REQ-CLI-00001".to_string())
+    );
+    for candidate in &facts.impact {
+        assert!(
+            impact
+                .applicable_requirements
+                .contains(&candidate.requirement_id),
+            "{candidate:?} is not applicable"
+        );
+    }
+    let name = status.work_item_ref.clone().unwrap().name;
+    assert!(name.starts_with("wi-bug-gh-1-"), "{name}");
+    let item = items.get(&name).await.unwrap();
+    assert_eq!(item.spec.change_type, ChangeType::Contradicts);
+    assert_eq!(item.spec.change_set_ref, None);
+    assert_eq!(item.spec.materialization_key, facts.materialization_key);
+    assert_eq!(
+        item.status.as_ref().unwrap().state,
+        LifecycleState::ReadyForBuilding
+    );
+
+    // The in-cluster Job Site rebuilds the bug's contract from the BugReport
+    // statuses alone (no intake directory, no read of the moved branch).
+    let intakes =
+        protobot_controller::jobsite::recorded_bug_intakes("cli-sync", std::slice::from_ref(&bug));
+    let contracts = protobot_jobsite::site::RegisteredContracts::new(work.clone(), "main")
+        .with_bug_intakes(intakes);
+    let mut record = protobot_lifecycle::WorkItemRecord::new(
+        &item.spec.work_item_id,
+        "cli-sync",
+        protobot_lifecycle::State::ReadyForBuilding,
+        1,
+    );
+    record.materialization_key = item.spec.materialization_key.clone();
+    let contract = protobot_jobsite::site::ContractSource::contract(&contracts, &record).unwrap();
+    assert_eq!(contract.change_type, "contradicts");
+    assert_eq!(contract.spec_commit, head);
+    assert_eq!(
+        contract.applicable_requirement_ids,
+        impact.applicable_requirements
+    );
+
+    // Re-applied after the default branch moved: the recorded facts are reused,
+    // so it is the same key, the same item, and nothing new.
+    git(&work, &["commit", "-q", "--allow-empty", "-m", "unrelated"]);
+    git(&work, &["push", "-q", "origin", "main"]);
+    assert_ne!(git(&origin, &["rev-parse", "refs/heads/main"]), head);
+    let generation = edit_bug(
+        &bugs,
+        "gh-1",
+        json!({"summary": "sync --dry-run writes files (seen again)"}),
+    )
+    .await;
+    assert!(generation > 1);
+    let again = settled_bug(&bugs, "gh-1", generation, "Materialized").await;
+    let again_status = again.status.clone().unwrap();
+    assert_eq!(again_status.work_item_ref, status.work_item_ref);
+    assert_eq!(again_status.recorded_facts, status.recorded_facts);
+    assert_eq!(bug_condition(&again, "Materialized").1, "WorkItemCreated");
+    assert_eq!(
+        items.list(&Default::default()).await.unwrap().items.len(),
+        1
+    );
+
+    // Changed facts are refused on status; the existing item stays the only one.
+    let generation = edit_bug(
+        &bugs,
+        "gh-1",
+        json!({"violatedRequirements": ["REQ-CLI-00002"]}),
+    )
+    .await;
+    let changed =
+        protobot_testkit::wait::until(&bugs, "gh-1", timeout(), |b: Option<&BugReport>| {
+            b.and_then(|b| b.status.as_ref()).is_some_and(|s| {
+                s.observed_generation == Some(generation)
+                    && s.conditions
+                        .iter()
+                        .any(|c| c.type_ == "Valid" && c.reason == "FactsChanged")
+            })
+        })
+        .await
+        .unwrap()
+        .unwrap();
+    let (valid, _, message) = bug_condition(&changed, "Valid");
+    assert_eq!(valid, "False");
+    assert!(
+        message.contains("another bug ID") && message.contains("REQ-CLI-00002"),
+        "{message}"
+    );
+    assert_eq!(
+        changed.status.as_ref().unwrap().work_item_ref,
+        status.work_item_ref
+    );
+    assert_eq!(
+        changed.status.as_ref().unwrap().recorded_facts,
+        status.recorded_facts
+    );
+    assert_eq!(
+        items.list(&Default::default()).await.unwrap().items.len(),
+        1
+    );
+    controller.abort();
+    cluster.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bug_report_naming_an_unknown_requirement_is_reported_and_materializes_nothing() {
+    let cluster = Cluster::connect("bug-unknown").await;
+    let tmp = tempfile::tempdir().unwrap();
+    let (work, origin) = (tmp.path().join("work"), tmp.path().join("origin.git"));
+    protobot_jobsite::example::author(&work, &origin).unwrap();
+    create_project(
+        &cluster,
+        "cli-sync",
+        &format!("file://{}", origin.display()),
+    )
+    .await;
+    create_bug(&cluster, "gh-2", "GH-2", &["REQ-CLI-09999"]).await;
+    let controller = bug_controller(&cluster, &tmp.path().join("cache")).await;
+    let bugs: Api<BugReport> = Api::namespaced(cluster.client.clone(), &cluster.namespace);
+    let bug = settled_bug(&bugs, "gh-2", 1, "Valid").await;
+    let (valid, reason, message) = bug_condition(&bug, "Valid");
+    assert_eq!(
+        (valid.as_str(), reason.as_str()),
+        ("False", "UnknownRequirement")
+    );
+    assert!(
+        message.contains("REQ-CLI-09999") && message.contains("not an active requirement"),
+        "{message}"
+    );
+    assert_eq!(
+        bug_condition(&bug, "Materialized"),
+        (
+            "False".into(),
+            "Pending".into(),
+            "waiting for active requirements".into()
+        )
+    );
+    let status = bug.status.unwrap();
+    assert_eq!((status.work_item_ref, status.recorded_facts), (None, None));
+    let items: Api<BuildWorkItem> = Api::namespaced(cluster.client.clone(), &cluster.namespace);
+    assert!(
+        items
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty()
+    );
+    controller.abort();
+    cluster.cleanup().await;
+}
+
+fn bwrap() -> bool {
+    let found = std::env::var_os("PATH")
+        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join("bwrap").is_file()));
+    if !found {
+        assert!(
+            std::env::var_os("PROTOBOT_REQUIRE_BWRAP").is_none(),
+            "PROTOBOT_REQUIRE_BWRAP is set but bwrap is missing"
+        );
+        eprintln!("skipping: bubblewrap is not installed");
+    }
+    found
+}
+
+/// The whole way in the cluster: a BugReport is materialized by its controller
+/// and the in-cluster Job Site builds the item to `completed` from the facts
+/// recorded on the BugReport's status, merging it into `main` with the bug item's
+/// `Work-Item:` trailer. (The example's scripted workers implement every
+/// requirement whatever the contract names, so this proves the plumbing, not
+/// the workers' judgment.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_applied_bug_report_is_built_to_completed_by_the_in_cluster_job_site() {
+    use protobot_jobsite::example::{INTEGRATION, WORKER_A, WORKER_B};
+    if !bwrap() {
+        return;
+    }
+    let cluster = Cluster::connect("bug-built").await;
+    let (client, ns) = (cluster.client.clone(), cluster.namespace.clone());
+    let tmp = tempfile::tempdir().unwrap();
+    let (work, origin) = (tmp.path().join("work"), tmp.path().join("origin.git"));
+    protobot_jobsite::example::author(&work, &origin).unwrap();
+    let class = |script: &str| json!({"command": ["sh", "-c", script], "image": null}).to_string();
+    let maps: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(client.clone(), &ns);
+    maps.create(
+        &PostParams::default(),
+        &serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "cli-sync-workers", "namespace": ns},
+            "data": {
+                "worker-a": class(WORKER_A),
+                "worker-b": class(WORKER_B),
+                "integration": class(INTEGRATION),
+            },
+        }))
+        .unwrap(),
+    )
+    .await
+    .unwrap();
+    let projects: Api<Project> = Api::namespaced(client.clone(), &ns);
+    projects
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "apiVersion": "protobot.dev/v1alpha1", "kind": "Project",
+                "metadata": {"name": "cli-sync", "namespace": ns},
+                "spec": {
+                    "repoUrl": format!("file://{}", origin.display()),
+                    "sandboxProfile": "local",
+                    "workerClassesRef": {"name": "cli-sync-workers"},
+                },
+            }))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    create_bug(&cluster, "gh-1", "GH-1", &["REQ-CLI-00001"]).await;
+    let registration = bug_controller(&cluster, &tmp.path().join("registry")).await;
+    let job_site = tokio::spawn(protobot_controller::jobsite::run(
+        client.clone(),
+        Some(ns.clone()),
+        protobot_controller::jobsite::Settings {
+            identity: "protobot-0".into(),
+            workdir: tmp.path().join("jobsite"),
+            interval: std::time::Duration::from_millis(200),
+            limits: Default::default(),
+        },
+        std::sync::Arc::new(protobot_executors::LocalExecutor::new(
+            protobot_executors::BubblewrapConfig::under(&tmp.path().join("sandbox")),
+            false,
+        )),
+    ));
+    let bugs: Api<BugReport> = Api::namespaced(client.clone(), &ns);
+    let bug = settled_bug(&bugs, "gh-1", 1, "Materialized").await;
+    let name = bug.status.unwrap().work_item_ref.unwrap().name;
+    let items: Api<BuildWorkItem> = Api::namespaced(client.clone(), &ns);
+    let completed =
+        protobot_testkit::wait::until(&items, &name, timeout() * 6, |i: Option<&BuildWorkItem>| {
+            i.and_then(|i| i.status.as_ref())
+                .is_some_and(|s| s.state == LifecycleState::Completed)
+        })
+        .await;
+    let item = match completed {
+        Ok(Some(item)) => item,
+        other => {
+            let now = items.get(&name).await.ok().and_then(|i| i.status);
+            panic!("{name} did not complete ({other:?}); its status: {now:#?}")
+        }
+    };
+    assert_eq!(item.spec.change_type, ChangeType::Contradicts);
+    let trailers = git(
+        &origin,
+        &[
+            "log",
+            "--first-parent",
+            "--merges",
+            "--format=%(trailers:key=Work-Item,valueonly)",
+            "main",
+        ],
+    );
+    let trailers: Vec<&str> = trailers
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
+    assert_eq!(
+        trailers,
+        [item.spec.work_item_id.as_str()],
+        "exactly one merge, the bug item's"
+    );
+    assert_eq!(
+        items.list(&Default::default()).await.unwrap().items.len(),
+        1
+    );
+    job_site.abort();
+    registration.abort();
     cluster.cleanup().await;
 }

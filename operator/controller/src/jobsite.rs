@@ -28,11 +28,12 @@ use kube::{
         watcher,
     },
 };
-use protobot_api::{BuildWorkItem, InspectionRun, Project};
+use protobot_api::{BugReport, BuildWorkItem, InspectionRun, Project};
 use protobot_jobsite::{
     engine::{BuildReport, Engine, EngineConfig, Producer, WorkerClass},
     executor::{Executor, Limits},
     inspection::{ProducerKind, Verdict},
+    intake::RecordedIntakes,
     lease::SystemClock,
     site::{JobSite, RegisteredContracts, SiteAction},
     triage::HeuristicTriage,
@@ -300,10 +301,10 @@ async fn drive_project<E: Executor + 'static>(
             &name,
             protobot_jobsite::site::RECONCILER_ACTIONS,
         ),
-        contracts: Arc::new(RegisteredContracts::new(
-            clone.clone(),
-            &spec.default_branch,
-        )),
+        contracts: Arc::new(
+            RegisteredContracts::new(clone.clone(), &spec.default_branch)
+                .with_bug_intakes(bug_intakes(client, &ns, &name).await),
+        ),
         repo_dir: clone,
         wip_limit: usize::try_from(spec.wip_limit).unwrap_or(1),
         materializer: Some(context(
@@ -334,6 +335,45 @@ async fn drive_project<E: Executor + 'static>(
     publish_events(client, &ns, &settings.identity, &actions).await;
     guard_unfinished(client, &ns, &name).await;
     Ok(actions)
+}
+
+/// The bug intakes recorded on the statuses of `project`'s BugReports (read
+/// once per pass). Without them a bug item cannot be built; a failed read is
+/// logged and the pass goes on (change-set items do not need them).
+async fn bug_intakes(client: &Client, ns: &str, project: &str) -> RecordedIntakes {
+    let reports: Api<BugReport> = Api::namespaced(client.clone(), ns);
+    match reports.list(&Default::default()).await {
+        Ok(list) => recorded_bug_intakes(project, &list.items),
+        Err(error) => {
+            tracing::warn!(project = %project, %error, "could not read the BugReports; bug items cannot be built this pass");
+            RecordedIntakes::new()
+        }
+    }
+}
+
+/// The recorded bug intakes of `project` among `reports` (pure): the facts each
+/// BugReport's status recorded, keyed by the work item they materialize as.
+/// Reports of other projects, and reports with no recorded facts, are skipped;
+/// facts that do not make a contract are logged and skipped.
+pub fn recorded_bug_intakes(project: &str, reports: &[BugReport]) -> RecordedIntakes {
+    let mut intakes = RecordedIntakes::new();
+    for report in reports
+        .iter()
+        .filter(|r| r.spec.project_ref.name == project)
+    {
+        let Some(recorded) = report
+            .status
+            .as_ref()
+            .and_then(|s| s.recorded_facts.as_ref())
+        else {
+            continue;
+        };
+        let facts = crate::bugreport::decide::bug_facts(project, &report.spec.bug_id, recorded);
+        if let Err(error) = intakes.insert(facts) {
+            tracing::warn!(bug_report = %report.name_any(), %error, "recorded bug facts skipped");
+        }
+    }
+    intakes
 }
 
 /// The Kubernetes Event a Job Site action is reported with (pure): the work item
@@ -610,5 +650,73 @@ pub async fn run<E: Executor + 'static>(
                 Err(e) => tracing::warn!(project = %project, error = %e, "job site pass failed"),
             }
         }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use protobot_api::{BugReportSpec, BugReportStatus, LocalRef};
+    use protobot_jobsite::{
+        contract::{BugFacts, Intake, build},
+        intake::BugIntakes,
+    };
+
+    use super::*;
+    use crate::bugreport::decide::recorded_facts;
+
+    fn facts(project: &str, bug: &str) -> BugFacts {
+        BugFacts {
+            project_id: project.into(),
+            bug_id: bug.into(),
+            spec_commit: "1a2b3c4d5e6f7a8b9c0d1a2b3c4d5e6f7a8b9c0d".into(),
+            violated_requirement_ids: vec!["REQ-CLI-00001".into()],
+            scopes: vec![],
+            priority: "high".into(),
+            impact: vec![],
+            touched_paths: vec![],
+        }
+    }
+
+    fn report(project: &str, bug: &str, recorded: bool) -> BugReport {
+        let mut r = BugReport::new(
+            &bug.to_ascii_lowercase(),
+            BugReportSpec {
+                project_ref: LocalRef::new(project),
+                bug_id: bug.into(),
+                violated_requirements: vec!["REQ-CLI-00001".into()],
+                affected_scopes: vec![],
+                business_priority: None,
+                summary: None,
+            },
+        );
+        if recorded {
+            let f = facts(project, bug);
+            let contract = build(&Intake::Bug(f.clone())).unwrap();
+            r.status = Some(BugReportStatus {
+                recorded_facts: Some(recorded_facts(&f, &contract)),
+                ..BugReportStatus::default()
+            });
+        }
+        r
+    }
+
+    #[test]
+    fn the_job_site_rebuilds_bug_facts_from_the_statuses_of_its_projects_reports() {
+        let reports = [
+            report("cli-sync", "GH-1", true),
+            report("cli-sync", "GH-2", false),
+            report("other", "GH-3", true),
+        ];
+        let intakes = recorded_bug_intakes("cli-sync", &reports);
+        assert_eq!(intakes.len(), 1, "{intakes:?}");
+        let id = build(&Intake::Bug(facts("cli-sync", "GH-1")))
+            .unwrap()
+            .work_item_id;
+        assert_eq!(
+            intakes.recorded(&id).unwrap(),
+            Some(facts("cli-sync", "GH-1"))
+        );
+        assert!(recorded_bug_intakes("nobody", &reports).is_empty());
     }
 }

@@ -1,9 +1,11 @@
 //! protobot's operator side: the Job Site health surface today (metrics,
-//! liveness, readiness), the ChangeSet controller (GitOps registration), the
-//! Project controller (repository, configuration and sandbox status) and the
-//! in-cluster Job Site (claims, builds, inspections, merges).
+//! liveness, readiness), the ChangeSet and BugReport controllers (GitOps
+//! registration of change sets and true bugs), the Project controller
+//! (repository, configuration and sandbox status) and the in-cluster Job Site
+//! (claims, builds, inspections, merges).
 
 pub mod admin;
+pub mod bugreport;
 pub mod changeset;
 pub mod jobsite;
 pub mod metrics;

@@ -125,8 +125,9 @@ pub struct JobSiteRuntime<E> {
     pub executor: Arc<E>,
 }
 
-/// Runs the operator until the controllers stop: registration, Project
-/// status, the state collector, the admin server and — when given — this replica's Job Site.
+/// Runs the operator until the controllers stop: registration (ChangeSets and
+/// BugReports), Project status, the state collector, the admin server and —
+/// when given — this replica's Job Site.
 pub async fn run<E: protobot_jobsite::executor::Executor + 'static>(
     namespace: Option<String>,
     admin_addr: SocketAddr,
@@ -161,6 +162,8 @@ pub async fn run<E: protobot_jobsite::executor::Executor + 'static>(
         .unwrap_or_else(|| std::env::temp_dir().join("protobot-repositories"));
     let registration =
         crate::changeset::run_with(client.clone(), namespace.clone(), registry_dir.clone());
+    let bug_registration =
+        crate::bugreport::run_with(client.clone(), namespace.clone(), registry_dir.clone());
     // Every replica observes Projects: the status is applied under one field
     // manager from what each observed, so replicas write the same thing.
     let mut project_ctx = crate::project::Context::new(client.clone(), registry_dir);
@@ -174,6 +177,13 @@ pub async fn run<E: protobot_jobsite::executor::Executor + 'static>(
             None => tracing::info!("no Job Site in this replica (registration and metrics only)"),
         }
     };
-    tokio::join!(reflect, ready, registration, projects, jobs);
+    tokio::join!(
+        reflect,
+        ready,
+        registration,
+        bug_registration,
+        projects,
+        jobs
+    );
     Ok(())
 }

@@ -26,10 +26,10 @@ use kube::{
 };
 use protobot_api::{ChangeSet, Project};
 use protobot_jobsite::{
-    contract::{Intake, build},
+    contract::{BuildContract, Intake, build},
     materializer::{MaterializeError, Registration, read_facts},
 };
-use protobot_lifecycle::AuthorizationContext;
+use protobot_lifecycle::{AuthorizationContext, ResultEnvelope};
 use protobot_stores::{AdapterConfig, KubeStore, WorkStore};
 
 use decide::Outcome;
@@ -183,23 +183,8 @@ async fn verify_and_materialize(
     // Read through the operator's repository cache: a working clone whose default
     // branch mirrors the project's remote (the remote itself may be bare).
     let repo = ctx_workdir(workdir, ns, &project_name);
-    {
-        let (url, branch, dir) = (
-            crate::repo_cache::clone_url(&project.spec.repo_url),
-            project.spec.default_branch.clone(),
-            repo.clone(),
-        );
-        let mirrored =
-            tokio::task::spawn_blocking(move || crate::repo_cache::mirror(&url, &branch, &dir))
-                .await
-                .map_err(|e| e.to_string())
-                .and_then(|r| r);
-        if let Err(reason) = mirrored {
-            return Ok(Outcome::RepositoryUnavailable(format!(
-                "repository {} could not be mirrored: {reason}",
-                project.spec.repo_url
-            )));
-        }
+    if let Err(reason) = mirror_project(&project, repo.clone()).await {
+        return Ok(Outcome::RepositoryUnavailable(reason));
     }
     let registration = Registration {
         project_id: project_name.clone(),
@@ -241,20 +226,7 @@ async fn verify_and_materialize(
         Ok(c) => c,
         Err(e) => return Ok(Outcome::ManifestInvalid(e.to_string())),
     };
-    let lease_seconds = i64::from(project.spec.lease_duration_seconds);
-    let store = KubeStore::new(
-        client.clone(),
-        ns,
-        &project_name,
-        AdapterConfig {
-            materializer_subject: MATERIALIZER_SUBJECT.into(),
-            lease_seconds,
-        },
-    );
-    let ctx = materializer_context(&project_name, now);
-    let env = contract.materialize_envelope(&project_name, "protobot-operator");
-    let result = store
-        .execute(Some(&ctx), &env, now)
+    let result = materialize(client, ns, &project, &contract, now)
         .await
         .map_err(|source| Error::Store {
             change_set: cs.spec.change_set_id.clone(),
@@ -264,6 +236,51 @@ async fn verify_and_materialize(
         contract: Box::new(contract),
         result: Box::new(result),
     })
+}
+
+/// Brings the operator's clone of `project` in `dir` up to its remote's default
+/// branch (git is blocking: it runs off the async workers). The error says
+/// which repository could not be mirrored and why.
+pub(crate) async fn mirror_project(project: &Project, dir: PathBuf) -> Result<(), String> {
+    let (url, branch) = (
+        crate::repo_cache::clone_url(&project.spec.repo_url),
+        project.spec.default_branch.clone(),
+    );
+    tokio::task::spawn_blocking(move || crate::repo_cache::mirror(&url, &branch, &dir))
+        .await
+        .map_err(|e| e.to_string())
+        .and_then(|r| r)
+        .map_err(|reason| {
+            format!(
+                "repository {} could not be mirrored: {reason}",
+                project.spec.repo_url
+            )
+        })
+}
+
+/// Sends `contract`'s `materialize` command through the project's Kubernetes
+/// work store as the operator's Materializer: the create-or-return of the
+/// contract's materialization key (a replay returns the first result).
+pub(crate) async fn materialize(
+    client: &Client,
+    ns: &str,
+    project: &Project,
+    contract: &BuildContract,
+    now: Timestamp,
+) -> Result<ResultEnvelope, protobot_stores::StoreError> {
+    let project_name = project.name_any();
+    let store = KubeStore::new(
+        client.clone(),
+        ns,
+        &project_name,
+        AdapterConfig {
+            materializer_subject: MATERIALIZER_SUBJECT.into(),
+            lease_seconds: i64::from(project.spec.lease_duration_seconds),
+        },
+    );
+    let ctx = materializer_context(&project_name, now);
+    let env = contract.materialize_envelope(&project_name, "protobot-operator");
+    store.execute(Some(&ctx), &env, now).await
 }
 
 /// Requeues failed reconciles with a delay (the runtime adds its own backoff per object).

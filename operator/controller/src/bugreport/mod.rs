@@ -1,0 +1,332 @@
+//! The BugReport controller: GitOps registration of true bugs. A `BugReport`
+//! manifest (applied by Argo CD, Flux or `kubectl`) is all it takes to
+//! materialize a bug into a `BuildWorkItem`, as `protobot run --bug` does on
+//! one machine.
+//!
+//! Pipeline, one step per stage; only the edges touch the cluster:
+//! read (the BugReport, its Project) → validate ([`decide::validate`]) →
+//! decide ([`decide::plan`]: read the facts, reuse the recorded ones, or refuse
+//! a changed spec) → read the facts at the default-branch head
+//! (`jobsite::materializer::read_bug_facts`) and record them on the status
+//! *before* materializing → apply (the `materialize` command through the
+//! Kubernetes WorkStore, as the ChangeSet controller does) → status
+//! ([`decide::status`], server-side applied under [`FIELD_MANAGER`]) → Events
+//! ([`decide::events`]) on transitions.
+//!
+//! The recorded facts are the bug's durable registration: the materialization
+//! key `<project>/bug:<id>@<spec commit>` comes from them, so re-applying the
+//! BugReport after the default branch moved finds the same work item, and the
+//! in-cluster Job Site rebuilds the contract from them. An invalid spec, an
+//! unknown requirement or a changed spec is recorded on status and waits for a
+//! change (no retry storm); a repository or API failure requeues with backoff.
+
+pub mod decide;
+
+use std::{path::PathBuf, sync::Arc, time::Duration};
+
+use futures::StreamExt;
+use jiff::Timestamp;
+use kube::{
+    Api, Client, Resource, ResourceExt,
+    api::{Patch, PatchParams},
+    runtime::{
+        Controller,
+        controller::Action,
+        events::{Recorder, Reporter},
+        watcher,
+    },
+};
+use protobot_api::{BugReport, BugReportStatus, Project};
+use protobot_jobsite::{
+    contract::{BugFacts, Intake, build},
+    materializer::{BugIntake, MaterializeError, read_bug_facts},
+};
+
+use decide::{Outcome, Plan};
+
+/// Field manager of this controller's server-side applies.
+pub const FIELD_MANAGER: &str = "protobot/bugreport";
+/// The Event reporter of this controller.
+pub const REPORTER: &str = "protobot-bugreport";
+
+/// Errors of one reconcile (all transient: they requeue).
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The object has no namespace (the CRD is namespaced; this is a bug).
+    #[error("BugReport {0} has no namespace")]
+    MissingNamespace(String),
+    /// Reading the Project failed for another reason than absence.
+    #[error("failed to read Project {name}: {source}")]
+    ReadProject {
+        /// Project.
+        name: String,
+        /// Cause.
+        #[source]
+        source: kube::Error,
+    },
+    /// The work store failed.
+    #[error("failed to materialize bug {bug}: {source}")]
+    Store {
+        /// Bug ID.
+        bug: String,
+        /// Cause.
+        #[source]
+        source: protobot_stores::StoreError,
+    },
+    /// Writing the status failed.
+    #[error("failed to write the status of BugReport {name}: {source}")]
+    WriteStatus {
+        /// BugReport.
+        name: String,
+        /// Cause.
+        #[source]
+        source: kube::Error,
+    },
+}
+
+impl Error {
+    /// Stable category for metrics and Events.
+    pub fn category(&self) -> &'static str {
+        match self {
+            Error::MissingNamespace(_) => "missing-namespace",
+            Error::ReadProject { .. } => "read-project",
+            Error::Store { .. } => "work-store",
+            Error::WriteStatus { .. } => "write-status",
+        }
+    }
+}
+
+/// Shared state of the controller.
+pub struct Context {
+    /// The client.
+    pub client: Client,
+    /// The repository cache.
+    pub workdir: PathBuf,
+}
+
+/// The operator's clone of a project for bug intakes (its own, so it never
+/// races the ChangeSet controller's clone).
+fn clone_dir(workdir: &std::path::Path, ns: &str, project: &str) -> PathBuf {
+    workdir.join(ns).join(project).join("bugs")
+}
+
+/// One reconcile of one BugReport.
+#[tracing::instrument(skip(bug, ctx), fields(name = %bug.name_any(), namespace = ?bug.namespace()))]
+pub async fn reconcile(bug: Arc<BugReport>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let name = bug.name_any();
+    let ns = bug
+        .namespace()
+        .ok_or_else(|| Error::MissingNamespace(name.clone()))?;
+    let now = Timestamp::now();
+    let outcome = validate_and_materialize(&bug, &ns, &ctx, now).await?;
+    let status = decide::status(bug.status.as_ref(), &outcome, bug.metadata.generation, now);
+    if bug.status.as_ref() != Some(&status) {
+        write_status(&ctx.client, &ns, &name, &status, None).await?;
+    }
+    publish_events(
+        &ctx.client,
+        &bug,
+        &decide::events(bug.status.as_ref(), &status),
+    )
+    .await;
+    tracing::info!(bug = %bug.spec.bug_id, work_item = ?status.work_item_ref.as_ref().map(|r| &r.name), "reconciled");
+    Ok(match outcome {
+        Outcome::RepositoryUnavailable(_) => Action::requeue(Duration::from_secs(30)),
+        // Nothing changes until someone edits the BugReport or the Project.
+        _ => Action::await_change(),
+    })
+}
+
+/// Server-side applies `status`. With `expected_version`, the write is also a
+/// compare-and-swap on the object's `resourceVersion`: it fails with a conflict
+/// (and the reconcile requeues) when someone wrote the object since it was read.
+async fn write_status(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    status: &BugReportStatus,
+    expected_version: Option<String>,
+) -> Result<(), Error> {
+    let api: Api<BugReport> = Api::namespaced(client.clone(), ns);
+    let mut body = serde_json::json!({
+        "apiVersion": "protobot.dev/v1alpha1",
+        "kind": "BugReport",
+        "status": status,
+    });
+    if let Some(version) = expected_version {
+        body["metadata"] = serde_json::json!({ "resourceVersion": version });
+    }
+    api.patch_status(
+        name,
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(&body),
+    )
+    .await
+    .map(|_| ())
+    .map_err(|source| Error::WriteStatus {
+        name: name.to_string(),
+        source,
+    })
+}
+
+async fn publish_events(client: &Client, bug: &BugReport, events: &[kube::runtime::events::Event]) {
+    if events.is_empty() {
+        return;
+    }
+    let recorder = Recorder::new(
+        client.clone(),
+        Reporter {
+            controller: REPORTER.into(),
+            instance: std::env::var("POD_NAME").ok(),
+        },
+    );
+    let reference = bug.object_ref(&());
+    for event in events {
+        if let Err(error) = recorder.publish(event, &reference).await {
+            tracing::warn!(bug = %bug.spec.bug_id, reason = %event.reason, %error, "could not publish an event");
+        }
+    }
+}
+
+async fn validate_and_materialize(
+    bug: &BugReport,
+    ns: &str,
+    ctx: &Context,
+    now: Timestamp,
+) -> Result<Outcome, Error> {
+    let validated = match decide::validate(&bug.spec) {
+        Ok(v) => v,
+        Err(why) => return Ok(Outcome::Invalid(why)),
+    };
+    let projects: Api<Project> = Api::namespaced(ctx.client.clone(), ns);
+    let project_name = bug.spec.project_ref.name.clone();
+    let project = match projects.get_opt(&project_name).await {
+        Ok(Some(p)) => p,
+        Ok(None) => {
+            return Ok(Outcome::ProjectNotFound(format!(
+                "Project {project_name} does not exist in {ns}"
+            )));
+        }
+        Err(source) => {
+            return Err(Error::ReadProject {
+                name: project_name,
+                source,
+            });
+        }
+    };
+    let recorded = bug.status.as_ref().and_then(|s| s.recorded_facts.as_ref());
+    let facts = match decide::plan(&project_name, &validated, recorded) {
+        Plan::FactsChanged(why) => return Ok(Outcome::FactsChanged(why)),
+        Plan::Reuse(facts) => *facts,
+        Plan::ReadFacts => {
+            let facts = match read_facts(bug, &project, &validated, ns, &ctx.workdir).await {
+                Ok(f) => f,
+                Err(outcome) => return Ok(outcome),
+            };
+            // Recorded before materializing, so the work item never exists
+            // without the facts its contract is rebuilt from.
+            let contract = match build(&Intake::Bug(facts.clone())) {
+                Ok(c) => c,
+                Err(e) => return Ok(Outcome::Invalid(e.to_string())),
+            };
+            let recording = Outcome::Recorded {
+                facts: Box::new(facts.clone()),
+                contract: Box::new(contract),
+            };
+            let status = decide::status(
+                bug.status.as_ref(),
+                &recording,
+                bug.metadata.generation,
+                now,
+            );
+            // Compare-and-swap on the version read: when replicas race on a new
+            // BugReport (possibly reading different heads), one records its facts,
+            // the others conflict, requeue and reuse what was recorded, so a bug
+            // never materializes under two keys.
+            write_status(
+                &ctx.client,
+                ns,
+                &bug.name_any(),
+                &status,
+                bug.resource_version(),
+            )
+            .await?;
+            facts
+        }
+    };
+    let contract = match build(&Intake::Bug(facts.clone())) {
+        Ok(c) => c,
+        Err(e) => return Ok(Outcome::Invalid(e.to_string())),
+    };
+    let result = crate::changeset::materialize(&ctx.client, ns, &project, &contract, now)
+        .await
+        .map_err(|source| Error::Store {
+            bug: bug.spec.bug_id.clone(),
+            source,
+        })?;
+    Ok(Outcome::Materialized {
+        facts: Box::new(facts),
+        contract: Box::new(contract),
+        result: Box::new(result),
+    })
+}
+
+/// Mirrors the project and reads the bug's facts at the default-branch head;
+/// what went wrong is an [`Outcome`] for the status.
+async fn read_facts(
+    bug: &BugReport,
+    project: &Project,
+    validated: &decide::Validated,
+    ns: &str,
+    workdir: &std::path::Path,
+) -> Result<BugFacts, Outcome> {
+    let project_name = project.name_any();
+    let repo = clone_dir(workdir, ns, &project_name);
+    crate::changeset::mirror_project(project, repo.clone())
+        .await
+        .map_err(Outcome::RepositoryUnavailable)?;
+    let intake = BugIntake {
+        project_id: project_name,
+        bug_id: bug.spec.bug_id.clone(),
+        violated_requirement_ids: validated.violated.clone(),
+        scopes: validated.scopes.clone(),
+        default_branch: project.spec.default_branch.clone(),
+        priority: validated.priority.clone(),
+    };
+    // Git reads are blocking; keep them off the async workers.
+    let read = tokio::task::spawn_blocking(move || read_bug_facts(&repo, &intake))
+        .await
+        .map_err(|e| Outcome::RepositoryUnavailable(e.to_string()))?;
+    read.map_err(|e| match e {
+        MaterializeError::Repository { .. } => Outcome::RepositoryUnavailable(e.to_string()),
+        MaterializeError::UnknownRequirement { .. } => Outcome::UnknownRequirement(e.to_string()),
+        // Change-set errors; a bug read never raises them.
+        MaterializeError::NotApproved { .. }
+        | MaterializeError::MergeMismatch { .. }
+        | MaterializeError::MissingManifest(_) => Outcome::Invalid(e.to_string()),
+    })
+}
+
+/// Requeues failed reconciles with a delay (the runtime adds its own backoff per object).
+pub fn error_policy(bug: Arc<BugReport>, error: &Error, _ctx: Arc<Context>) -> Action {
+    tracing::warn!(bug_report = %bug.name_any(), category = error.category(), %error, "reconcile failed");
+    Action::requeue(Duration::from_secs(5))
+}
+
+/// Runs the controller until the stream ends (shutdown), with the repository
+/// cache under `workdir`.
+pub async fn run_with(client: Client, namespace: Option<String>, workdir: PathBuf) {
+    let api: Api<BugReport> = match &namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    };
+    let ctx = Arc::new(Context { client, workdir });
+    Controller::new(api, watcher::Config::default())
+        .run(reconcile, error_policy, ctx)
+        .for_each(|r| async move {
+            if let Err(e) = r {
+                tracing::debug!(error = %e, "controller event");
+            }
+        })
+        .await;
+}
