@@ -78,6 +78,9 @@ lint-helm: ## helm lint --strict the chart and render it with every optional par
 	  --set metrics.prometheusRule.enabled=true --set grafana.dashboard.enabled=true > /dev/null
 	$(HELM) template protobot charts/protobot --set watchNamespace=team-a > /dev/null
 	$(HELM) template protobot charts/protobot --set jobSite.enabled=false > /dev/null
+	$(HELM) template protobot charts/protobot --set egressProxy.enabled=true \
+	  --set egressProxy.credentialsSecret=egress-credentials \
+	  --set egressProxy.sessionSecret=egress-session > /dev/null
 
 .PHONY: fmt
 fmt: ## format the code

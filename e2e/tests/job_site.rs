@@ -32,6 +32,15 @@ fn class(script: &str) -> String {
     json!({"command": ["sh", "-c", script], "image": null}).to_string()
 }
 
+/// A worker class whose runs may reach the egress proxy.
+fn class_with_egress(script: &str) -> String {
+    json!({"command": ["sh", "-c", script], "image": null, "egress": true}).to_string()
+}
+
+/// The egress proxy the pods scenario configures (never contacted: the
+/// scripted workers need no network).
+const EGRESS_PROXY: &str = "http://protobot-egress-proxy.protobot-system.svc:3128";
+
 async fn create<K>(api: &Api<K>, body: serde_json::Value)
 where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
@@ -47,7 +56,13 @@ async fn apply_example(
     origin: &std::path::Path,
     merge: &str,
     sandbox_profile: &str,
+    egress: bool,
 ) {
+    let worker_b = if egress {
+        class_with_egress(WORKER_B)
+    } else {
+        class(WORKER_B)
+    };
     create(
         &Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(client.clone(), ns),
         json!({
@@ -55,7 +70,7 @@ async fn apply_example(
             "metadata": {"name": "cli-sync-workers", "namespace": ns},
             "data": {
                 "worker-a": class(WORKER_A),
-                "worker-b": class(WORKER_B),
+                "worker-b": worker_b,
                 "integration": class(INTEGRATION),
             },
         }),
@@ -93,12 +108,21 @@ async fn scenario<E: protobot_jobsite::executor::Executor + 'static>(
     tmp: &tempfile::TempDir,
     executor: Arc<E>,
     sandbox_profile: &str,
+    egress_proxy: Option<&str>,
 ) {
     let ns = cluster.namespace.clone();
     let (work, origin) = (tmp.path().join("work"), tmp.path().join("origin.git"));
     let merge = author(&work, &origin).unwrap();
     let client = cluster.client.clone();
-    apply_example(&client, &ns, &origin, &merge, sandbox_profile).await;
+    apply_example(
+        &client,
+        &ns,
+        &origin,
+        &merge,
+        sandbox_profile,
+        egress_proxy.is_some(),
+    )
+    .await;
     let registration = tokio::spawn(protobot_controller::changeset::run_with(
         client.clone(),
         Some(ns.clone()),
@@ -112,6 +136,7 @@ async fn scenario<E: protobot_jobsite::executor::Executor + 'static>(
             workdir: tmp.path().join("jobsite"),
             interval: Duration::from_millis(200),
             limits: Default::default(),
+            egress_proxy: egress_proxy.map(str::to_owned),
         },
         executor,
     ));
@@ -276,7 +301,7 @@ async fn an_unfinished_work_item_cannot_disappear() {
     let tmp = tempfile::tempdir().unwrap();
     let (work, origin) = (tmp.path().join("work"), tmp.path().join("origin.git"));
     let merge = author(&work, &origin).unwrap();
-    apply_example(&client, &ns, &origin, &merge, "local").await;
+    apply_example(&client, &ns, &origin, &merge, "local", false).await;
     let registration = tokio::spawn(protobot_controller::changeset::run_with(
         client.clone(),
         Some(ns.clone()),
@@ -306,6 +331,7 @@ async fn an_unfinished_work_item_cannot_disappear() {
         workdir: tmp.path().join("jobsite"),
         interval: Duration::from_millis(200),
         limits: Default::default(),
+        egress_proxy: None,
     };
     protobot_controller::jobsite::pass(&client, Some(&ns), &settings, refusing).await;
     let items: Api<BuildWorkItem> = Api::namespaced(client.clone(), &ns);
@@ -342,7 +368,7 @@ async fn an_applied_change_set_is_built_inspected_and_merged_by_the_operator() {
         BubblewrapConfig::under(&tmp.path().join("sandbox")),
         false,
     ));
-    scenario(&cluster, &tmp, executor, "local").await;
+    scenario(&cluster, &tmp, executor, "local", None).await;
     cluster.cleanup().await;
 }
 
@@ -383,6 +409,8 @@ async fn the_operator_runs_every_role_in_pods_from_the_sandbox_profile() {
     config.default_image = Some("registry.example.invalid/worker:e2e".into());
     // The double's kubelet runs containers as this test's uid.
     config.staging_ownership = StagingOwnership::Keep;
+    // Worker B's class asks for egress: its runs get a session token.
+    config.egress_session_secret = Some(protobot_egress::SessionSecret::new(vec![1u8; 32]));
     let profile = SandboxProfile::load(std::path::Path::new(concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/../sandbox-profiles/kata.yaml"
@@ -408,7 +436,7 @@ async fn the_operator_runs_every_role_in_pods_from_the_sandbox_profile() {
                 }),
         )
     };
-    scenario(&cluster, &tmp, executor, "kata").await;
+    scenario(&cluster, &tmp, executor, "kata", Some(EGRESS_PROXY)).await;
     recorder.abort();
     let seen = seen.lock().unwrap().clone();
     let mut roles = std::collections::BTreeSet::new();
@@ -438,9 +466,36 @@ async fn the_operator_runs_every_role_in_pods_from_the_sandbox_profile() {
                 "{name}"
             );
         }
-        if let Some(role) = kube::ResourceExt::labels(pod).get("protobot.dev/role") {
-            roles.insert(role.clone());
+        let role = kube::ResourceExt::labels(pod)
+            .get("protobot.dev/role")
+            .cloned()
+            .unwrap_or_default();
+        // Only Worker B's class asks for egress: only its pods get the proxy.
+        let env: std::collections::BTreeMap<String, String> = spec.containers[0]
+            .env
+            .iter()
+            .flatten()
+            .map(|e| (e.name.clone(), e.value.clone().unwrap_or_default()))
+            .collect();
+        if role == "worker-b" {
+            assert_eq!(
+                env.get("PROTOBOT_EGRESS_PROXY").map(String::as_str),
+                Some(EGRESS_PROXY),
+                "{name}"
+            );
+            assert_eq!(
+                env.get("PROTOBOT_EGRESS_SESSION_TOKEN_FILE")
+                    .map(String::as_str),
+                Some("/task/egress-session-token"),
+                "{name}"
+            );
+        } else {
+            assert!(
+                env.keys().all(|k| !k.starts_with("PROTOBOT_EGRESS")),
+                "{name} ({role}) got egress: {env:?}"
+            );
         }
+        roles.insert(role);
     }
     for role in ["worker-a", "worker-b", "integration-runner"] {
         assert!(roles.contains(role), "no {role} pod in {roles:?}");

@@ -13,6 +13,8 @@ use protobot_egress::{
 };
 use tokio::net::TcpListener;
 
+use crate::operator::start_service;
+
 /// How often the sessions file's modification time is checked.
 const SESSIONS_POLL: Duration = Duration::from_secs(2);
 
@@ -78,22 +80,9 @@ pub enum StartError {
 
 /// Runs the proxy until SIGINT or SIGTERM.
 pub fn egress_proxy(args: EgressProxyArgs) -> ExitCode {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .or_else(|_| tracing_subscriber::EnvFilter::try_new(&args.log))
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    tracing_subscriber::fmt()
-        .json()
-        .with_env_filter(filter)
-        .init();
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let runtime = match start_service(&args.log) {
         Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("protobot: failed to start the async runtime: {e}");
-            return ExitCode::from(1);
-        }
+        Err(code) => return code,
     };
     runtime.block_on(async {
         match run(&args).await {

@@ -45,6 +45,14 @@ pub struct OperatorArgs {
     /// Image of the sandbox pods when a worker class names none.
     #[arg(long)]
     pub sandbox_image: Option<String>,
+    /// Base URL of the egress proxy (`protobot egress-proxy`) given to runs whose worker class
+    /// asks for egress. Needs --egress-session-secret.
+    #[arg(long, requires = "egress_session_secret")]
+    pub egress_proxy_url: Option<String>,
+    /// File with the egress proxy's session secret (the same Secret the proxy mounts): each run
+    /// with egress gets a session token signed with it.
+    #[arg(long, requires = "egress_proxy_url")]
+    pub egress_session_secret: Option<PathBuf>,
 }
 
 async fn job_site(
@@ -58,6 +66,12 @@ async fn job_site(
         .clone()
         .or_else(|| std::env::var("HOSTNAME").ok())
         .ok_or("no identity: pass --identity or set POD_NAME")?;
+    let egress_secret = args
+        .egress_session_secret
+        .as_deref()
+        .map(protobot_egress::SessionSecret::load)
+        .transpose()
+        .map_err(|e| e.to_string())?;
     let profile = SandboxProfile::load(&args.sandbox_profile).map_err(|e| e.to_string())?;
     let client = kube::Client::try_default()
         .await
@@ -76,6 +90,7 @@ async fn job_site(
         args.workdir.join("collected"),
     );
     config.default_image = args.sandbox_image.clone();
+    config.egress_session_secret = egress_secret;
     config.instance = identity.clone();
     let executor =
         KubernetesExecutor::new(client, config, profile, report).map_err(|e| e.to_string())?;
@@ -92,29 +107,36 @@ async fn job_site(
             workdir: args.workdir.clone(),
             interval: Duration::from_secs(15),
             limits: Default::default(),
+            egress_proxy: args.egress_proxy_url.clone(),
         },
         executor: Arc::new(executor),
     }))
 }
 
-/// Runs the operator until interrupted.
-pub fn operator(args: OperatorArgs) -> ExitCode {
+/// Starts a long-running service process (the operator, the egress proxy):
+/// JSON logs filtered by `RUST_LOG` or `log`, and a multi-threaded runtime.
+pub(crate) fn start_service(log: &str) -> Result<tokio::runtime::Runtime, ExitCode> {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .or_else(|_| tracing_subscriber::EnvFilter::try_new(&args.log))
+        .or_else(|_| tracing_subscriber::EnvFilter::try_new(log))
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     tracing_subscriber::fmt()
         .json()
         .with_env_filter(filter)
         .init();
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
+    tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
+        .map_err(|e| {
             eprintln!("protobot: failed to start the async runtime: {e}");
-            return ExitCode::from(1);
-        }
+            ExitCode::from(1)
+        })
+}
+
+/// Runs the operator until interrupted.
+pub fn operator(args: OperatorArgs) -> ExitCode {
+    let runtime = match start_service(&args.log) {
+        Ok(rt) => rt,
+        Err(code) => return code,
     };
     runtime.block_on(async {
         let job_site = match job_site(&args).await {

@@ -61,6 +61,9 @@ pub struct Settings {
     pub interval: Duration,
     /// Sandbox limits per run.
     pub limits: Limits,
+    /// Base URL of the egress proxy for runs whose worker class asks for
+    /// egress (`None`: such runs are refused).
+    pub egress_proxy: Option<String>,
 }
 
 /// The harnesses of a project: the `ConfigMap` named by `spec.workerClassesRef`,
@@ -277,6 +280,7 @@ async fn drive_project<E: Executor + 'static>(
     );
     config.producers = classes.producers;
     config.limits = settings.limits.clone();
+    config.egress_proxy = settings.egress_proxy.clone();
     config.target_branch = spec.default_branch.clone();
     let engine = Engine {
         store,
