@@ -8,7 +8,9 @@ use std::{sync::Arc, time::Duration};
 
 use futures::StreamExt;
 use kube::{Api, api::PostParams, runtime::WatchStreamExt};
-use protobot_api::{BuildWorkItem, ChangeSet, InspectionRun, LifecycleState, Project};
+use protobot_api::{
+    BuildWorkItem, ChangeSet, ConditionStatus, InspectionRun, LifecycleState, Project,
+};
 use protobot_controller::jobsite::{Settings, run};
 use protobot_e2e::{Cluster, timeout};
 use protobot_executors::{BubblewrapConfig, LocalExecutor};
@@ -128,6 +130,10 @@ async fn scenario<E: protobot_jobsite::executor::Executor + 'static>(
         Some(ns.clone()),
         tmp.path().join("registry"),
     ));
+    let inspection_runs = tokio::spawn(protobot_controller::inspectionrun::run_with(
+        client.clone(),
+        Some(ns.clone()),
+    ));
     let job_site = tokio::spawn(run(
         client.clone(),
         Some(ns.clone()),
@@ -177,7 +183,18 @@ async fn scenario<E: protobot_jobsite::executor::Executor + 'static>(
     let item = &completed;
     // Its inspection run is sealed and owned by the item.
     let runs: Api<InspectionRun> = Api::namespaced(client.clone(), &ns);
-    let is_sealed = |r: &InspectionRun| r.status.as_ref().is_some_and(|s| s.sealed.is_some());
+    // Sealed by the Job Site, and said so by the InspectionRun controller's
+    // conditions.
+    let is_sealed = |r: &InspectionRun| {
+        r.status.as_ref().is_some_and(|s| {
+            s.sealed.is_some()
+                && ["ProducersComplete", "Sealed"].iter().all(|t| {
+                    s.conditions
+                        .iter()
+                        .any(|c| c.type_ == *t && c.status == ConditionStatus::True)
+                })
+        })
+    };
     let first_sealed = tokio::time::timeout(timeout(), async {
         let mut seen = kube::runtime::watcher(runs.clone(), Default::default())
             .applied_objects()
@@ -291,6 +308,7 @@ async fn scenario<E: protobot_jobsite::executor::Executor + 'static>(
     );
     job_site.abort();
     registration.abort();
+    inspection_runs.abort();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

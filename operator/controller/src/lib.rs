@@ -1,12 +1,14 @@
 //! protobot's operator side: the Job Site health surface today (metrics,
 //! liveness, readiness), the ChangeSet and BugReport controllers (GitOps
 //! registration of change sets and true bugs), the Project controller
-//! (repository, configuration and sandbox status) and the in-cluster Job Site
-//! (claims, builds, inspections, merges).
+//! (repository, configuration and sandbox status), the InspectionRun
+//! controller (its `ProducersComplete` and `Sealed` conditions) and the
+//! in-cluster Job Site (claims, builds, inspections, merges).
 
 pub mod admin;
 pub mod bugreport;
 pub mod changeset;
+pub mod inspectionrun;
 pub mod jobsite;
 pub mod metrics;
 pub mod operator;

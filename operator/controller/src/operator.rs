@@ -169,6 +169,7 @@ pub async fn run<E: protobot_jobsite::executor::Executor + 'static>(
     let mut project_ctx = crate::project::Context::new(client.clone(), registry_dir);
     project_ctx.profiles = profiles;
     let projects = crate::project::run_context(namespace.clone(), Arc::new(project_ctx));
+    let inspection_runs = crate::inspectionrun::run_with(client.clone(), namespace.clone());
     let jobs = async {
         match job_site {
             Some(j) => {
@@ -183,6 +184,7 @@ pub async fn run<E: protobot_jobsite::executor::Executor + 'static>(
         registration,
         bug_registration,
         projects,
+        inspection_runs,
         jobs
     );
     Ok(())
