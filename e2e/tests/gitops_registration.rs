@@ -762,3 +762,101 @@ async fn an_applied_bug_report_is_built_to_completed_by_the_in_cluster_job_site(
     registration.abort();
     cluster.cleanup().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_polling_project_registers_change_sets_merged_since_its_baseline() {
+    // The alternative to GitOps manifests: the Project polls its default branch.
+    let cluster = Cluster::connect("poll").await;
+    let ns = cluster.namespace.clone();
+    let (repo, merge) = spec_repo("cli-sync");
+    let before_merge = git(repo.path(), &["rev-parse", &format!("{merge}^1")]);
+    let url = format!("file://{}", repo.path().display());
+    let projects: Api<Project> = Api::namespaced(cluster.client.clone(), &ns);
+    for (name, polling) in [
+        ("cli-sync", json!({"sinceCommit": before_merge})),
+        ("cli-sync-now", json!({})),
+    ] {
+        let project: Project = serde_json::from_value(json!({
+            "apiVersion": "protobot.dev/v1alpha1", "kind": "Project",
+            "metadata": {"name": name, "namespace": ns},
+            "spec": {"repoUrl": url, "sandboxProfile": "local", "pollApprovedChangeSets": polling},
+        }))
+        .unwrap();
+        projects
+            .create(&PostParams::default(), &project)
+            .await
+            .unwrap();
+    }
+    let cache = tempfile::tempdir().unwrap();
+    let project_controller = tokio::spawn(protobot_controller::project::run_with(
+        cluster.client.clone(),
+        Some(ns.clone()),
+        cache.path().join("projects"),
+    ));
+    let registration = tokio::spawn(protobot_controller::changeset::run_with(
+        cluster.client.clone(),
+        Some(ns.clone()),
+        cache.path().join("registry"),
+    ));
+    // The change set merged after sinceCommit is registered, owned by its
+    // Project, and materialized like an applied manifest.
+    let change_sets: Api<ChangeSet> = Api::namespaced(cluster.client.clone(), &ns);
+    let registered = protobot_testkit::wait::until(
+        &change_sets,
+        "cli-sync-cs-00001",
+        timeout(),
+        |cs: Option<&ChangeSet>| {
+            cs.and_then(|c| c.status.as_ref())
+                .is_some_and(|s| s.work_item_ref.is_some())
+        },
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    assert_eq!(registered.spec.change_set_id, "CS-00001");
+    assert_eq!(registered.spec.merge_commit, merge);
+    assert!(
+        registered
+            .metadata
+            .owner_references
+            .as_ref()
+            .is_some_and(|o| o
+                .iter()
+                .any(|o| o.kind == "Project" && o.name == "cli-sync"))
+    );
+    let items: Api<BuildWorkItem> = Api::namespaced(cluster.client.clone(), &ns);
+    let item = items
+        .get(&registered.status.unwrap().work_item_ref.unwrap().name)
+        .await
+        .unwrap();
+    assert_eq!(item.status.unwrap().state, LifecycleState::ReadyForBuilding);
+    // Without sinceCommit, polling counts from the head it first saw: the
+    // history (CS-00001, merged before) is not registered again.
+    let main_head = git(repo.path(), &["rev-parse", "refs/heads/main"]);
+    let baseline = protobot_testkit::wait::until(
+        &projects,
+        "cli-sync-now",
+        timeout(),
+        |p: Option<&Project>| {
+            p.and_then(|p| p.status.as_ref())
+                .is_some_and(|s| s.poll_baseline.is_some())
+        },
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    assert_eq!(
+        baseline.status.unwrap().poll_baseline.as_deref(),
+        Some(main_head.as_str())
+    );
+    assert!(
+        change_sets
+            .get_opt("cli-sync-now-cs-00001")
+            .await
+            .unwrap()
+            .is_none()
+    );
+    project_controller.abort();
+    registration.abort();
+    cluster.cleanup().await;
+}

@@ -107,6 +107,24 @@ pub struct ProjectSpec {
     /// model tier per role). Absent: the operator's built-in scripted workers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub worker_classes_ref: Option<LocalRef>,
+    /// Also register change sets by polling the default branch (the alternative to applying a
+    /// `ChangeSet` manifest per change set): every change set whose manifest a merge brings
+    /// onto the default branch after the baseline gets a `ChangeSet` object owned by this
+    /// Project. Absent: registration is by `ChangeSet` manifests only.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub poll_approved_change_sets: Option<ChangeSetPolling>,
+}
+
+/// Registration of change sets by polling the default branch.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ChangeSetPolling {
+    /// Register change sets merged after this commit (40 hex digits). Absent: after the
+    /// default-branch head the operator observed when polling began (`status.pollBaseline`),
+    /// so enabling polling on a repository with a history builds nothing old.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = GIT_COMMIT_PATTERN), length(min = 40, max = 40))]
+    pub since_commit: Option<String>,
 }
 
 fn default_branch() -> String {
@@ -150,6 +168,11 @@ pub struct ProjectStatus {
     /// Summary of the sandbox profile's last conformance report.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sandbox_conformance: Option<SandboxConformance>,
+    /// The commit change-set polling counts from when `spec.pollApprovedChangeSets` names
+    /// none: the default-branch head when polling began.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = GIT_COMMIT_PATTERN))]
+    pub poll_baseline: Option<String>,
     /// Conditions `RepoReachable`, `ProjectConfigValid`, `SandboxConformant` and `Ready`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]

@@ -19,7 +19,7 @@ use protobot_api::{
     conditions::{ConditionStatus, ConditionUpdate, reasons, set_condition, types},
     inspection_run::{FindingCounts, MutationConfig, ProducerCompletion, Seal},
     lease::leased_condition,
-    project::SandboxConformance,
+    project::{ChangeSetPolling, SandboxConformance},
 };
 use serde::{Serialize, de::DeserializeOwned};
 use serde_json::Value;
@@ -62,6 +62,9 @@ fn project() -> Project {
             wip_limit: 2,
             lease_duration_seconds: 900,
             worker_classes_ref: Some(LocalRef::new("cli-sync-workers")),
+            poll_approved_change_sets: Some(ChangeSetPolling {
+                since_commit: Some(MERGE.to_owned()),
+            }),
         },
     );
     let mut conditions = Vec::new();
@@ -91,6 +94,7 @@ fn project() -> Project {
             report_digest: Some("sha256:abc".to_owned()),
             checked_time: time(0),
         }),
+        poll_baseline: None,
         conditions,
     });
     project

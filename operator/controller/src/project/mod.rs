@@ -17,6 +17,7 @@
 //! write the same thing.
 
 pub mod decide;
+pub mod poll;
 
 use std::{collections::BTreeMap, path::Path, path::PathBuf, sync::Arc, time::Duration};
 
@@ -127,7 +128,19 @@ pub async fn reconcile(project: Arc<Project>, ctx: Arc<Context>) -> Result<Actio
     let now = Timestamp::now();
     let outcome = observe(&project, &clone_dir(&ctx.workdir, &ns, &name), &ctx).await;
     let before = project.status.as_ref();
-    let status = decide::status(before, &outcome, project.metadata.generation, now);
+    let mut status = decide::status(before, &outcome, project.metadata.generation, now);
+    let polling = project.spec.poll_approved_change_sets.as_ref();
+    let observed_head = match &outcome {
+        Outcome::Observed { head, .. } => Some(head.clone()),
+        _ => None,
+    };
+    // Polling counts from the first head it saw unless the spec names a commit.
+    if let (Some(p), Some(head)) = (polling, &observed_head)
+        && p.since_commit.is_none()
+        && status.poll_baseline.is_none()
+    {
+        status.poll_baseline = Some(head.clone());
+    }
     if before != Some(&status) {
         let api: Api<Project> = Api::namespaced(ctx.client.clone(), &ns);
         let body = serde_json::json!({
@@ -152,11 +165,72 @@ pub async fn reconcile(project: Arc<Project>, ctx: Arc<Context>) -> Result<Actio
             }
         }
     }
+    if let (Some(p), Some(head)) = (polling, &observed_head)
+        && let Some(baseline) = p.since_commit.clone().or(status.poll_baseline.clone())
+    {
+        register_merged(&project, &ns, &ctx, baseline, head.clone()).await;
+    }
     tracing::info!(project = %name, outcome = ?std::mem::discriminant(&outcome), "reconciled");
     Ok(match decide::requeue_after(&outcome, &status, now) {
         Some(after) => Action::requeue(after),
         None => Action::await_change(),
     })
+}
+
+/// Field manager of the `ChangeSet` objects the poller applies.
+pub const POLLER_FIELD_MANAGER: &str = "protobot/project-poller";
+
+/// Registers (server-side applies a `ChangeSet` for) every change set merged
+/// since `baseline` ([`poll`]). Failures are logged and retried at the next
+/// observation; a registration already applied is applied again unchanged.
+async fn register_merged(
+    project: &Project,
+    ns: &str,
+    ctx: &Context,
+    baseline: String,
+    head: String,
+) {
+    let name = project.name_any();
+    let dir = clone_dir(&ctx.workdir, ns, &name);
+    let branch = project.spec.default_branch.clone();
+    let found =
+        tokio::task::spawn_blocking(move || poll::merged_since(&dir, &branch, &baseline, &head))
+            .await
+            .map_err(|e| e.to_string())
+            .and_then(|r| r);
+    let (merged, skipped) = match found {
+        Ok(found) => found,
+        Err(reason) => {
+            tracing::warn!(project = %name, %reason, "could not poll the default branch for change sets");
+            return;
+        }
+    };
+    for why in skipped {
+        tracing::info!(project = %name, reason = %why, "not registering a change set that did not arrive by a merge");
+    }
+    let api: Api<protobot_api::ChangeSet> = Api::namespaced(ctx.client.clone(), ns);
+    for m in merged {
+        let object = poll::change_set_object(project, &m);
+        let object_name = object["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        match api
+            .patch(
+                &object_name,
+                &PatchParams::apply(POLLER_FIELD_MANAGER),
+                &Patch::Apply(&object),
+            )
+            .await
+        {
+            Ok(_) => {
+                tracing::info!(project = %name, change_set = %m.change_set_id, object = %object_name, "registered a merged change set")
+            }
+            Err(e) => {
+                tracing::warn!(project = %name, change_set = %m.change_set_id, error = %e, "could not register a merged change set; retrying at the next observation")
+            }
+        }
+    }
 }
 
 async fn conformance(ctx: &Context, profile: &str) -> Conformance {
