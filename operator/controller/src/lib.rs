@@ -13,4 +13,5 @@ pub mod jobsite;
 pub mod metrics;
 pub mod operator;
 pub mod project;
+pub mod registration;
 pub mod repo_cache;

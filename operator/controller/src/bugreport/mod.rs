@@ -49,60 +49,7 @@ pub const FIELD_MANAGER: &str = "protobot/bugreport";
 /// The Event reporter of this controller.
 pub const REPORTER: &str = "protobot-bugreport";
 
-/// Errors of one reconcile (all transient: they requeue).
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    /// The object has no namespace (the CRD is namespaced; this is a bug).
-    #[error("BugReport {0} has no namespace")]
-    MissingNamespace(String),
-    /// Reading the Project failed for another reason than absence.
-    #[error("failed to read Project {name}: {source}")]
-    ReadProject {
-        /// Project.
-        name: String,
-        /// Cause.
-        #[source]
-        source: kube::Error,
-    },
-    /// The work store failed.
-    #[error("failed to materialize bug {bug}: {source}")]
-    Store {
-        /// Bug ID.
-        bug: String,
-        /// Cause.
-        #[source]
-        source: protobot_stores::StoreError,
-    },
-    /// Writing the status failed.
-    #[error("failed to write the status of BugReport {name}: {source}")]
-    WriteStatus {
-        /// BugReport.
-        name: String,
-        /// Cause.
-        #[source]
-        source: kube::Error,
-    },
-}
-
-impl Error {
-    /// Stable category for metrics and Events.
-    pub fn category(&self) -> &'static str {
-        match self {
-            Error::MissingNamespace(_) => "missing-namespace",
-            Error::ReadProject { .. } => "read-project",
-            Error::Store { .. } => "work-store",
-            Error::WriteStatus { .. } => "write-status",
-        }
-    }
-}
-
-/// Shared state of the controller.
-pub struct Context {
-    /// The client.
-    pub client: Client,
-    /// The repository cache.
-    pub workdir: PathBuf,
-}
+pub use crate::registration::{Context, Error};
 
 /// The operator's clone of a project for bug intakes (its own, so it never
 /// races the ChangeSet controller's clone).
@@ -114,9 +61,10 @@ fn clone_dir(workdir: &std::path::Path, ns: &str, project: &str) -> PathBuf {
 #[tracing::instrument(skip(bug, ctx), fields(name = %bug.name_any(), namespace = ?bug.namespace()))]
 pub async fn reconcile(bug: Arc<BugReport>, ctx: Arc<Context>) -> Result<Action, Error> {
     let name = bug.name_any();
-    let ns = bug
-        .namespace()
-        .ok_or_else(|| Error::MissingNamespace(name.clone()))?;
+    let ns = bug.namespace().ok_or_else(|| Error::MissingNamespace {
+        kind: "BugReport",
+        name: name.clone(),
+    })?;
     let now = Timestamp::now();
     let outcome = validate_and_materialize(&bug, &ns, &ctx, now).await?;
     let status = decide::status(bug.status.as_ref(), &outcome, bug.metadata.generation, now);
@@ -164,6 +112,7 @@ async fn write_status(
     .await
     .map(|_| ())
     .map_err(|source| Error::WriteStatus {
+        kind: "BugReport",
         name: name.to_string(),
         source,
     })
@@ -261,7 +210,7 @@ async fn validate_and_materialize(
     let result = crate::changeset::materialize(&ctx.client, ns, &project, &contract, now)
         .await
         .map_err(|source| Error::Store {
-            bug: bug.spec.bug_id.clone(),
+            what: format!("bug {}", bug.spec.bug_id),
             source,
         })?;
     Ok(Outcome::Materialized {

@@ -41,60 +41,7 @@ pub const MATERIALIZER_SUBJECT: &str = "protobot-materializer";
 /// Policy version of the operator's in-process Gate.
 pub const POLICY_VERSION: &str = "protobot-policy/v1";
 
-/// Errors of one reconcile.
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    /// The object has no namespace (the CRD is namespaced; this is a bug).
-    #[error("ChangeSet {0} has no namespace")]
-    MissingNamespace(String),
-    /// Reading the Project failed for another reason than absence.
-    #[error("failed to read Project {name}: {source}")]
-    ReadProject {
-        /// Project.
-        name: String,
-        /// Cause.
-        #[source]
-        source: kube::Error,
-    },
-    /// The work store failed.
-    #[error("failed to materialize change set {change_set}: {source}")]
-    Store {
-        /// Change set.
-        change_set: String,
-        /// Cause.
-        #[source]
-        source: protobot_stores::StoreError,
-    },
-    /// Writing the status failed.
-    #[error("failed to write the status of ChangeSet {name}: {source}")]
-    WriteStatus {
-        /// ChangeSet.
-        name: String,
-        /// Cause.
-        #[source]
-        source: kube::Error,
-    },
-}
-
-impl Error {
-    /// Stable category for metrics and Events.
-    pub fn category(&self) -> &'static str {
-        match self {
-            Error::MissingNamespace(_) => "missing-namespace",
-            Error::ReadProject { .. } => "read-project",
-            Error::Store { .. } => "work-store",
-            Error::WriteStatus { .. } => "write-status",
-        }
-    }
-}
-
-/// Shared state of the controller.
-pub struct Context {
-    /// The client.
-    pub client: Client,
-    /// The repository cache.
-    pub workdir: PathBuf,
-}
+pub use crate::registration::{Context, Error};
 
 /// Where a Project's repository lives on this machine: a path or `file://` URL.
 pub fn local_repository(url: &str) -> Option<PathBuf> {
@@ -118,9 +65,10 @@ fn materializer_context(project: &str, now: Timestamp) -> AuthorizationContext {
 /// One reconcile of one ChangeSet.
 pub async fn reconcile(cs: Arc<ChangeSet>, ctx: Arc<Context>) -> Result<Action, Error> {
     let name = cs.name_any();
-    let ns = cs
-        .namespace()
-        .ok_or_else(|| Error::MissingNamespace(name.clone()))?;
+    let ns = cs.namespace().ok_or_else(|| Error::MissingNamespace {
+        kind: "ChangeSet",
+        name: name.clone(),
+    })?;
     let now = Timestamp::now();
     let outcome = verify_and_materialize(&cs, &ns, &ctx.client, &ctx.workdir, now).await?;
     let status = decide::status(cs.status.as_ref(), &outcome, cs.metadata.generation, now);
@@ -138,6 +86,7 @@ pub async fn reconcile(cs: Arc<ChangeSet>, ctx: Arc<Context>) -> Result<Action, 
         )
         .await
         .map_err(|source| Error::WriteStatus {
+            kind: "ChangeSet",
             name: name.clone(),
             source,
         })?;
@@ -229,7 +178,7 @@ async fn verify_and_materialize(
     let result = materialize(client, ns, &project, &contract, now)
         .await
         .map_err(|source| Error::Store {
-            change_set: cs.spec.change_set_id.clone(),
+            what: format!("change set {}", cs.spec.change_set_id),
             source,
         })?;
     Ok(Outcome::Materialized {
