@@ -860,3 +860,92 @@ async fn a_polling_project_registers_change_sets_merged_since_its_baseline() {
     registration.abort();
     cluster.cleanup().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_bug_report_stays_until_its_work_item_is_finished() {
+    // Its status is the only record of the facts the item's contract is
+    // rebuilt from, so it must outlive an unfinished item.
+    let cluster = Cluster::connect("bug-finalizer").await;
+    let tmp = tempfile::tempdir().unwrap();
+    let (work, origin) = (tmp.path().join("work"), tmp.path().join("origin.git"));
+    protobot_jobsite::example::author(&work, &origin).unwrap();
+    create_project(
+        &cluster,
+        "cli-sync",
+        &format!("file://{}", origin.display()),
+    )
+    .await;
+    create_bug(&cluster, "gh-2", "GH-2", &["REQ-CLI-00001"]).await;
+    let controller = bug_controller(&cluster, &tmp.path().join("cache")).await;
+    let bugs: Api<BugReport> = Api::namespaced(cluster.client.clone(), &cluster.namespace);
+    let bug = settled_bug(&bugs, "gh-2", 1, "Materialized").await;
+    assert!(
+        bug.metadata.finalizers.as_ref().is_some_and(|f| f
+            .iter()
+            .any(|f| f == protobot_controller::bugreport::decide::FINALIZER)),
+        "{:?}",
+        bug.metadata
+    );
+    let item_name = bug.status.unwrap().work_item_ref.unwrap().name;
+    bugs.delete("gh-2", &Default::default()).await.unwrap();
+    // The item is ready for building, not finished: the report stays.
+    let terminating =
+        protobot_testkit::wait::until(&bugs, "gh-2", timeout(), |b: Option<&BugReport>| {
+            b.is_some_and(|b| b.metadata.deletion_timestamp.is_some())
+        })
+        .await
+        .unwrap();
+    assert!(
+        terminating.is_some(),
+        "the report is kept while its item is unfinished"
+    );
+    // The controller decided to keep it (its Event says why), and it is still there.
+    let events: Api<k8s_openapi::api::events::v1::Event> =
+        Api::namespaced(cluster.client.clone(), &cluster.namespace);
+    let waited = tokio::time::timeout(timeout(), async {
+        use futures::StreamExt;
+        use kube::runtime::WatchStreamExt;
+        let mut seen = kube::runtime::watcher(events.clone(), Default::default())
+            .applied_objects()
+            .boxed();
+        while let Some(Ok(event)) = seen.next().await {
+            if event.reason.as_deref() == Some("DeletionWaitsForWorkItem") {
+                return true;
+            }
+        }
+        false
+    })
+    .await;
+    assert!(
+        matches!(waited, Ok(true)),
+        "no DeletionWaitsForWorkItem event"
+    );
+    assert!(bugs.get_opt("gh-2").await.unwrap().is_some(), "kept");
+    // Once the item is finished, the report goes.
+    let items: Api<BuildWorkItem> = Api::namespaced(cluster.client.clone(), &cluster.namespace);
+    items
+        .patch_status(
+            &item_name,
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"status": {"state": "completed"}})),
+        )
+        .await
+        .unwrap();
+    // The controller looks again every 30 s; an edit of the report's labels
+    // wakes it sooner.
+    bugs.patch(
+        "gh-2",
+        &PatchParams::default(),
+        &Patch::Merge(&json!({"metadata": {"labels": {"example.com/poke": "1"}}})),
+    )
+    .await
+    .unwrap();
+    let gone = protobot_testkit::wait::until(&bugs, "gh-2", timeout(), |b: Option<&BugReport>| {
+        b.is_none()
+    })
+    .await
+    .unwrap();
+    assert!(gone.is_none(), "released once the item finished");
+    controller.abort();
+    cluster.cleanup().await;
+}

@@ -36,6 +36,28 @@ pub enum Error {
         #[source]
         source: protobot_stores::StoreError,
     },
+    /// Adding or removing a finalizer failed.
+    #[error(
+        "failed to update the finalizers of {kind} {name}: {source}; check the operator's RBAC for patching {kind} objects"
+    )]
+    Finalizer {
+        /// `ChangeSet` or `BugReport`.
+        kind: &'static str,
+        /// Object name.
+        name: String,
+        /// Cause.
+        #[source]
+        source: kube::Error,
+    },
+    /// Reading the registered work item failed for another reason than absence.
+    #[error("failed to read BuildWorkItem {name}: {source}")]
+    ReadWorkItem {
+        /// Object name.
+        name: String,
+        /// Cause.
+        #[source]
+        source: kube::Error,
+    },
     /// Writing the status failed.
     #[error("failed to write the status of {kind} {name}: {source}")]
     WriteStatus {
@@ -57,6 +79,8 @@ impl Error {
             Error::ReadProject { .. } => "read-project",
             Error::Store { .. } => "work-store",
             Error::WriteStatus { .. } => "write-status",
+            Error::Finalizer { .. } => "finalizer",
+            Error::ReadWorkItem { .. } => "read-work-item",
         }
     }
 }

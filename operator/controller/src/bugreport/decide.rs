@@ -378,6 +378,52 @@ pub fn events(before: Option<&BugReportStatus>, after: &BugReportStatus) -> Vec<
         .collect()
 }
 
+/// Finalizer on every BugReport: its status holds the only record of the
+/// bug's facts, which the Job Site needs to rebuild the item's contract, so
+/// the report stays until its work item is finished (or never existed).
+pub const FINALIZER: &str = "protobot.dev/bug-facts";
+
+/// Whether a BugReport being deleted may go: its work item (`None`: none was
+/// materialized, or it is gone) is finished.
+pub fn may_release(work_item_state: Option<protobot_api::LifecycleState>) -> bool {
+    work_item_state.is_none_or(protobot_api::LifecycleState::is_terminal)
+}
+
+/// The Event saying why a BugReport being deleted is still there.
+pub fn deletion_waits(work_item: Option<&str>) -> kube::runtime::events::Event {
+    kube::runtime::events::Event {
+        type_: kube::runtime::events::EventType::Normal,
+        reason: "DeletionWaitsForWorkItem".into(),
+        note: Some(format!(
+            "kept until work item {} is completed or abandoned: its contract is rebuilt from the facts on this report",
+            work_item.unwrap_or("-")
+        )),
+        action: "Finalize".into(),
+        secondary: None,
+    }
+}
+
+/// The finalizers with ours added (`None`: already there).
+pub fn with_finalizer(finalizers: &[String]) -> Option<Vec<String>> {
+    if finalizers.iter().any(|f| f == FINALIZER) {
+        return None;
+    }
+    let mut out = finalizers.to_vec();
+    out.push(FINALIZER.to_owned());
+    Some(out)
+}
+
+/// The finalizers with ours removed (`None`: it was not there).
+pub fn without_finalizer(finalizers: &[String]) -> Option<Vec<String>> {
+    finalizers.iter().any(|f| f == FINALIZER).then(|| {
+        finalizers
+            .iter()
+            .filter(|f| *f != FINALIZER)
+            .cloned()
+            .collect()
+    })
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
@@ -678,5 +724,34 @@ mod tests {
             (ConditionStatus::False, reasons::SOURCE_CONFLICT)
         );
         assert_eq!(s.work_item_ref, None);
+    }
+
+    #[test]
+    fn a_report_stays_while_its_work_item_is_unfinished() {
+        use protobot_api::LifecycleState as S;
+        assert!(may_release(None), "nothing was materialized");
+        for done in [S::Completed, S::Abandoned] {
+            assert!(may_release(Some(done)), "{done:?}");
+        }
+        for live in [
+            S::Waiting,
+            S::ReadyForBuilding,
+            S::Building,
+            S::Inspecting,
+            S::Blocked,
+            S::Merging,
+        ] {
+            assert!(!may_release(Some(live)), "{live:?}");
+        }
+    }
+
+    #[test]
+    fn the_finalizer_is_added_and_removed_once_keeping_others() {
+        let others = vec!["example.com/other".to_string()];
+        let added = with_finalizer(&others).unwrap();
+        assert_eq!(added, ["example.com/other", FINALIZER]);
+        assert_eq!(with_finalizer(&added), None);
+        assert_eq!(without_finalizer(&added).unwrap(), others);
+        assert_eq!(without_finalizer(&others), None);
     }
 }

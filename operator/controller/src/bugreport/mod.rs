@@ -65,6 +65,14 @@ pub async fn reconcile(bug: Arc<BugReport>, ctx: Arc<Context>) -> Result<Action,
         kind: "BugReport",
         name: name.clone(),
     })?;
+    if bug.metadata.deletion_timestamp.is_some() {
+        return release_when_finished(&bug, &ns, &ctx).await;
+    }
+    // The finalizer goes on before any fact is recorded: the status is the
+    // only record of the facts the item's contract is rebuilt from.
+    if let Some(finalizers) = decide::with_finalizer(bug.finalizers()) {
+        patch_finalizers(&ctx.client, &ns, &bug, finalizers).await?;
+    }
     let now = Timestamp::now();
     let outcome = validate_and_materialize(&bug, &ns, &ctx, now).await?;
     let status = decide::status(bug.status.as_ref(), &outcome, bug.metadata.generation, now);
@@ -83,6 +91,69 @@ pub async fn reconcile(bug: Arc<BugReport>, ctx: Arc<Context>) -> Result<Action,
         // Nothing changes until someone edits the BugReport or the Project.
         _ => Action::await_change(),
     })
+}
+
+/// Replaces the finalizers, guarded by the `resourceVersion` read (a
+/// conflict requeues the reconcile).
+async fn patch_finalizers(
+    client: &Client,
+    ns: &str,
+    bug: &BugReport,
+    finalizers: Vec<String>,
+) -> Result<(), Error> {
+    let name = bug.name_any();
+    let body = serde_json::json!({
+        "metadata": {
+            "finalizers": finalizers,
+            "resourceVersion": bug.resource_version(),
+        }
+    });
+    Api::<BugReport>::namespaced(client.clone(), ns)
+        .patch(&name, &PatchParams::default(), &Patch::Merge(&body))
+        .await
+        .map(|_| ())
+        .map_err(|source| Error::Finalizer {
+            kind: "BugReport",
+            name,
+            source,
+        })
+}
+
+/// A BugReport being deleted: lets it go once its work item is finished (or
+/// absent); until then it stays, and is looked at again every 30 s.
+async fn release_when_finished(bug: &BugReport, ns: &str, ctx: &Context) -> Result<Action, Error> {
+    let Some(finalizers) = decide::without_finalizer(bug.finalizers()) else {
+        return Ok(Action::await_change());
+    };
+    let item = bug
+        .status
+        .as_ref()
+        .and_then(|s| s.work_item_ref.as_ref())
+        .map(|r| r.name.clone());
+    let state = match &item {
+        None => None,
+        Some(name) => Api::<protobot_api::BuildWorkItem>::namespaced(ctx.client.clone(), ns)
+            .get_opt(name)
+            .await
+            .map_err(|source| Error::ReadWorkItem {
+                name: name.clone(),
+                source,
+            })?
+            .and_then(|i| i.status.map(|s| s.state)),
+    };
+    if decide::may_release(state) {
+        patch_finalizers(&ctx.client, ns, bug, finalizers).await?;
+        tracing::info!(bug = %bug.spec.bug_id, "released: its work item is finished");
+        return Ok(Action::await_change());
+    }
+    tracing::info!(
+        bug = %bug.spec.bug_id,
+        work_item = ?item,
+        ?state,
+        "deletion waits until the bug's work item is finished (its contract is rebuilt from this report)"
+    );
+    publish_events(&ctx.client, bug, &[decide::deletion_waits(item.as_deref())]).await;
+    Ok(Action::requeue(Duration::from_secs(30)))
 }
 
 /// Server-side applies `status`. With `expected_version`, the write is also a
