@@ -423,6 +423,22 @@ async fn edit_bug(api: &Api<BugReport>, name: &str, spec: serde_json::Value) -> 
     .unwrap()
 }
 
+/// A scenario's namespace with the example project authored into
+/// `<tmp>/origin.git` and its `Project` (`cli-sync`) applied.
+async fn example_project(scenario: &str) -> (Cluster, tempfile::TempDir, std::path::PathBuf) {
+    let cluster = Cluster::connect(scenario).await;
+    let tmp = tempfile::tempdir().unwrap();
+    let (work, origin) = (tmp.path().join("work"), tmp.path().join("origin.git"));
+    protobot_jobsite::example::author(&work, &origin).unwrap();
+    create_project(
+        &cluster,
+        "cli-sync",
+        &format!("file://{}", origin.display()),
+    )
+    .await;
+    (cluster, tmp, origin)
+}
+
 async fn bug_controller(cluster: &Cluster, cache: &std::path::Path) -> tokio::task::JoinHandle<()> {
     tokio::spawn(protobot_controller::bugreport::run_with(
         cluster.client.clone(),
@@ -433,17 +449,9 @@ async fn bug_controller(cluster: &Cluster, cache: &std::path::Path) -> tokio::ta
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_applied_bug_report_materializes_one_bug_work_item_and_reapplying_it_is_idempotent() {
-    let cluster = Cluster::connect("bug-report").await;
-    let tmp = tempfile::tempdir().unwrap();
-    let (work, origin) = (tmp.path().join("work"), tmp.path().join("origin.git"));
-    protobot_jobsite::example::author(&work, &origin).unwrap();
+    let (cluster, tmp, origin) = example_project("bug-report").await;
+    let work = tmp.path().join("work");
     let head = git(&origin, &["rev-parse", "refs/heads/main"]);
-    create_project(
-        &cluster,
-        "cli-sync",
-        &format!("file://{}", origin.display()),
-    )
-    .await;
     create_bug(&cluster, "gh-1", "GH-1", &["REQ-CLI-00001"]).await;
     let controller = bug_controller(&cluster, &tmp.path().join("cache")).await;
     let bugs: Api<BugReport> = Api::namespaced(cluster.client.clone(), &cluster.namespace);
@@ -589,16 +597,7 @@ async fn an_applied_bug_report_materializes_one_bug_work_item_and_reapplying_it_
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bug_report_naming_an_unknown_requirement_is_reported_and_materializes_nothing() {
-    let cluster = Cluster::connect("bug-unknown").await;
-    let tmp = tempfile::tempdir().unwrap();
-    let (work, origin) = (tmp.path().join("work"), tmp.path().join("origin.git"));
-    protobot_jobsite::example::author(&work, &origin).unwrap();
-    create_project(
-        &cluster,
-        "cli-sync",
-        &format!("file://{}", origin.display()),
-    )
-    .await;
+    let (cluster, tmp, _origin) = example_project("bug-unknown").await;
     create_bug(&cluster, "gh-2", "GH-2", &["REQ-CLI-09999"]).await;
     let controller = bug_controller(&cluster, &tmp.path().join("cache")).await;
     let bugs: Api<BugReport> = Api::namespaced(cluster.client.clone(), &cluster.namespace);
@@ -865,16 +864,7 @@ async fn a_polling_project_registers_change_sets_merged_since_its_baseline() {
 async fn a_deleted_bug_report_stays_until_its_work_item_is_finished() {
     // Its status is the only record of the facts the item's contract is
     // rebuilt from, so it must outlive an unfinished item.
-    let cluster = Cluster::connect("bug-finalizer").await;
-    let tmp = tempfile::tempdir().unwrap();
-    let (work, origin) = (tmp.path().join("work"), tmp.path().join("origin.git"));
-    protobot_jobsite::example::author(&work, &origin).unwrap();
-    create_project(
-        &cluster,
-        "cli-sync",
-        &format!("file://{}", origin.display()),
-    )
-    .await;
+    let (cluster, tmp, _origin) = example_project("bug-finalizer").await;
     create_bug(&cluster, "gh-2", "GH-2", &["REQ-CLI-00001"]).await;
     let controller = bug_controller(&cluster, &tmp.path().join("cache")).await;
     let bugs: Api<BugReport> = Api::namespaced(cluster.client.clone(), &cluster.namespace);

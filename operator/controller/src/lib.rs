@@ -8,6 +8,7 @@
 pub mod admin;
 pub mod bugreport;
 pub mod changeset;
+pub mod drive;
 pub mod inspectionrun;
 pub mod jobsite;
 pub mod metrics;

@@ -24,16 +24,13 @@ pub mod decide;
 
 use std::{path::PathBuf, sync::Arc, time::Duration};
 
-use futures::StreamExt;
 use jiff::Timestamp;
 use kube::{
     Api, Client, Resource, ResourceExt,
     api::{Patch, PatchParams},
     runtime::{
-        Controller,
         controller::Action,
         events::{Recorder, Reporter},
-        watcher,
     },
 };
 use protobot_api::{BugReport, BugReportStatus, Project};
@@ -336,17 +333,7 @@ pub fn error_policy(bug: Arc<BugReport>, error: &Error, _ctx: Arc<Context>) -> A
 /// Runs the controller until the stream ends (shutdown), with the repository
 /// cache under `workdir`.
 pub async fn run_with(client: Client, namespace: Option<String>, workdir: PathBuf) {
-    let api: Api<BugReport> = match &namespace {
-        Some(ns) => Api::namespaced(client.clone(), ns),
-        None => Api::all(client.clone()),
-    };
+    let api = crate::drive::scoped_api::<BugReport>(client.clone(), namespace.as_deref());
     let ctx = Arc::new(Context { client, workdir });
-    Controller::new(api, watcher::Config::default())
-        .run(reconcile, error_policy, ctx)
-        .for_each(|r| async move {
-            if let Err(e) = r {
-                tracing::debug!(error = %e, "controller event");
-            }
-        })
-        .await;
+    crate::drive::run(api, reconcile, error_policy, ctx).await;
 }

@@ -17,12 +17,11 @@ pub mod decide;
 
 use std::{path::PathBuf, sync::Arc, time::Duration};
 
-use futures::StreamExt;
 use jiff::{SignedDuration, Timestamp};
 use kube::{
     Api, Client, ResourceExt,
     api::{Patch, PatchParams},
-    runtime::{Controller, controller::Action, watcher},
+    runtime::controller::Action,
 };
 use protobot_api::{ChangeSet, Project};
 use protobot_jobsite::{
@@ -250,17 +249,7 @@ pub async fn run(client: Client, namespace: Option<String>) {
 
 /// [`run`] with the repository cache under `workdir`.
 pub async fn run_with(client: Client, namespace: Option<String>, workdir: PathBuf) {
-    let api: Api<ChangeSet> = match &namespace {
-        Some(ns) => Api::namespaced(client.clone(), ns),
-        None => Api::all(client.clone()),
-    };
+    let api = crate::drive::scoped_api::<ChangeSet>(client.clone(), namespace.as_deref());
     let ctx = Arc::new(Context { client, workdir });
-    Controller::new(api, watcher::Config::default())
-        .run(reconcile, error_policy, ctx)
-        .for_each(|r| async move {
-            if let Err(e) = r {
-                tracing::debug!(error = %e, "controller event");
-            }
-        })
-        .await;
+    crate::drive::run(api, reconcile, error_policy, ctx).await;
 }

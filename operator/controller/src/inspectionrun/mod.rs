@@ -16,16 +16,13 @@ pub mod decide;
 
 use std::{sync::Arc, time::Duration};
 
-use futures::StreamExt;
 use jiff::Timestamp;
 use kube::{
     Api, Client, Resource, ResourceExt,
     api::{Patch, PatchParams},
     runtime::{
-        Controller,
         controller::Action,
         events::{Recorder, Reporter},
-        watcher,
     },
 };
 use protobot_api::InspectionRun;
@@ -133,16 +130,6 @@ pub fn error_policy(run: Arc<InspectionRun>, error: &Error, _ctx: Arc<Context>) 
 /// Runs the controller until the stream ends (shutdown).
 pub async fn run_with(client: Client, namespace: Option<String>) {
     let ctx = Arc::new(Context::new(client));
-    let api: Api<InspectionRun> = match &namespace {
-        Some(ns) => Api::namespaced(ctx.client.clone(), ns),
-        None => Api::all(ctx.client.clone()),
-    };
-    Controller::new(api, watcher::Config::default())
-        .run(reconcile, error_policy, ctx)
-        .for_each(|r| async move {
-            if let Err(e) = r {
-                tracing::debug!(error = %e, "controller event");
-            }
-        })
-        .await;
+    let api = crate::drive::scoped_api::<InspectionRun>(ctx.client.clone(), namespace.as_deref());
+    crate::drive::run(api, reconcile, error_policy, ctx).await;
 }

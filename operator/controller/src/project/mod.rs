@@ -21,16 +21,13 @@ pub mod poll;
 
 use std::{collections::BTreeMap, path::Path, path::PathBuf, sync::Arc, time::Duration};
 
-use futures::StreamExt;
 use jiff::Timestamp;
 use kube::{
     Api, Client, Resource, ResourceExt,
     api::{Patch, PatchParams},
     runtime::{
-        Controller,
         controller::Action,
         events::{Recorder, Reporter},
-        watcher,
     },
 };
 use protobot_api::{Project, project::SandboxConformance};
@@ -393,16 +390,6 @@ pub async fn run_with(client: Client, namespace: Option<String>, workdir: PathBu
 
 /// [`run_with`] with a prepared [`Context`] (e.g. with sandbox profiles).
 pub async fn run_context(namespace: Option<String>, ctx: Arc<Context>) {
-    let api: Api<Project> = match &namespace {
-        Some(ns) => Api::namespaced(ctx.client.clone(), ns),
-        None => Api::all(ctx.client.clone()),
-    };
-    Controller::new(api, watcher::Config::default())
-        .run(reconcile, error_policy, ctx)
-        .for_each(|r| async move {
-            if let Err(e) = r {
-                tracing::debug!(error = %e, "controller event");
-            }
-        })
-        .await;
+    let api = crate::drive::scoped_api::<Project>(ctx.client.clone(), namespace.as_deref());
+    crate::drive::run(api, reconcile, error_policy, ctx).await;
 }
