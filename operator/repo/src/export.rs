@@ -35,6 +35,7 @@ use crate::{
     pack::{ObjectKind, PackEntry, PackWriter, encode_entry},
     plan::{SourceEntry, WithheldReason, plan_projection},
     role::Role,
+    source_odb::{SourceObjects, SourceReadError, SourceReader},
     tree::{TreeFile, list_files, mode},
 };
 
@@ -219,6 +220,9 @@ pub enum ExportError {
         #[source]
         source: std::io::Error,
     },
+    /// The source repository's object store is damaged.
+    #[error(transparent)]
+    SourceObjects(#[from] SourceReadError),
     /// A projection record could not be read or written.
     #[error("failed to read or write projection record {path}: {reason}")]
     Record {
@@ -240,6 +244,7 @@ impl ExportError {
             ExportError::Catalog(_) => "catalog-invalid",
             ExportError::Git { .. } => "git",
             ExportError::Io { .. } => "io",
+            ExportError::SourceObjects(_) => "source-objects",
             ExportError::Record { .. } => "record",
         }
     }
@@ -378,7 +383,15 @@ pub fn export_projection(request: &ExportRequest) -> Result<ExportReport, Export
             source,
         };
         let mut pack = PackWriter::create(&pack_dir, count).map_err(pack_io)?;
-        let written = write_blobs(&request.source_repo, &jobs, &owners, &workdir, &mut pack)?;
+        let objects = SourceObjects::open(&source.commondir().join("objects"))?;
+        let written = write_blobs(
+            &request.source_repo,
+            &objects,
+            &jobs,
+            &owners,
+            &workdir,
+            &mut pack,
+        )?;
         for (id, bytes) in &trees {
             pack.append(&encode_entry(*id, ObjectKind::Tree, bytes))
                 .map_err(pack_io)?;
@@ -517,6 +530,7 @@ const BATCH: usize = 16;
 /// each written file, in job order.
 fn write_blobs(
     source_repo: &Path,
+    objects: &SourceObjects,
     jobs: &[(&TreeFile, &str)],
     owners: &[bool],
     workdir: &Path,
@@ -538,8 +552,16 @@ fn write_blobs(
                 let sender = sender.clone();
                 let (next, stop) = (&next, &stop);
                 scope.spawn(move || {
-                    let result =
-                        write_blob_worker(source_repo, jobs, owners, workdir, next, stop, &sender);
+                    let result = write_blob_worker(
+                        source_repo,
+                        objects,
+                        jobs,
+                        owners,
+                        workdir,
+                        next,
+                        stop,
+                        &sender,
+                    );
                     if result.is_err() {
                         stop.store(true, Ordering::Relaxed);
                     }
@@ -599,8 +621,10 @@ fn write_blobs(
     Ok(all.into_iter().map(|(_, meta)| meta).collect())
 }
 
+#[allow(clippy::too_many_arguments)]
 fn write_blob_worker(
     source_repo: &Path,
+    objects: &SourceObjects,
     jobs: &[(&TreeFile, &str)],
     owners: &[bool],
     workdir: &Path,
@@ -615,6 +639,7 @@ fn write_blob_worker(
     let odb = source
         .odb()
         .map_err(git("open the source object database"))?;
+    let mut reader = objects.reader();
     let mut out = Vec::new();
     loop {
         if stop.load(Ordering::Relaxed) {
@@ -634,7 +659,7 @@ fn write_blob_worker(
                     source,
                 }
             };
-            let blob = read_source_blob(&odb, file.id, path)?;
+            let blob = read_source_blob(&mut reader, &odb, file.id, path)?;
             let content = blob.data();
             let target = workdir.join(path);
             let mut handle =
@@ -664,30 +689,31 @@ fn write_blob_worker(
 
 /// A blob read from the source repository.
 enum SourceBlob<'odb> {
-    /// Streamed from a loose object.
-    Streamed(Vec<u8>),
-    /// Read whole (packed objects, which libgit2 cannot stream).
-    Read(git2::OdbObject<'odb>),
+    /// Read by [`SourceReader`].
+    Own(Vec<u8>),
+    /// Read by libgit2 (objects the reader leaves to it).
+    Libgit2(git2::OdbObject<'odb>),
 }
 
 impl SourceBlob<'_> {
     fn data(&self) -> &[u8] {
         match self {
-            SourceBlob::Streamed(bytes) => bytes,
-            SourceBlob::Read(object) => object.data(),
+            SourceBlob::Own(bytes) => bytes,
+            SourceBlob::Libgit2(object) => object.data(),
         }
     }
 }
 
 /// Reads a blob of the source (canonical or integration) repository.
 ///
-/// Loose objects are streamed, which reads them as `git` itself does: without hashing the
-/// content again. libgit2's whole-object read re-hashes every object with collision-detecting
-/// SHA-1, which was the largest cost of an export. The source repository is the Job Site's
-/// own; objects from Workers (untrusted) are never read here, and reads of Worker repositories
-/// ([`crate::bundle`]) keep libgit2's verification. Packed objects, which libgit2 does not
-/// stream, are read whole (and verified).
+/// [`SourceReader`] reads it as `git` does, without hashing the content again: libgit2's
+/// whole-object read re-hashes every object with collision-detecting SHA-1, which was most
+/// of an export's CPU. The source repository is the Job Site's own; objects from Workers
+/// (untrusted) are never read here, and reads of Worker repositories ([`crate::bundle`]) keep
+/// libgit2's verification. Objects the reader leaves alone (alternates, for one) are read
+/// with libgit2, verified.
 fn read_source_blob<'odb>(
+    reader: &mut SourceReader<'_>,
     odb: &'odb git2::Odb<'_>,
     id: Oid,
     path: &str,
@@ -697,34 +723,17 @@ fn read_source_blob<'odb>(
         path: PathBuf::from(path),
         source: std::io::Error::other(format!("{id} is a {kind}, not a blob")),
     };
-    if let Ok((mut reader, size, kind)) = odb.reader(id) {
-        if kind != ObjectType::Blob {
-            return Err(not_a_blob(kind));
+    if let Some(object) = reader.read(id)? {
+        if object.kind != ObjectType::Blob {
+            return Err(not_a_blob(object.kind));
         }
-        let mut bytes = Vec::with_capacity(size);
-        let read = std::io::Read::read_to_end(&mut reader, &mut bytes).map_err(|source| {
-            ExportError::Io {
-                operation: "read a source blob",
-                path: PathBuf::from(path),
-                source,
-            }
-        })?;
-        if read != size {
-            return Err(ExportError::Io {
-                operation: "read a source blob",
-                path: PathBuf::from(path),
-                source: std::io::Error::other(format!(
-                    "{id} announced {size} bytes but holds {read}"
-                )),
-            });
-        }
-        return Ok(SourceBlob::Streamed(bytes));
+        return Ok(SourceBlob::Own(object.data));
     }
     let object = odb.read(id).map_err(git("read a source blob"))?;
     if object.kind() != ObjectType::Blob {
         return Err(not_a_blob(object.kind()));
     }
-    Ok(SourceBlob::Read(object))
+    Ok(SourceBlob::Libgit2(object))
 }
 
 /// Creates (truncates) a working-tree file, creating its missing parent directories on the

@@ -35,6 +35,7 @@ pub mod path;
 pub mod plan;
 pub mod role;
 pub mod seams;
+pub mod source_odb;
 pub mod trailers;
 pub mod tree;
 pub mod validate;

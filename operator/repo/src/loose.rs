@@ -14,22 +14,11 @@ use std::{
 /// Largest payload of one stored deflate block.
 const STORED_BLOCK: usize = 65_535;
 
-/// Adler-32 of `data` (RFC 1950).
+/// Adler-32 (RFC 1950) of the concatenation of `parts` (SIMD where the CPU has it).
 fn adler32(parts: &[&[u8]]) -> u32 {
-    const MOD: u32 = 65_521;
-    let (mut a, mut b) = (1u32, 0u32);
-    for part in parts {
-        // 5552 is the largest n with 255·n·(n+1)/2 + (n+1)·(MOD−1) < 2^32.
-        for chunk in part.chunks(5552) {
-            for &byte in chunk {
-                a += u32::from(byte);
-                b += a;
-            }
-            a %= MOD;
-            b %= MOD;
-        }
-    }
-    (b << 16) | a
+    parts
+        .iter()
+        .fold(1, |adler, part| zlib_rs::adler32::adler32(adler, part))
 }
 
 /// Writes the zlib stream (stored blocks only) of the concatenation of `parts` to `out`.

@@ -66,57 +66,10 @@ pub fn encode_entry(id: Oid, kind: ObjectKind, content: &[u8]) -> PackEntry {
     PackEntry { id, bytes, crc }
 }
 
-/// CRC-32 (IEEE, as zlib's `crc32`), slicing by eight.
+/// CRC-32 (IEEE, as zlib's `crc32`), continuing from `crc` (carry-less multiplication
+/// where the CPU has it).
 pub fn crc32(crc: u32, data: &[u8]) -> u32 {
-    let mut crc = !crc;
-    let mut chunks = data.chunks_exact(8);
-    for chunk in &mut chunks {
-        let low = crc ^ u32::from_le_bytes([chunk[0], chunk[1], chunk[2], chunk[3]]);
-        crc = CRC_TABLES[7][(low & 0xff) as usize]
-            ^ CRC_TABLES[6][((low >> 8) & 0xff) as usize]
-            ^ CRC_TABLES[5][((low >> 16) & 0xff) as usize]
-            ^ CRC_TABLES[4][(low >> 24) as usize]
-            ^ CRC_TABLES[3][chunk[4] as usize]
-            ^ CRC_TABLES[2][chunk[5] as usize]
-            ^ CRC_TABLES[1][chunk[6] as usize]
-            ^ CRC_TABLES[0][chunk[7] as usize];
-    }
-    for &byte in chunks.remainder() {
-        crc = CRC_TABLES[0][((crc ^ u32::from(byte)) & 0xff) as usize] ^ (crc >> 8);
-    }
-    !crc
-}
-
-static CRC_TABLES: [[u32; 256]; 8] = crc_tables();
-
-const fn crc_tables() -> [[u32; 256]; 8] {
-    let mut tables = [[0u32; 256]; 8];
-    let mut n = 0;
-    while n < 256 {
-        let mut c = n as u32;
-        let mut k = 0;
-        while k < 8 {
-            c = if c & 1 != 0 {
-                0xEDB8_8320 ^ (c >> 1)
-            } else {
-                c >> 1
-            };
-            k += 1;
-        }
-        tables[0][n] = c;
-        n += 1;
-    }
-    let mut t = 1;
-    while t < 8 {
-        let mut n = 0;
-        while n < 256 {
-            let prev = tables[t - 1][n];
-            tables[t][n] = (prev >> 8) ^ tables[0][(prev & 0xff) as usize];
-            n += 1;
-        }
-        t += 1;
-    }
-    tables
+    zlib_rs::crc32::crc32(crc, data)
 }
 
 /// Appends entries to a new pack under `objects/pack/` and writes its index.

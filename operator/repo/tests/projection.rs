@@ -514,8 +514,8 @@ fn the_same_projection_twice_gives_the_same_pack_bytes_and_name() {
         assert_eq!(again.0, first.0, "pack name");
         assert!(again.1 == first.1, "pack bytes differ");
     }
-    // Loose objects are streamed, packed ones read whole: a packed source
-    // projects to the same bytes.
+    // Loose objects and packed ones (whole or deltas) are read by different
+    // code: a packed source projects to the same bytes.
     let gc = std::process::Command::new("git")
         .args(["gc", "--quiet"])
         .current_dir(dir.path())
@@ -533,5 +533,22 @@ fn the_same_projection_twice_gives_the_same_pack_bytes_and_name() {
     assert!(
         packed.1 == first.1,
         "pack bytes from a packed source differ"
+    );
+    // Objects in an alternate store are left to libgit2: a `clone --shared`
+    // holds none of its own and still projects to the same bytes.
+    let shared = tempfile::TempDir::new().unwrap();
+    let clone = std::process::Command::new("git")
+        .args(["clone", "--quiet", "--shared"])
+        .arg(dir.path())
+        .arg(shared.path())
+        .status()
+        .unwrap();
+    assert!(clone.success());
+    assert!(shared.path().join(".git/objects/info/alternates").exists());
+    let borrowed = pack_of(&project(shared.path(), Role::WorkerB));
+    assert_eq!(borrowed.0, first.0, "pack name from a shared clone");
+    assert!(
+        borrowed.1 == first.1,
+        "pack bytes from a shared clone differ"
     );
 }

@@ -1,0 +1,1042 @@
+//! Reading objects of the Job Site's own object store the way `git` reads them.
+//!
+//! libgit2 hashes every object it reads whole again with collision-detecting SHA-1. For an
+//! export that verification was most of the CPU: every exported blob is read once. `git`
+//! itself verifies object IDs when objects *enter* a repository (`index-pack`, `fsck`), not
+//! on every read. This reader does the same for the canonical and integration repositories,
+//! which the Job Site writes itself and whose objects were hashed when they were imported.
+//! Worker repositories are untrusted and are never read here: [`crate::bundle`] keeps
+//! libgit2's verification.
+//!
+//! What it reads: pack index version 2, packs version 2 and 3 (whole objects, offset deltas
+//! and reference deltas, with a bounded cache of delta bases) and zlib loose objects, inflated
+//! with zlib-rs. Everything else (alternates, other index versions, packs that vanished in a
+//! concurrent repack, a base outside every pack) is reported as *not handled*, and the caller
+//! reads the object with libgit2. Damaged data is an error naming the file and offset.
+//!
+//! [`SourceObjects`] holds the pack indexes and is shared; each thread takes its own
+//! [`SourceReader`] (file handles, inflate state, base cache).
+
+use std::{
+    collections::{HashMap, VecDeque},
+    fs,
+    io::{self, Read, Seek, SeekFrom},
+    path::{Path, PathBuf},
+    rc::Rc,
+};
+
+use git2::{ObjectType, Oid};
+use zlib_rs::{Inflate, InflateFlush, Status};
+
+/// Bytes of delta bases one reader keeps.
+const BASE_CACHE_BYTES: usize = 32 << 20;
+/// Longest delta chain followed (Git's default `pack.depth` is 50).
+const MAX_CHAIN: usize = 10_000;
+/// Largest read of compressed input at once.
+const MAX_CHUNK: usize = 1 << 20;
+
+/// A damaged object store.
+#[derive(Debug, thiserror::Error)]
+pub enum SourceReadError {
+    /// A file of the object store could not be read.
+    #[error("failed to read {path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// Cause.
+        #[source]
+        source: io::Error,
+    },
+    /// The data is not what Git writes.
+    #[error(
+        "the object store is damaged: {path} at offset {offset}: {reason}; run `git fsck` on the source repository"
+    )]
+    Corrupt {
+        /// The file.
+        path: PathBuf,
+        /// Byte offset in it.
+        offset: u64,
+        /// What is wrong.
+        reason: String,
+    },
+}
+
+/// An object read from the store.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SourceObject {
+    /// Its type.
+    pub kind: ObjectType,
+    /// Its content.
+    pub data: Vec<u8>,
+}
+
+/// The pack indexes of one object store (shared by every reader).
+#[derive(Debug)]
+pub struct SourceObjects {
+    objects_dir: PathBuf,
+    packs: Vec<PackIndex>,
+}
+
+#[derive(Debug)]
+struct PackIndex {
+    pack_path: PathBuf,
+    /// The whole `.idx` file.
+    data: Vec<u8>,
+    count: usize,
+}
+
+const IDX_MAGIC: [u8; 4] = [0xff, b't', b'O', b'c'];
+const IDX_HEADER: usize = 8;
+const FANOUT: usize = 256 * 4;
+
+impl PackIndex {
+    /// Parses a version-2 index; `None` for any other version (left to libgit2).
+    fn parse(
+        pack_path: PathBuf,
+        data: Vec<u8>,
+        idx_path: &Path,
+    ) -> Result<Option<Self>, SourceReadError> {
+        if data.len() < IDX_HEADER + FANOUT || data[..4] != IDX_MAGIC || be32(&data, 4) != Some(2) {
+            return Ok(None);
+        }
+        let corrupt = |reason: &str| SourceReadError::Corrupt {
+            path: idx_path.to_owned(),
+            offset: 0,
+            reason: reason.to_owned(),
+        };
+        let mut previous = 0;
+        for slot in 0..256 {
+            let value = be32(&data, IDX_HEADER + slot * 4).unwrap_or(0);
+            if value < previous {
+                return Err(corrupt("the fan-out table is not monotonic"));
+            }
+            previous = value;
+        }
+        let count = previous as usize;
+        // Names, CRCs and 32-bit offsets, then the two checksums.
+        if data.len() < IDX_HEADER + FANOUT + count * 28 + 40 {
+            return Err(corrupt("the index is shorter than its object count"));
+        }
+        Ok(Some(Self {
+            pack_path,
+            data,
+            count,
+        }))
+    }
+
+    fn fanout(&self, slot: usize) -> usize {
+        be32(&self.data, IDX_HEADER + slot * 4).unwrap_or(0) as usize
+    }
+
+    /// Offset of `id` in the pack, if the pack holds it.
+    fn find(&self, id: &[u8]) -> Option<u64> {
+        let first = usize::from(*id.first()?);
+        let mut low = if first == 0 {
+            0
+        } else {
+            self.fanout(first - 1)
+        };
+        let mut high = self.fanout(first);
+        let names = IDX_HEADER + FANOUT;
+        while low < high {
+            let middle = low + (high - low) / 2;
+            let name = self
+                .data
+                .get(names + middle * 20..names + middle * 20 + 20)?;
+            match name.cmp(id) {
+                std::cmp::Ordering::Equal => return self.offset(middle),
+                std::cmp::Ordering::Less => low = middle + 1,
+                std::cmp::Ordering::Greater => high = middle,
+            }
+        }
+        None
+    }
+
+    fn offset(&self, position: usize) -> Option<u64> {
+        let offsets = IDX_HEADER + FANOUT + self.count * 24;
+        let small = be32(&self.data, offsets + position * 4)?;
+        if small & 0x8000_0000 == 0 {
+            return Some(u64::from(small));
+        }
+        let large = offsets + self.count * 4 + (small & 0x7fff_ffff) as usize * 8;
+        let bytes = self.data.get(large..large + 8)?;
+        Some(u64::from_be_bytes(bytes.try_into().ok()?))
+    }
+}
+
+fn be32(data: &[u8], at: usize) -> Option<u32> {
+    Some(u32::from_be_bytes(data.get(at..at + 4)?.try_into().ok()?))
+}
+
+impl SourceObjects {
+    /// Reads the pack indexes under `objects_dir` (`<git dir>/objects`).
+    pub fn open(objects_dir: &Path) -> Result<Self, SourceReadError> {
+        let pack_dir = objects_dir.join("pack");
+        let mut packs = Vec::new();
+        let entries = match fs::read_dir(&pack_dir) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                return Ok(Self {
+                    objects_dir: objects_dir.to_owned(),
+                    packs,
+                });
+            }
+            Err(source) => {
+                return Err(SourceReadError::Io {
+                    path: pack_dir,
+                    source,
+                });
+            }
+        };
+        let mut names = Vec::new();
+        for entry in entries {
+            let entry = entry.map_err(|source| SourceReadError::Io {
+                path: pack_dir.clone(),
+                source,
+            })?;
+            let name = entry.file_name();
+            if let Some(stem) = name.to_str().and_then(|n| n.strip_suffix(".idx")) {
+                names.push(stem.to_owned());
+            }
+        }
+        // Newest-first is what Git prefers; any fixed order gives the same objects.
+        names.sort();
+        for stem in names {
+            let idx_path = pack_dir.join(format!("{stem}.idx"));
+            let pack_path = pack_dir.join(format!("{stem}.pack"));
+            let data = match fs::read(&idx_path) {
+                Ok(data) => data,
+                // Removed by a concurrent repack: its objects are in the new pack.
+                Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                Err(source) => {
+                    return Err(SourceReadError::Io {
+                        path: idx_path,
+                        source,
+                    });
+                }
+            };
+            if let Some(index) = PackIndex::parse(pack_path, data, &idx_path)? {
+                packs.push(index);
+            }
+        }
+        Ok(Self {
+            objects_dir: objects_dir.to_owned(),
+            packs,
+        })
+    }
+
+    /// A reader for one thread.
+    pub fn reader(&self) -> SourceReader<'_> {
+        SourceReader {
+            store: self,
+            files: (0..self.packs.len()).map(|_| None).collect(),
+            inflate: Inflate::new(true, 15),
+            input: Vec::new(),
+            bases: BaseCache::default(),
+        }
+    }
+
+    fn locate(&self, id: &[u8]) -> Option<(usize, u64)> {
+        self.packs
+            .iter()
+            .enumerate()
+            .find_map(|(pack, index)| index.find(id).map(|offset| (pack, offset)))
+    }
+}
+
+/// Reads objects of a [`SourceObjects`] store; one per thread.
+pub struct SourceReader<'a> {
+    store: &'a SourceObjects,
+    files: Vec<Option<fs::File>>,
+    inflate: Inflate,
+    input: Vec<u8>,
+    bases: BaseCache,
+}
+
+/// Where an entry is: (pack, offset).
+type EntryAt = (usize, u64);
+/// A resolved object, shared between the cache and a chain being applied.
+type Resolved = (ObjectType, Rc<Vec<u8>>);
+
+/// Delta bases by (pack, offset), oldest evicted first.
+#[derive(Default)]
+struct BaseCache {
+    entries: HashMap<EntryAt, Resolved>,
+    order: VecDeque<EntryAt>,
+    bytes: usize,
+}
+
+impl BaseCache {
+    fn get(&self, key: EntryAt) -> Option<Resolved> {
+        self.entries.get(&key).cloned()
+    }
+
+    fn insert(&mut self, key: EntryAt, kind: ObjectType, data: Rc<Vec<u8>>) {
+        if data.len() > BASE_CACHE_BYTES / 4 || self.entries.contains_key(&key) {
+            return;
+        }
+        self.bytes += data.len();
+        self.entries.insert(key, (kind, data));
+        self.order.push_back(key);
+        while self.bytes > BASE_CACHE_BYTES {
+            let Some(old) = self.order.pop_front() else {
+                break;
+            };
+            if let Some((_, data)) = self.entries.remove(&old) {
+                self.bytes -= data.len();
+            }
+        }
+    }
+}
+
+/// One entry's header in a pack.
+enum EntryHeader {
+    Whole {
+        kind: ObjectType,
+        size: usize,
+        data_at: u64,
+    },
+    OffsetDelta {
+        size: usize,
+        data_at: u64,
+        base_at: u64,
+    },
+    RefDelta {
+        size: usize,
+        data_at: u64,
+        base: [u8; 20],
+    },
+}
+
+impl SourceReader<'_> {
+    /// Reads object `id`. `Ok(None)`: this reader does not handle where the object is
+    /// (read it with libgit2).
+    pub fn read(&mut self, id: Oid) -> Result<Option<SourceObject>, SourceReadError> {
+        if let Some((pack, offset)) = self.store.locate(id.as_bytes()) {
+            return self.read_packed(pack, offset);
+        }
+        self.read_loose(id)
+    }
+
+    fn read_loose(&mut self, id: Oid) -> Result<Option<SourceObject>, SourceReadError> {
+        let hex = id.to_string();
+        let path = self.store.objects_dir.join(&hex[..2]).join(&hex[2..]);
+        let compressed = match fs::read(&path) {
+            Ok(bytes) => bytes,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(source) => return Err(SourceReadError::Io { path, source }),
+        };
+        // A zlib header (CMF/FLG check); anything else is the ancient "pack-like" format.
+        let zlib = compressed.len() >= 2
+            && compressed[0] & 0x8f == 0x08
+            && (u16::from(compressed[0]) << 8 | u16::from(compressed[1])) % 31 == 0;
+        if !zlib {
+            return Ok(None);
+        }
+        decode_loose(&mut self.inflate, &compressed)
+            .map(Some)
+            .map_err(|(offset, reason)| SourceReadError::Corrupt {
+                path,
+                offset,
+                reason,
+            })
+    }
+
+    fn read_packed(
+        &mut self,
+        pack: usize,
+        offset: u64,
+    ) -> Result<Option<SourceObject>, SourceReadError> {
+        // Follow the chain down to a whole object or a cached base, then apply the deltas.
+        let mut chain: Vec<(EntryAt, Vec<u8>)> = Vec::new();
+        let (mut pack, mut at) = (pack, offset);
+        let (kind, mut data) = loop {
+            if chain.len() > MAX_CHAIN {
+                return Err(self.corrupt(pack, at, "the delta chain is longer than 10000"));
+            }
+            if let Some(base) = self.bases.get((pack, at)) {
+                break base;
+            }
+            let Some(header) = self.entry_header(pack, at)? else {
+                return Ok(None);
+            };
+            match header {
+                EntryHeader::Whole {
+                    kind,
+                    size,
+                    data_at,
+                } => {
+                    let data = self.inflate_at(pack, data_at, size)?;
+                    break (kind, Rc::new(data));
+                }
+                EntryHeader::OffsetDelta {
+                    size,
+                    data_at,
+                    base_at,
+                } => {
+                    chain.push(((pack, at), self.inflate_at(pack, data_at, size)?));
+                    at = base_at;
+                }
+                EntryHeader::RefDelta {
+                    size,
+                    data_at,
+                    base,
+                } => {
+                    chain.push(((pack, at), self.inflate_at(pack, data_at, size)?));
+                    let Some(location) = self.store.locate(&base) else {
+                        return Ok(None);
+                    };
+                    (pack, at) = location;
+                }
+            }
+        };
+        let mut base_at = (pack, at);
+        for (entry_at, delta) in chain.into_iter().rev() {
+            self.bases.insert(base_at, kind, Rc::clone(&data));
+            let applied = apply_delta(&data, &delta)
+                .map_err(|reason| self.corrupt(entry_at.0, entry_at.1, reason))?;
+            data = Rc::new(applied);
+            base_at = entry_at;
+        }
+        let data = Rc::try_unwrap(data).unwrap_or_else(|shared| (*shared).clone());
+        Ok(Some(SourceObject { kind, data }))
+    }
+
+    fn corrupt(&self, pack: usize, offset: u64, reason: &str) -> SourceReadError {
+        SourceReadError::Corrupt {
+            path: self.store.packs[pack].pack_path.clone(),
+            offset,
+            reason: reason.to_owned(),
+        }
+    }
+
+    /// The open pack file; `None` when it is gone (a concurrent repack).
+    fn file(&mut self, pack: usize) -> Result<Option<&mut fs::File>, SourceReadError> {
+        if self.files[pack].is_none() {
+            let path = &self.store.packs[pack].pack_path;
+            let mut file = match fs::File::open(path) {
+                Ok(file) => file,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+                Err(source) => {
+                    return Err(SourceReadError::Io {
+                        path: path.clone(),
+                        source,
+                    });
+                }
+            };
+            let mut header = [0u8; 8];
+            file.read_exact(&mut header)
+                .map_err(|source| SourceReadError::Io {
+                    path: path.clone(),
+                    source,
+                })?;
+            let version = u32::from_be_bytes([header[4], header[5], header[6], header[7]]);
+            if &header[..4] != b"PACK" || !(version == 2 || version == 3) {
+                return Err(self.corrupt(pack, 0, "not a version 2 or 3 pack"));
+            }
+            self.files[pack] = Some(file);
+        }
+        Ok(self.files[pack].as_mut())
+    }
+
+    /// Reads up to `len` bytes at `offset` into `self.input`.
+    fn fill(&mut self, pack: usize, offset: u64, len: usize) -> Result<bool, SourceReadError> {
+        let path = &self.store.packs[pack].pack_path;
+        let io_error = |source| SourceReadError::Io {
+            path: path.clone(),
+            source,
+        };
+        let Some(file) = self.files[pack].as_mut() else {
+            return Ok(false);
+        };
+        file.seek(SeekFrom::Start(offset)).map_err(io_error)?;
+        self.input.clear();
+        file.take(len as u64)
+            .read_to_end(&mut self.input)
+            .map_err(io_error)?;
+        Ok(true)
+    }
+
+    fn entry_header(
+        &mut self,
+        pack: usize,
+        at: u64,
+    ) -> Result<Option<EntryHeader>, SourceReadError> {
+        if self.file(pack)?.is_none() || !self.fill(pack, at, 32)? {
+            return Ok(None);
+        }
+        parse_entry_header(&self.input, at)
+            .map(Some)
+            .map_err(|reason| self.corrupt(pack, at, reason))
+    }
+
+    /// Inflates the zlib stream at `at` that must hold exactly `size` bytes.
+    fn inflate_at(
+        &mut self,
+        pack: usize,
+        at: u64,
+        size: usize,
+    ) -> Result<Vec<u8>, SourceReadError> {
+        // One spare byte: a stream longer than announced is caught, and the inflater always
+        // has room to reach the end of the stream (its checksum) after the last byte.
+        let mut out = vec![0u8; size + 1];
+        let mut written = 0usize;
+        let mut position = at;
+        let mut chunk = (size + 64).clamp(256, MAX_CHUNK);
+        self.inflate.reset(true);
+        loop {
+            if !self.fill(pack, position, chunk)? {
+                return Err(self.corrupt(pack, at, "the pack vanished while it was read"));
+            }
+            if self.input.is_empty() {
+                return Err(self.corrupt(pack, at, "the object runs past the end of the pack"));
+            }
+            let (in_before, out_before) = (self.inflate.total_in(), self.inflate.total_out());
+            let status =
+                self.inflate
+                    .decompress(&self.input, &mut out[written..], InflateFlush::NoFlush);
+            let consumed = (self.inflate.total_in() - in_before) as usize;
+            let produced = (self.inflate.total_out() - out_before) as usize;
+            written += produced;
+            position += consumed as u64;
+            match status {
+                Ok(Status::StreamEnd) => break,
+                Ok(_) if consumed > 0 || produced > 0 => {}
+                Ok(_) => return Err(self.corrupt(pack, at, "the compressed stream is truncated")),
+                Err(e) => return Err(self.corrupt(pack, at, e.as_str())),
+            }
+            if written > size {
+                break;
+            }
+            chunk = MAX_CHUNK;
+        }
+        if written != size {
+            return Err(self.corrupt(
+                pack,
+                at,
+                &format!("the entry announced {size} bytes but holds {written}"),
+            ));
+        }
+        out.truncate(size);
+        Ok(out)
+    }
+}
+
+fn object_type(code: u8) -> Option<ObjectType> {
+    match code {
+        1 => Some(ObjectType::Commit),
+        2 => Some(ObjectType::Tree),
+        3 => Some(ObjectType::Blob),
+        4 => Some(ObjectType::Tag),
+        _ => None,
+    }
+}
+
+/// A cursor over the bytes of a header.
+struct Cursor<'a> {
+    bytes: &'a [u8],
+    used: usize,
+}
+
+impl Cursor<'_> {
+    fn next(&mut self) -> Result<u8, &'static str> {
+        let byte = *self.bytes.get(self.used).ok_or("the header is truncated")?;
+        self.used += 1;
+        Ok(byte)
+    }
+
+    /// A little-endian base-128 size (delta sizes).
+    fn size(&mut self) -> Result<usize, &'static str> {
+        let (mut size, mut shift) = (0u64, 0);
+        loop {
+            let byte = self.next()?;
+            if shift > 63 {
+                return Err("a size does not fit in 64 bits");
+            }
+            size |= u64::from(byte & 0x7f) << shift;
+            shift += 7;
+            if byte & 0x80 == 0 {
+                return usize::try_from(size).map_err(|_| "a size is too large for this machine");
+            }
+        }
+    }
+}
+
+/// Parses a pack entry header (type and size, then the delta base) from `bytes`, the start of
+/// the entry at pack offset `at`.
+fn parse_entry_header(bytes: &[u8], at: u64) -> Result<EntryHeader, &'static str> {
+    let mut cursor = Cursor { bytes, used: 0 };
+    let mut byte = cursor.next()?;
+    let code = (byte >> 4) & 0x07;
+    let mut size = u64::from(byte & 0x0f);
+    let mut shift = 4;
+    while byte & 0x80 != 0 {
+        byte = cursor.next()?;
+        if shift > 57 {
+            return Err("the entry size does not fit in 64 bits");
+        }
+        size |= u64::from(byte & 0x7f) << shift;
+        shift += 7;
+    }
+    let size = usize::try_from(size).map_err(|_| "the entry is too large for this machine")?;
+    match code {
+        6 => {
+            // Big-endian base-128 with an offset added per continuation byte.
+            let mut byte = cursor.next()?;
+            let mut distance = u64::from(byte & 0x7f);
+            while byte & 0x80 != 0 {
+                byte = cursor.next()?;
+                distance = distance
+                    .checked_add(1)
+                    .and_then(|d| d.checked_mul(128))
+                    .ok_or("the delta base offset overflows")?
+                    | u64::from(byte & 0x7f);
+            }
+            if distance == 0 || distance > at {
+                return Err("the delta base offset points outside the pack");
+            }
+            Ok(EntryHeader::OffsetDelta {
+                size,
+                data_at: at + cursor.used as u64,
+                base_at: at - distance,
+            })
+        }
+        7 => {
+            let mut base = [0u8; 20];
+            for slot in &mut base {
+                *slot = cursor.next()?;
+            }
+            Ok(EntryHeader::RefDelta {
+                size,
+                data_at: at + cursor.used as u64,
+                base,
+            })
+        }
+        code => Ok(EntryHeader::Whole {
+            kind: object_type(code).ok_or("unknown object type")?,
+            size,
+            data_at: at + cursor.used as u64,
+        }),
+    }
+}
+
+/// Applies a Git delta (source size, target size, then copy and insert instructions) to
+/// `base`.
+fn apply_delta(base: &[u8], delta: &[u8]) -> Result<Vec<u8>, &'static str> {
+    let mut cursor = Cursor {
+        bytes: delta,
+        used: 0,
+    };
+    if cursor.size()? != base.len() {
+        return Err("the delta's source size is not its base's size");
+    }
+    let target = cursor.size()?;
+    // The target size is data; do not trust it for one huge allocation.
+    let mut out = Vec::with_capacity(target.min(base.len() + delta.len()));
+    while cursor.used < delta.len() {
+        let command = cursor.next()?;
+        if command & 0x80 != 0 {
+            let mut offset = 0usize;
+            for bit in 0..4 {
+                if command & (1 << bit) != 0 {
+                    offset |= usize::from(cursor.next()?) << (8 * bit);
+                }
+            }
+            let mut len = 0usize;
+            for bit in 0..3 {
+                if command & (0x10 << bit) != 0 {
+                    len |= usize::from(cursor.next()?) << (8 * bit);
+                }
+            }
+            if len == 0 {
+                len = 0x1_0000;
+            }
+            let copied = offset
+                .checked_add(len)
+                .and_then(|end| base.get(offset..end))
+                .ok_or("a delta copy reads past its base")?;
+            out.extend_from_slice(copied);
+        } else if command != 0 {
+            let len = usize::from(command);
+            let inserted = delta
+                .get(cursor.used..cursor.used + len)
+                .ok_or("a delta insert runs past the delta")?;
+            out.extend_from_slice(inserted);
+            cursor.used += len;
+        } else {
+            return Err("the delta uses the reserved instruction 0");
+        }
+        if out.len() > target {
+            return Err("the delta writes more than its target size");
+        }
+    }
+    if out.len() != target {
+        return Err("the delta writes less than its target size");
+    }
+    Ok(out)
+}
+
+/// Decodes a loose object file (zlib of `"<type> <size>\0" ‖ content`). Errors carry the
+/// offset in the compressed file.
+fn decode_loose(inflate: &mut Inflate, compressed: &[u8]) -> Result<SourceObject, (u64, String)> {
+    inflate.reset(true);
+    let mut head = [0u8; 64];
+    let status = inflate
+        .decompress(compressed, &mut head, InflateFlush::NoFlush)
+        .map_err(|e| (inflate.total_in(), e.as_str().to_owned()))?;
+    let produced = inflate.total_out() as usize;
+    let nul = head[..produced]
+        .iter()
+        .position(|b| *b == 0)
+        .ok_or((0, "no object header".to_owned()))?;
+    let header = std::str::from_utf8(&head[..nul])
+        .map_err(|_| (0, "the object header is not text".to_owned()))?;
+    let (kind, size) = header
+        .split_once(' ')
+        .ok_or((0, format!("malformed object header `{header}`")))?;
+    let kind = match kind {
+        "commit" => ObjectType::Commit,
+        "tree" => ObjectType::Tree,
+        "blob" => ObjectType::Blob,
+        "tag" => ObjectType::Tag,
+        other => return Err((0, format!("unknown object type `{other}`"))),
+    };
+    let size: usize = size
+        .parse()
+        .map_err(|_| (0, format!("malformed object size in `{header}`")))?;
+    let prefix = &head[nul + 1..produced];
+    if prefix.len() > size {
+        return Err((
+            0,
+            format!("the object announced {size} bytes but holds more"),
+        ));
+    }
+    // One spare byte, as for packed entries.
+    let mut data = vec![0u8; size + 1];
+    data[..prefix.len()].copy_from_slice(prefix);
+    let mut written = prefix.len();
+    let mut ended = status == Status::StreamEnd;
+    while !ended {
+        let consumed = inflate.total_in() as usize;
+        let out_before = inflate.total_out();
+        let status = inflate
+            .decompress(
+                &compressed[consumed..],
+                &mut data[written..],
+                InflateFlush::Finish,
+            )
+            .map_err(|e| (inflate.total_in(), e.as_str().to_owned()))?;
+        let produced = (inflate.total_out() - out_before) as usize;
+        written += produced;
+        ended = status == Status::StreamEnd;
+        if !ended && (produced == 0 && inflate.total_in() as usize == consumed || written > size) {
+            return Err((
+                inflate.total_in(),
+                "the compressed stream is truncated".to_owned(),
+            ));
+        }
+    }
+    if written != size {
+        return Err((
+            inflate.total_in(),
+            format!("the object announced {size} bytes but holds {written}"),
+        ));
+    }
+    data.truncate(size);
+    Ok(SourceObject { kind, data })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::process::Command;
+
+    use git2::{Repository, Signature, Time};
+
+    use super::*;
+
+    fn git(dir: &Path, args: &[&str]) {
+        let status = Command::new("git")
+            .args(args)
+            .current_dir(dir)
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("HOME", dir)
+            .status()
+            .unwrap();
+        assert!(status.success(), "git {args:?}");
+    }
+
+    /// A history where files change a little per commit, so a repack makes delta chains.
+    fn history(dir: &Path) -> Repository {
+        let repo = Repository::init(dir).unwrap();
+        let signature = Signature::new("t", "t@example.invalid", &Time::new(1, 0)).unwrap();
+        let mut parent: Option<Oid> = None;
+        for version in 0..30u32 {
+            let mut builder = repo.treebuilder(None).unwrap();
+            for file in 0..6u32 {
+                let mut text = String::new();
+                for line in 0..400u32 {
+                    let edit = if line % 37 == version % 37 {
+                        version
+                    } else {
+                        0
+                    };
+                    text.push_str(&format!("file {file} line {line} edit {edit}\n"));
+                }
+                let blob = repo.blob(text.as_bytes()).unwrap();
+                builder
+                    .insert(format!("f{file}.txt"), blob, 0o100644)
+                    .unwrap();
+            }
+            // A large, incompressible-ish blob and an empty one.
+            let big: Vec<u8> = (0..300_000u32)
+                .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+                .collect();
+            builder
+                .insert("big.bin", repo.blob(&big).unwrap(), 0o100644)
+                .unwrap();
+            builder
+                .insert("empty", repo.blob(b"").unwrap(), 0o100644)
+                .unwrap();
+            let tree = repo.find_tree(builder.write().unwrap()).unwrap();
+            let parents: Vec<git2::Commit<'_>> = parent
+                .iter()
+                .map(|id| repo.find_commit(*id).unwrap())
+                .collect();
+            let refs: Vec<&git2::Commit<'_>> = parents.iter().collect();
+            parent = Some(
+                repo.commit(
+                    Some("HEAD"),
+                    &signature,
+                    &signature,
+                    &format!("v{version}"),
+                    &tree,
+                    &refs,
+                )
+                .unwrap(),
+            );
+        }
+        repo
+    }
+
+    fn all_ids(repo: &Repository) -> Vec<Oid> {
+        let mut ids = Vec::new();
+        repo.odb()
+            .unwrap()
+            .foreach(|id| {
+                ids.push(*id);
+                true
+            })
+            .unwrap();
+        ids.sort();
+        ids.dedup();
+        ids
+    }
+
+    /// Every object read by this reader equals libgit2's (verified) read; returns how many
+    /// the reader handled itself.
+    fn assert_reads_match_libgit2(repo: &Repository) -> usize {
+        let store = SourceObjects::open(&repo.path().join("objects")).unwrap();
+        let mut reader = store.reader();
+        let odb = repo.odb().unwrap();
+        let mut handled = 0;
+        for id in all_ids(repo) {
+            let expected = odb.read(id).unwrap();
+            if let Some(object) = reader.read(id).unwrap() {
+                assert_eq!(object.kind, expected.kind(), "{id}");
+                assert_eq!(object.data, expected.data(), "{id}");
+                handled += 1;
+            }
+        }
+        handled
+    }
+
+    #[test]
+    fn loose_objects_read_as_libgit2_reads_them() {
+        let dir = tempfile::TempDir::new().unwrap();
+        let repo = history(dir.path());
+        let count = all_ids(&repo).len();
+        assert_eq!(assert_reads_match_libgit2(&repo), count);
+    }
+
+    #[test]
+    fn packed_objects_with_offset_and_reference_deltas_read_as_libgit2_reads_them() {
+        for offsets in ["true", "false"] {
+            let dir = tempfile::TempDir::new().unwrap();
+            let repo = history(dir.path());
+            let count = all_ids(&repo).len();
+            git(
+                dir.path(),
+                &[
+                    "-c",
+                    &format!("repack.useDeltaBaseOffset={offsets}"),
+                    "repack",
+                    "-adq",
+                    "--window=50",
+                    "--depth=50",
+                ],
+            );
+            git(dir.path(), &["prune-packed"]);
+            let store = SourceObjects::open(&repo.path().join("objects")).unwrap();
+            assert_eq!(store.packs.len(), 1);
+            // The pack really holds chains of deltas of the kind asked for.
+            let mut reader = store.reader();
+            let (mut by_offset, mut by_reference) = (0, 0);
+            for id in all_ids(&repo) {
+                let at = store.packs[0].find(id.as_bytes()).unwrap();
+                match reader.entry_header(0, at).unwrap().unwrap() {
+                    EntryHeader::Whole { .. } => {}
+                    EntryHeader::OffsetDelta { .. } => by_offset += 1,
+                    EntryHeader::RefDelta { .. } => by_reference += 1,
+                }
+            }
+            if offsets == "true" {
+                assert!(
+                    by_offset > 50 && by_reference == 0,
+                    "{by_offset} {by_reference}"
+                );
+            } else {
+                assert!(
+                    by_reference > 50 && by_offset == 0,
+                    "{by_offset} {by_reference}"
+                );
+            }
+            let verify = Command::new("git")
+                .args(["verify-pack", "-v"])
+                .arg(store.packs[0].pack_path.with_extension("idx"))
+                .output()
+                .unwrap();
+            let listing = String::from_utf8_lossy(&verify.stdout);
+            assert!(
+                listing.contains("chain length = 2"),
+                "no delta chains: {listing}"
+            );
+            let repo = Repository::open(dir.path()).unwrap();
+            assert_eq!(
+                assert_reads_match_libgit2(&repo),
+                count,
+                "useDeltaBaseOffset={offsets}"
+            );
+        }
+    }
+
+    #[test]
+    fn objects_outside_the_store_are_left_to_libgit2() {
+        let dir = tempfile::TempDir::new().unwrap();
+        let repo = Repository::init(dir.path()).unwrap();
+        let store = SourceObjects::open(&repo.path().join("objects")).unwrap();
+        let missing = Oid::hash_object(ObjectType::Blob, b"never written").unwrap();
+        assert_eq!(store.reader().read(missing).unwrap(), None);
+    }
+
+    #[test]
+    fn a_damaged_pack_or_loose_object_is_an_error_that_names_the_file() {
+        let dir = tempfile::TempDir::new().unwrap();
+        let repo = history(dir.path());
+        let head = repo.head().unwrap().peel_to_tree().unwrap();
+        let big = head.get_name("big.bin").unwrap().id();
+        // Loose: truncate the object file.
+        let hex = big.to_string();
+        let loose = repo.path().join("objects").join(&hex[..2]).join(&hex[2..]);
+        let bytes = fs::read(&loose).unwrap();
+        let mut permissions = fs::metadata(&loose).unwrap().permissions();
+        #[allow(clippy::permissions_set_readonly_false)]
+        permissions.set_readonly(false);
+        fs::set_permissions(&loose, permissions).unwrap();
+        fs::write(&loose, &bytes[..bytes.len() / 2]).unwrap();
+        let store = SourceObjects::open(&repo.path().join("objects")).unwrap();
+        let error = store.reader().read(big).unwrap_err();
+        assert!(
+            matches!(&error, SourceReadError::Corrupt { path, .. } if *path == loose),
+            "{error}"
+        );
+        assert!(error.to_string().contains("git fsck"), "{error}");
+        fs::write(&loose, &bytes).unwrap();
+
+        // Packed: damage the middle of the big blob's compressed data.
+        git(dir.path(), &["repack", "-adq"]);
+        git(dir.path(), &["prune-packed"]);
+        let store = SourceObjects::open(&repo.path().join("objects")).unwrap();
+        let offset = store.packs[0].find(big.as_bytes()).unwrap();
+        let pack_path = store.packs[0].pack_path.clone();
+        let mut pack = fs::read(&pack_path).unwrap();
+        for byte in &mut pack[offset as usize + 100..offset as usize + 140] {
+            *byte ^= 0x55;
+        }
+        let mut permissions = fs::metadata(&pack_path).unwrap().permissions();
+        #[allow(clippy::permissions_set_readonly_false)]
+        permissions.set_readonly(false);
+        fs::set_permissions(&pack_path, permissions).unwrap();
+        fs::write(&pack_path, &pack).unwrap();
+        let error = store.reader().read(big).unwrap_err();
+        assert!(
+            matches!(&error, SourceReadError::Corrupt { path, .. } if *path == pack_path),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn deltas_apply_copies_and_inserts_and_reject_what_git_never_writes() {
+        let base = b"0123456789";
+        // source 10, target 7: copy offset 2 len 3 ("234"), insert "abcd".
+        let delta = [10, 7, 0x80 | 0x01 | 0x10, 2, 3, 4, b'a', b'b', b'c', b'd'];
+        assert_eq!(apply_delta(base, &delta).unwrap(), b"234abcd");
+        // Copy with size 0 means 0x10000.
+        let large = vec![7u8; 0x1_0000];
+        let delta = [0x80, 0x80, 0x04, 0x80, 0x80, 0x04, 0x80];
+        assert_eq!(apply_delta(&large, &delta).unwrap(), large);
+        for (delta, reason) in [
+            (vec![9, 1, 1, b'x'], "source size"),
+            (vec![10, 3, 0x80 | 0x01 | 0x10, 8, 3], "past its base"),
+            (vec![10, 3, 5, b'x'], "past the delta"),
+            (vec![10, 1, 0], "reserved"),
+            (vec![10, 1, 2, b'x', b'y'], "more than"),
+            (vec![10, 3, 1, b'x'], "less than"),
+            (vec![10], "truncated"),
+        ] {
+            let error = apply_delta(base, &delta).unwrap_err();
+            assert!(error.contains(reason), "{delta:?}: {error}");
+        }
+    }
+
+    #[test]
+    fn entry_headers_parse_sizes_and_bases() {
+        // Blob of 300 bytes: 0b1011_1100 (type 3, low bits 12, more), then 300 >> 4 = 18.
+        match parse_entry_header(&[0xbc, 0x12], 1000).unwrap() {
+            EntryHeader::Whole {
+                kind,
+                size,
+                data_at,
+            } => {
+                assert_eq!((kind, size, data_at), (ObjectType::Blob, 300, 1002));
+            }
+            _ => panic!("not a whole object"),
+        }
+        // Offset delta of 5 bytes, base distance 0x80 → encoded [0x80, 0x00] (128 = (0+1)·128 + 0).
+        match parse_entry_header(&[0x65, 0x80, 0x00], 1000).unwrap() {
+            EntryHeader::OffsetDelta {
+                size,
+                data_at,
+                base_at,
+            } => {
+                assert_eq!((size, data_at, base_at), (5, 1003, 872));
+            }
+            _ => panic!("not an offset delta"),
+        }
+        assert!(
+            parse_entry_header(&[0x65, 0x7f], 100).is_err(),
+            "base before the pack"
+        );
+        assert!(
+            parse_entry_header(&[0x55, 0x00], 100).is_err(),
+            "type 5 is reserved"
+        );
+        assert!(
+            parse_entry_header(&[0x7f], 100).is_err(),
+            "truncated reference"
+        );
+        assert!(
+            parse_entry_header(&[0xbf, 0xff, 0xff], 100).is_err(),
+            "truncated size"
+        );
+    }
+}
