@@ -7,7 +7,7 @@
 //! | --- | --- | --- |
 //! | classify paths | [`manifest`], [`path`], [`role`] | |
 //! | select tests | [`catalog`] | |
-//! | export a role projection | [`plan`], [`pack::encode_entry`] | [`export`], [`tree`] |
+//! | export a role projection | [`plan`], [`pack::encode_entry`] | [`export`], [`tree`], [`source_odb`] |
 //! | collect and validate a Worker's patch | [`validate`] | [`bundle`] |
 //! | apply and merge into `wi/` | [`trailers`] | [`integrate`] |
 //! | product digest | [`digest::encode_product_tree`] | [`digest::product_tree_digest`] |
