@@ -706,7 +706,7 @@ impl SourceBlob<'_> {
 
 /// Reads a blob of the source (canonical or integration) repository.
 ///
-/// [`SourceReader`] reads it as `git` does, without hashing the content again: libgit2's
+/// [`SourceReader`] reads it and checks it against its ID with plain SHA-1: libgit2's
 /// whole-object read re-hashes every object with collision-detecting SHA-1, which was most
 /// of an export's CPU. The source repository is the Job Site's own; objects from Workers
 /// (untrusted) are never read here, and reads of Worker repositories ([`crate::bundle`]) keep

@@ -1,12 +1,12 @@
-//! Reading objects of the Job Site's own object store the way `git` reads them.
+//! Reading objects of the Job Site's own object store, fast.
 //!
 //! libgit2 hashes every object it reads whole again with collision-detecting SHA-1. For an
-//! export that verification was most of the CPU: every exported blob is read once. `git`
-//! itself verifies object IDs when objects *enter* a repository (`index-pack`, `fsck`), not
-//! on every read. This reader does the same for the canonical and integration repositories,
-//! which the Job Site writes itself and whose objects were hashed when they were imported.
-//! Worker repositories are untrusted and are never read here: [`crate::bundle`] keeps
-//! libgit2's verification.
+//! export that was most of the CPU: every exported blob is read once. Collision detection
+//! belongs where objects *enter* a repository (`index-pack`, [`crate::integrate`] writing a
+//! patch's blobs), and the canonical and integration repositories only receive objects that
+//! way. This reader checks each object against its ID with plain SHA-1 (the CPU's SHA
+//! instructions), which still stops damaged data. Worker repositories are untrusted and are
+//! never read here: [`crate::bundle`] keeps libgit2's verification.
 //!
 //! What it reads: pack index version 2, packs version 2 and 3 (whole objects, offset deltas
 //! and reference deltas, with a bounded cache of delta bases) and zlib loose objects, inflated
