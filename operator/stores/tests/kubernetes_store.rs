@@ -234,6 +234,58 @@ async fn commands_read_only_the_objects_they_touch() {
     );
 }
 
+#[tokio::test]
+async fn enumerating_work_items_lists_items_and_never_the_key_claims() {
+    // One key claim per command accumulates forever; the Job Site lists work
+    // items on every pass, so those lists must not read the claims.
+    let server = server();
+    let store = seeded(&server).await;
+    for n in 0..30 {
+        let r = store
+            .execute(Some(&job_site()), &claim(&format!("k{n}")), now())
+            .await
+            .unwrap();
+        assert!(r.ok || n > 0, "{:?}", r.error);
+    }
+    server.clear_requests();
+    server
+        .faults()
+        .inject(FaultRule::on(Verb::List).resource("configmaps").status(500));
+    let items = store
+        .list(&protobot_stores::ItemFilter::default())
+        .await
+        .unwrap();
+    assert_eq!(items.len(), 1);
+    assert_eq!(items[0].state, State::Building);
+    assert_eq!(store.submission("none").await.unwrap(), None);
+    let lists: Vec<String> = server
+        .requests()
+        .iter()
+        .filter(|r| r.verb == Verb::List)
+        .map(|r| r.plural.clone())
+        .collect();
+    assert!(
+        lists.iter().all(|p| p == "buildworkitems") && !lists.is_empty(),
+        "{lists:?}"
+    );
+    // Findings are ConfigMaps: that read lists them (by kind) and says so when
+    // it cannot; so does the audit trail, which needs everything.
+    let err = store.findings("run-1").await.unwrap_err();
+    assert!(matches!(err, StoreError::Unavailable(_)), "{err}");
+    let err = store.audit_events().await.unwrap_err();
+    assert!(matches!(err, StoreError::Unavailable(_)), "{err}");
+    server.faults().clear();
+    assert!(store.findings("run-1").await.unwrap().is_empty());
+    let claims = store
+        .audit_events()
+        .await
+        .unwrap()
+        .iter()
+        .filter(|e| e.idempotency_key.starts_with('k'))
+        .count();
+    assert!(claims >= 1, "the claim's audit event is still read");
+}
+
 fn ledger_of(item: &BuildWorkItem) -> serde_json::Value {
     serde_json::from_str(item.status.as_ref().unwrap().ledger.as_deref().unwrap()).unwrap()
 }

@@ -8,7 +8,9 @@
 //! touches is learnt by running it ([`partial`]): a run that touched a shard
 //! not yet fetched is discarded, the shard is fetched and the run repeated, so
 //! a command costs a few GETs whatever the size of the project. Calls that
-//! enumerate (queries, `list`) read the whole project with two lists. Any
+//! enumerate list only what they read (`list`: the work items; `findings`:
+//! the finding ConfigMaps), never the key claims, which accumulate one per
+//! command; the audit trail lists the whole project. Any
 //! write conflict re-runs the whole call against fresh objects, so the
 //! evaluator always decides on what it reads, and the idempotency key turns a
 //! retried call into a replay rather than a second mutation. Fencing tokens
@@ -212,39 +214,53 @@ impl KubeStore {
 
     /// Lists the whole project (for calls that enumerate).
     async fn load_everything(&self) -> Result<Snapshot, StoreError> {
-        let lp = ListParams::default().labels(&self.selector());
+        let mut snapshot = self.load(Some(None), true).await?;
+        snapshot.everything = true;
+        Ok(snapshot)
+    }
+
+    /// Lists part of the project for a read that needs no more: the ConfigMaps of one kind
+    /// (`Some(Some(kind))`), all of them (`Some(None)`) or none (`None`), and the work items
+    /// when `items`. Key claims (one per command, kept forever) are only listed when a call
+    /// needs everything, so enumerating work items costs what the items cost.
+    async fn load(&self, maps: Option<Option<Kind>>, items: bool) -> Result<Snapshot, StoreError> {
         let unavailable = |what: &str, e: kube::Error| {
             StoreError::Unavailable(format!("failed to list {what}: {e}"))
         };
-        let maps = self
-            .config_maps()
-            .list(&lp)
-            .await
-            .map_err(|e| unavailable("WMS config maps", e))?;
-        let items = self
-            .item_api()
-            .list(&lp)
-            .await
-            .map_err(|e| unavailable("build work items", e))?;
-        let mut snapshot = Snapshot {
-            everything: true,
-            ..Snapshot::default()
-        };
-        for cm in maps.items {
-            if let Some((id, value, loaded)) = decode_config_map(cm)? {
-                snapshot.known.insert(id.clone());
-                snapshot.shards.insert(id.clone(), value);
-                snapshot.objects.insert(id, loaded);
+        let mut snapshot = Snapshot::default();
+        if let Some(kind) = maps {
+            let selector = match kind {
+                Some(kind) => format!("{},{KIND_LABEL}={}", self.selector(), kind.as_str()),
+                None => self.selector(),
+            };
+            let maps = self
+                .config_maps()
+                .list(&ListParams::default().labels(&selector))
+                .await
+                .map_err(|e| unavailable("WMS config maps", e))?;
+            for cm in maps.items {
+                if let Some((id, value, loaded)) = decode_config_map(cm)? {
+                    snapshot.known.insert(id.clone());
+                    snapshot.shards.insert(id.clone(), value);
+                    snapshot.objects.insert(id, loaded);
+                }
             }
         }
-        for item in items.items {
-            let (id, value, loaded) = decode_item(item)?;
-            let shard = (Kind::Item, id);
-            snapshot.known.insert(shard.clone());
-            if let Some(value) = value {
-                snapshot.shards.insert(shard.clone(), value);
+        if items {
+            let items = self
+                .item_api()
+                .list(&ListParams::default().labels(&self.selector()))
+                .await
+                .map_err(|e| unavailable("build work items", e))?;
+            for item in items.items {
+                let (id, value, loaded) = decode_item(item)?;
+                let shard = (Kind::Item, id);
+                snapshot.known.insert(shard.clone());
+                if let Some(value) = value {
+                    snapshot.shards.insert(shard.clone(), value);
+                }
+                snapshot.objects.insert(shard, loaded);
             }
-            snapshot.objects.insert(shard, loaded);
         }
         Ok(snapshot)
     }
@@ -733,8 +749,9 @@ impl WorkStore for KubeStore {
     }
 
     async fn list(&self, filter: &ItemFilter) -> Result<Vec<WorkItemRecord>, StoreError> {
+        // Records live in their items' status.
         Ok(self
-            .state()
+            .scoped(None, true)
             .await?
             .records
             .into_values()
@@ -757,7 +774,7 @@ impl WorkStore for KubeStore {
 
     async fn findings(&self, inspection_run_id: &str) -> Result<Vec<FindingRecord>, StoreError> {
         let mut out: Vec<FindingRecord> = self
-            .state()
+            .scoped(Some(Some(Kind::Finding)), false)
             .await?
             .findings
             .into_values()
@@ -781,7 +798,8 @@ impl WorkStore for KubeStore {
     }
 
     async fn submission(&self, id: &str) -> Result<Option<Submission>, StoreError> {
-        Ok(self.state().await?.submissions.get(id).cloned())
+        // Submissions live in their items' ledgers.
+        Ok(self.scoped(None, true).await?.submissions.get(id).cloned())
     }
 
     async fn request(&self, id: &str) -> Result<Option<RequestRecord>, StoreError> {
@@ -798,6 +816,17 @@ impl KubeStore {
     /// The whole project, joined.
     async fn state(&self) -> Result<WmsState, StoreError> {
         let snapshot = self.load_everything().await?;
+        shard::join(&self.project, &snapshot.shards)
+            .map_err(|e| StoreError::Unavailable(e.to_string()))
+    }
+
+    /// The state joined from part of the project (see [`Self::load`]).
+    async fn scoped(
+        &self,
+        maps: Option<Option<Kind>>,
+        items: bool,
+    ) -> Result<WmsState, StoreError> {
+        let snapshot = self.load(maps, items).await?;
         shard::join(&self.project, &snapshot.shards)
             .map_err(|e| StoreError::Unavailable(e.to_string()))
     }
