@@ -51,7 +51,10 @@ use std::{
     time::Duration,
 };
 
-use protobot_jobsite::executor::{Executor, ExecutorError, RunOutput, RunSpec, Termination};
+use protobot_jobsite::{
+    executor::{Executor, ExecutorError, RunOutput, RunSpec, Termination},
+    sandbox_audit::{SessionRecord, session_chain},
+};
 use tokio::{process::Command, sync::watch};
 
 use crate::{
@@ -466,9 +469,23 @@ impl BubblewrapExecutor {
             .await;
         let root = dir.root.clone();
         let removed = tokio::task::spawn_blocking(move || rundir::remove_tree(&root)).await;
-        let out = result?;
+        let mut out = result?;
         match removed {
-            Ok(Ok(())) => Ok(out),
+            Ok(Ok(())) => {
+                let identity = self.identity();
+                // Cancelled before the sandbox started: nothing ran.
+                let started = !(out.termination == Termination::Cancelled && out.elapsed.is_zero());
+                out.audit = session_chain(&SessionRecord {
+                    backend_name: &identity.name,
+                    backend_version: &identity.version,
+                    profile: LOCAL_PROFILE,
+                    spec: &spec,
+                    termination: started.then_some(&out.termination),
+                    cleanup: Ok(()),
+                })
+                .into_events();
+                Ok(out)
+            }
             Ok(Err(e)) => Err(ExecutorError::Collect {
                 run_id,
                 reason: format!(
@@ -590,6 +607,8 @@ impl BubblewrapExecutor {
             termination,
             elapsed,
             stderr_tail,
+            // Sealed by `run_checked` once the workspace is removed.
+            audit: Vec::new(),
         })
     }
 }
@@ -666,7 +685,10 @@ impl SandboxBackend for BubblewrapExecutor {
                     "prlimit: RLIMIT_CPU (per process), RLIMIT_AS, {nproc}, RLIMIT_FSIZE, RLIMIT_NOFILE; wall clock by the supervisor; /tmp tmpfs size-capped"
                 ),
             ),
-            Capability::unsupported("audit-chain", "no hash-chained sandbox audit events yet"),
+            Capability::supported(
+                "audit-chain",
+                "a SHA-256 chain per run: open, network decision, exec, limit or cancel, cleanup",
+            ),
         ]
     }
 

@@ -9,14 +9,15 @@
 //! the local probe tests the same property; local-only checks use
 //! `SB-LOCAL-*`. Checks that cannot apply to a local executor (per-path role
 //! policy and PatchBundle validation, owned by the control plane; L7
-//! allowlisted egress, the credential broker and the audit chain, which the
-//! local profile does not provide) are not listed: their capabilities are
-//! reported unsupported instead. No check is ever skipped.
+//! allowlisted egress and the credential broker, which the local profile does
+//! not provide) are not listed: their capabilities are reported unsupported
+//! instead. No check is ever skipped.
 //!
 //! A report passes when it has checks, every check passed, and every
 //! capability the profile requires is supported. The `local` profile (no
 //! egress at all) requires `filesystem-isolation`, `git-isolation`,
-//! `network-policy`, `lifecycle-cleanup` and `resource-limits`; any other
+//! `network-policy`, `lifecycle-cleanup`, `resource-limits` and
+//! `audit-chain`; any other
 //! profile requires all seven. This profile-scoped requirement is a local
 //! reading of §2.2 (which disables autonomy for any unsupported capability):
 //! the local profile refuses every run that would need the broker (egress).
@@ -31,8 +32,11 @@ use std::{
     time::{Duration, Instant},
 };
 
-use protobot_jobsite::executor::{
-    Executor, ExecutorError, Limits, RunOutput, RunSpec, SandboxRole, Termination,
+use protobot_jobsite::{
+    executor::{
+        Executor, ExecutorError, Limits, RunAudit, RunOutput, RunSpec, SandboxRole, Termination,
+    },
+    sandbox_audit::{self, SandboxAuditEvent, verify_audit_chain},
 };
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
@@ -55,13 +59,19 @@ pub const ALL_CAPABILITIES: [&str; 7] = [
 ];
 
 /// Capabilities the `local` (no-egress) profile requires.
-pub const LOCAL_REQUIRED_CAPABILITIES: [&str; 5] = [
+pub const LOCAL_REQUIRED_CAPABILITIES: [&str; 6] = [
     "filesystem-isolation",
     "git-isolation",
     "network-policy",
     "lifecycle-cleanup",
     "resource-limits",
+    "audit-chain",
 ];
+
+/// The work item every probe runs for (its audit events carry it).
+pub const CONFORMANCE_WORK_ITEM: &str = "wi-conformance";
+/// The trace every probe runs in (contract §2.14: `trace-jobsite-sandbox-v1`).
+pub const CONFORMANCE_TRACE_ID: &str = "trace-jobsite-sandbox-v1";
 
 /// The capabilities `profile` requires to pass.
 pub fn required_capabilities(profile: &str) -> Vec<String> {
@@ -554,6 +564,11 @@ impl<E: SandboxBackend> Prober<'_, E> {
             env: BTreeMap::from([("PROTOBOT_PROBE".to_owned(), id.to_owned())]),
             limits,
             egress_proxy: None,
+            audit: RunAudit {
+                work_item: CONFORMANCE_WORK_ITEM.to_owned(),
+                cycle: 1,
+                trace_id: CONFORMANCE_TRACE_ID.to_owned(),
+            },
         }
     }
 
@@ -841,6 +856,37 @@ pub async fn run_conformance<E: SandboxBackend>(executor: &E, profile: &str) -> 
         "open-files limit denies extra descriptors",
         local_002(&mut p).await,
     );
+    let audited = audited_session(&mut p).await;
+    push(
+        "SB-AUD-001",
+        "a session leaves audit events",
+        aud_001(&audited),
+    );
+    push(
+        "SB-AUD-002",
+        "the events form a valid hash chain",
+        aud_002(&audited),
+    );
+    push(
+        "SB-AUD-003",
+        "a forged decision is detected",
+        aud_003(&audited),
+    );
+    push(
+        "SB-AUD-004",
+        "every event is tied to the work item and trace of the run",
+        aud_004(&audited),
+    );
+    push(
+        "SB-AUD-005",
+        "every event carries the backend identity and policy digest",
+        aud_005(&audited, &report.backend),
+    );
+    let audit_head = audited
+        .as_ref()
+        .ok()
+        .and_then(|events| events.last())
+        .map(|e| e.event_digest.clone());
     push(
         "SB-FC-001",
         "a failing or foreign report is refused (no fallback)",
@@ -864,6 +910,7 @@ pub async fn run_conformance<E: SandboxBackend>(executor: &E, profile: &str) -> 
     );
 
     report.checks = checks;
+    report.audit_head = audit_head;
     report.passed = report.checks.iter().all(|c| c.passed);
     report.autonomous_execution = report.passed;
     report.fail_closed_reason = report.failure_reason();
@@ -1342,6 +1389,118 @@ async fn cred_003<E: SandboxBackend>(p: &mut Prober<'_, E>) -> CheckResult {
         }
     }
     (ok, details.join("; "))
+}
+
+/// One session for the audit checks: a run that reaches its wall-clock limit, so its chain
+/// holds open, the network decision, exec, limit and cleanup events.
+async fn audited_session<E: SandboxBackend>(
+    p: &mut Prober<'_, E>,
+) -> Result<Vec<SandboxAuditEvent>, String> {
+    let mut limits = probe_limits();
+    limits.wall_clock = Duration::from_millis(300);
+    let outcome = p.run("SB-AUD", "sleep 30", limits).await?;
+    Ok(outcome.output.audit)
+}
+
+fn aud_001(audited: &Result<Vec<SandboxAuditEvent>, String>) -> CheckResult {
+    match audited {
+        Err(e) => (false, e.clone()),
+        Ok(events) => {
+            let types: Vec<&str> = events.iter().map(|e| e.event_type.as_str()).collect();
+            let covered = [
+                sandbox_audit::event_type::OPEN,
+                sandbox_audit::event_type::NETWORK,
+                sandbox_audit::event_type::EXEC,
+                sandbox_audit::event_type::LIMIT,
+                sandbox_audit::event_type::CLEANUP,
+            ]
+            .iter()
+            .all(|t| types.contains(t));
+            let limit_configured = events
+                .iter()
+                .filter(|e| e.event_type == sandbox_audit::event_type::LIMIT)
+                .all(|e| !e.limit_configured.is_empty());
+            (
+                covered && limit_configured,
+                format!(
+                    "{} events: {types:?}; limit events carry limit_configured: {limit_configured}",
+                    events.len()
+                ),
+            )
+        }
+    }
+}
+
+fn aud_002(audited: &Result<Vec<SandboxAuditEvent>, String>) -> CheckResult {
+    match audited {
+        Err(e) => (false, e.clone()),
+        Ok(events) if events.is_empty() => (false, "no events to verify".into()),
+        Ok(events) => match verify_audit_chain(events) {
+            Ok(()) => (true, format!("{} events verify", events.len())),
+            Err(e) => (false, e.to_string()),
+        },
+    }
+}
+
+fn aud_003(audited: &Result<Vec<SandboxAuditEvent>, String>) -> CheckResult {
+    match audited {
+        Err(e) => (false, e.clone()),
+        Ok(events) if events.is_empty() => (false, "no events to forge".into()),
+        Ok(events) => {
+            let mut forged = events.clone();
+            forged[0].decision = "forged".into();
+            match verify_audit_chain(&forged) {
+                Err(e) => (true, format!("forged copy rejected: {e}")),
+                Ok(()) => (false, "a forged decision verified".into()),
+            }
+        }
+    }
+}
+
+fn aud_004(audited: &Result<Vec<SandboxAuditEvent>, String>) -> CheckResult {
+    match audited {
+        Err(e) => (false, e.clone()),
+        Ok(events) => {
+            let tied = !events.is_empty()
+                && events.iter().all(|e| {
+                    e.work_item == CONFORMANCE_WORK_ITEM
+                        && e.trace_id == CONFORMANCE_TRACE_ID
+                        && e.contract_version == sandbox_audit::CONTRACT_VERSION
+                });
+            (
+                tied,
+                format!(
+                    "work item {CONFORMANCE_WORK_ITEM}, trace {CONFORMANCE_TRACE_ID} and contract version on every event: {tied}"
+                ),
+            )
+        }
+    }
+}
+
+fn aud_005(
+    audited: &Result<Vec<SandboxAuditEvent>, String>,
+    backend: &BackendIdentity,
+) -> CheckResult {
+    match audited {
+        Err(e) => (false, e.clone()),
+        Ok(events) => {
+            let identified = !events.is_empty()
+                && events.iter().all(|e| {
+                    e.backend_name == backend.name
+                        && e.backend_version == backend.version
+                        && e.policy_digest.starts_with("sha256:")
+                });
+            // The local profile has no egress, so its only network event is the denial; the
+            // contract's accepted-network clause applies to profiles with the broker.
+            (
+                identified,
+                format!(
+                    "backend {} {} and a policy digest on every event: {identified}",
+                    backend.name, backend.version
+                ),
+            )
+        }
+    }
 }
 
 async fn life_001<E: SandboxBackend>(p: &mut Prober<'_, E>) -> CheckResult {

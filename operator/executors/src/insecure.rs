@@ -184,6 +184,8 @@ impl InsecureProcessExecutor {
             termination,
             elapsed,
             stderr_tail,
+            // No sandbox, so no sandbox audit: this mode claims no capability.
+            audit: Vec::new(),
         })
     }
 }

@@ -84,6 +84,11 @@ pub fn spec(workspace: &Path, script: &str) -> RunSpec {
         env: BTreeMap::new(),
         limits: limits(),
         egress_proxy: None,
+        audit: protobot_jobsite::executor::RunAudit {
+            work_item: "wi-test".into(),
+            cycle: 1,
+            trace_id: format!("test-{}-{n}", std::process::id()),
+        },
     }
 }
 

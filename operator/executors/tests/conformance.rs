@@ -64,6 +64,27 @@ async fn local_conformance_report_passes_on_this_machine() {
         "scratch left: {:?}",
         common::entries(&tmp.path().join("scratch"))
     );
+    // The audit checks ran and passed, and the head of their session is reported.
+    for id in [
+        "SB-AUD-001",
+        "SB-AUD-002",
+        "SB-AUD-003",
+        "SB-AUD-004",
+        "SB-AUD-005",
+    ] {
+        assert!(
+            report.checks.iter().any(|c| c.id == id && c.passed),
+            "{id} missing or failed"
+        );
+    }
+    assert!(
+        report
+            .audit_head
+            .as_deref()
+            .is_some_and(|h| h.starts_with("sha256:")),
+        "{:?}",
+        report.audit_head
+    );
 
     // Admitted with its passing report, the executor runs work.
     let conformant = ConformantExecutor::new(ex, report).unwrap();
@@ -78,6 +99,13 @@ async fn local_conformance_report_passes_on_this_machine() {
         std::fs::read_to_string(out.out_dir.join("ok")).unwrap(),
         "admitted\n"
     );
+    // Every run returns its sealed audit chain.
+    protobot_jobsite::sandbox_audit::verify_audit_chain(&out.audit).unwrap();
+    assert_eq!(
+        out.audit.last().map(|e| e.event_type.as_str()),
+        Some("sandbox.cleanup")
+    );
+    assert!(out.audit.iter().all(|e| e.work_item == "wi-test"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

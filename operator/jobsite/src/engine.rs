@@ -317,6 +317,19 @@ struct Results {
     results: Vec<crate::triage::TestResult>,
 }
 
+/// A run's id (unique and deterministic) and the build cycle it belongs to (0 for
+/// inspection runs).
+struct RunName {
+    run_id: String,
+    cycle: u32,
+}
+
+impl RunName {
+    fn new(run_id: String, cycle: u32) -> Self {
+        Self { run_id, cycle }
+    }
+}
+
 /// A structured trace event: one per stage decision, written as a JSON line to
 /// `<scratch>/traces/<work item>.jsonl` and emitted through `tracing`, so every
 /// agentic component can be evaluated from a recorded run.
@@ -642,9 +655,9 @@ impl<S: WorkStore, E: Executor> Engine<S, E> {
         class: &WorkerClass,
         workspace: &Path,
         task: serde_json::Value,
-        run_id: String,
+        RunName { run_id, cycle }: RunName,
     ) -> Result<crate::executor::RunOutput, EngineError> {
-        claim.check()?;
+        let work_item = claim.check()?.work_item_id;
         let egress_proxy = match egress_for(class, self.config.egress_proxy.as_deref()) {
             Ok(proxy) => proxy,
             Err(reason) => {
@@ -652,7 +665,7 @@ impl<S: WorkStore, E: Executor> Engine<S, E> {
             }
         };
         let spec = RunSpec {
-            run_id,
+            run_id: run_id.clone(),
             role,
             workspace: workspace.to_path_buf(),
             task,
@@ -661,8 +674,28 @@ impl<S: WorkStore, E: Executor> Engine<S, E> {
             env: Default::default(),
             limits: self.config.limits.clone(),
             egress_proxy,
+            audit: crate::executor::RunAudit {
+                work_item: work_item.clone(),
+                cycle,
+                trace_id: run_id.clone(),
+            },
         };
-        Ok(self.executor.run(spec, claim.lost_signal()).await?)
+        let started = Instant::now();
+        let out = self.executor.run(spec, claim.lost_signal()).await?;
+        // The chain itself stays private; its head ties the session to this trace.
+        self.trace(
+            &work_item,
+            "sandbox",
+            (cycle > 0).then_some(cycle),
+            json!({"run_id": run_id, "role": role}),
+            json!({
+                "termination": out.termination,
+                "audit_events": out.audit.len(),
+                "audit_head": out.audit.last().map(|e| e.event_digest.as_str()),
+            }),
+            started,
+        );
+        Ok(out)
     }
 
     async fn record_attempt(
@@ -1028,7 +1061,7 @@ impl<S: WorkStore, E: Executor> Engine<S, E> {
                 &self.config.worker_a,
                 &pa,
                 task(Side::Tests),
-                format!("{id}-c{cycle}-a")
+                RunName::new(format!("{id}-c{cycle}-a"), cycle),
             ),
             self.run_role(
                 claim,
@@ -1036,7 +1069,7 @@ impl<S: WorkStore, E: Executor> Engine<S, E> {
                 &self.config.worker_b,
                 &pb,
                 task(Side::Implementation),
-                format!("{id}-c{cycle}-b")
+                RunName::new(format!("{id}-c{cycle}-b"), cycle),
             ),
         );
         let (out_a, out_b) = (out_a?, out_b?);
@@ -1132,9 +1165,12 @@ impl<S: WorkStore, E: Executor> Engine<S, E> {
                 &self.config.integration,
                 &pi,
                 json!({"role": "integration-runner", "cycle": cycle}),
-                format!(
-                    "{id}-c{cycle}-int-{}",
-                    &candidate[..12.min(candidate.len())]
+                RunName::new(
+                    format!(
+                        "{id}-c{cycle}-int-{}",
+                        &candidate[..12.min(candidate.len())]
+                    ),
+                    cycle,
                 ),
             )
             .await?;
@@ -1367,7 +1403,7 @@ impl<S: WorkStore, E: Executor> Engine<S, E> {
                         &producer.class,
                         &pi,
                         json!({"role": role, "work_item_id": id, "inspection_run_id": run_id, "candidate": candidate, "requirement_ids": item.contract.applicable_requirement_ids}),
-                        format!("{run_id}-{}", producer.name),
+                        RunName::new(format!("{run_id}-{}", producer.name), 0),
                     )
                     .await?;
                 let bytes =

@@ -90,6 +90,21 @@ pub struct RunSpec {
     pub limits: Limits,
     /// Egress proxy URL, if the role may reach one; otherwise no network at all.
     pub egress_proxy: Option<String>,
+    /// Who the run belongs to, for its audit events.
+    #[serde(default)]
+    pub audit: RunAudit,
+}
+
+/// The identity a run's sandbox audit events carry
+/// ([`crate::sandbox_audit::SandboxAuditEvent`]). Only the work-item ID: no other WMS data.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunAudit {
+    /// The work item.
+    pub work_item: String,
+    /// The build cycle (0 outside build cycles).
+    pub cycle: u32,
+    /// The trace the run belongs to (the Job Site logs it with the run).
+    pub trace_id: String,
 }
 
 /// How a run ended.
@@ -127,6 +142,10 @@ pub struct RunOutput {
     /// Last bytes of stderr, for the private evaluation record only (never
     /// forwarded to a Worker).
     pub stderr_tail: String,
+    /// The session's sandbox audit chain (private Job Site evidence; empty when the backend
+    /// does not report the `audit-chain` capability).
+    #[serde(default)]
+    pub audit: Vec<crate::sandbox_audit::SandboxAuditEvent>,
 }
 
 /// Executor failures (as opposed to a command that ran and failed).

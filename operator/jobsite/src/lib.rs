@@ -24,6 +24,7 @@ pub mod intake;
 pub mod lease;
 pub mod ledger;
 pub mod materializer;
+pub mod sandbox_audit;
 pub mod sanitizer;
 #[cfg(feature = "test-support")]
 pub mod scripted;

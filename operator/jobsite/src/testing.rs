@@ -245,12 +245,24 @@ impl crate::executor::Executor for InProcessExecutor {
         if let Ok(mut runs) = self.runs.lock() {
             runs.push(spec.clone());
         }
+        let audit = |termination: &Termination| {
+            crate::sandbox_audit::session_chain(&crate::sandbox_audit::SessionRecord {
+                backend_name: "in-process-test",
+                backend_version: env!("CARGO_PKG_VERSION"),
+                profile: "in-process-test",
+                spec: &spec,
+                termination: Some(termination),
+                cleanup: Ok(()),
+            })
+            .into_events()
+        };
         if *cancel.borrow() {
             return Ok(RunOutput {
                 out_dir: self.root.clone(),
                 termination: Termination::Cancelled,
                 elapsed: std::time::Duration::ZERO,
                 stderr_tail: String::new(),
+                audit: audit(&Termination::Cancelled),
             });
         }
         let n = self
@@ -275,9 +287,11 @@ impl crate::executor::Executor for InProcessExecutor {
             out: &out,
         })
         .map_err(start)?;
+        let termination = Termination::Exited { code };
         Ok(RunOutput {
             out_dir: out,
-            termination: Termination::Exited { code },
+            audit: audit(&termination),
+            termination,
             elapsed: began.elapsed(),
             stderr_tail: String::new(),
         })

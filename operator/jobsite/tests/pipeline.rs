@@ -631,6 +631,13 @@ async fn a_surviving_mutant_sends_the_candidate_back_to_the_test_worker() {
     // Both producers ran through the executor, in every inspection run.
     let runs = js.engine.executor.runs();
     assert!(runs.iter().any(|r| r.role == SandboxRole::MutationRunner));
+    // Every session carries the item, its cycle and its own trace for the audit chain.
+    for run in &runs {
+        assert_eq!(run.audit.work_item, report.work_item_id, "{}", run.run_id);
+        assert_eq!(run.audit.trace_id, run.run_id);
+        let build_cycle = !run.run_id.contains("-ir-");
+        assert_eq!(run.audit.cycle > 0, build_cycle, "{}", run.run_id);
+    }
     assert_eq!(report.inspections.len(), 2);
     assert_eq!(
         report.inspections[0].producers,

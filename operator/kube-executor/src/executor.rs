@@ -30,7 +30,10 @@ use kube::{
 use protobot_executors::{
     BackendIdentity, Capability, ConformanceReport, SandboxBackend, conformance::ensure_conformant,
 };
-use protobot_jobsite::executor::{Executor, ExecutorError, RunOutput, RunSpec, Termination};
+use protobot_jobsite::{
+    executor::{Executor, ExecutorError, RunOutput, RunSpec, Termination},
+    sandbox_audit::{SessionRecord, session_chain},
+};
 use tokio::{sync::watch, time::Instant};
 
 use crate::{
@@ -594,6 +597,8 @@ impl KubernetesExecutor {
             termination,
             elapsed,
             stderr_tail,
+            // Sealed by `run` (the chain covers the whole session).
+            audit: Vec::new(),
         })
     }
 
@@ -612,6 +617,7 @@ impl KubernetesExecutor {
             termination,
             elapsed: Duration::ZERO,
             stderr_tail: String::new(),
+            audit: Vec::new(),
         })
     }
 
@@ -830,13 +836,26 @@ impl Executor for KubernetesExecutor {
         spec: RunSpec,
         cancel: watch::Receiver<bool>,
     ) -> Result<RunOutput, ExecutorError> {
-        self.run_checked(spec, cancel).await
+        let mut out = self.run_checked(spec.clone(), cancel).await?;
+        // An output means the pod is gone (or never existed: cancelled before it was created).
+        let identity = self.identity();
+        let started = !(out.termination == Termination::Cancelled && out.elapsed.is_zero());
+        out.audit = session_chain(&SessionRecord {
+            backend_name: &identity.name,
+            backend_version: &identity.version,
+            profile: self.inner.profile.name(),
+            spec: &spec,
+            termination: started.then_some(&out.termination),
+            cleanup: Ok(()),
+        })
+        .into_events();
+        Ok(out)
     }
 }
 
 /// What the conformance suite sees of this backend. The capabilities are an
 /// honest account of what this executor enforces by itself; the ones it
-/// cannot (no broker, no in-guest supervisor, no audit chain yet) are
+/// cannot (no broker, no in-guest supervisor) are
 /// unsupported, so a report produced through it does not pass until they
 /// exist, and every run stays refused.
 impl SandboxBackend for KubernetesExecutor {
@@ -877,7 +896,10 @@ impl SandboxBackend for KubernetesExecutor {
                 "resource-limits",
                 "wall clock (activeDeadlineSeconds), memory, CPU and ephemeral storage are enforced; CPU time, process count, file size and open files need an in-guest supervisor",
             ),
-            Capability::unsupported("audit-chain", "no hash-chained sandbox audit events yet"),
+            Capability::supported(
+                "audit-chain",
+                "the pod's lifecycle mapped onto a SHA-256 chain per run: open, network decision, exec, limit or cancel, cleanup",
+            ),
         ]
     }
 

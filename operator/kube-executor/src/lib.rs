@@ -62,9 +62,10 @@
 //! the run before any object or directory exists.
 //!
 //! The executor also implements `protobot_executors::SandboxBackend`, with an
-//! honest capability list: `credential-broker`, `resource-limits` (CPU time,
-//! processes, file size, open files) and `audit-chain` are unsupported today,
-//! so `run_conformance` through it fails closed and the executor stays
+//! honest capability list: `credential-broker` and `resource-limits` (CPU
+//! time, processes, file size, open files) are unsupported today (each run's
+//! pod lifecycle is mapped onto a sandbox audit chain, so `audit-chain` is
+//! supported), so `run_conformance` through it fails closed and the executor stays
 //! refused until those exist or a report from a complete deployment is
 //! supplied.
 //!

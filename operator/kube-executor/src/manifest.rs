@@ -506,6 +506,7 @@ mod tests {
                 ..Limits::default()
             },
             egress_proxy: None,
+            audit: Default::default(),
         }
     }
 

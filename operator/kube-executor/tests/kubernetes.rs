@@ -193,6 +193,11 @@ impl Env {
                 ..Limits::default()
             },
             egress_proxy: None,
+            audit: protobot_jobsite::executor::RunAudit {
+                work_item: "wi-11".into(),
+                cycle: 1,
+                trace_id: run_id.into(),
+            },
         }
     }
 
@@ -303,6 +308,25 @@ echo "integration finished" >&2"#;
     assert_eq!(task, spec.task);
     assert!(read("workspace.txt").contains("README.md"));
     assert!(out.stderr_tail.contains("integration finished"));
+    // The pod's lifecycle as a verifiable audit chain, tied to the run.
+    protobot_jobsite::sandbox_audit::verify_audit_chain(&out.audit).unwrap();
+    let types: Vec<&str> = out.audit.iter().map(|e| e.event_type.as_str()).collect();
+    assert_eq!(
+        types,
+        [
+            "sandbox.open",
+            "sandbox.network",
+            "sandbox.exec",
+            "sandbox.cleanup"
+        ]
+    );
+    assert!(
+        out.audit
+            .iter()
+            .all(|e| e.backend_name == "protobot-kubernetes"
+                && e.work_item == "wi-11"
+                && e.trace_id == spec.run_id)
+    );
     assert!(
         !out.out_dir.starts_with(&env.staging),
         "output leaves the staging volume"
@@ -377,6 +401,16 @@ async fn the_wall_clock_limit_ends_a_run_that_overstays() {
         Termination::LimitExceeded {
             limit: "wall-clock".into()
         }
+    );
+    protobot_jobsite::sandbox_audit::verify_audit_chain(&out.audit).unwrap();
+    let limit = out
+        .audit
+        .iter()
+        .find(|e| e.event_type == "sandbox.limit")
+        .expect("a sandbox.limit event");
+    assert_eq!(
+        (limit.limit_name.as_str(), limit.limit_configured.as_str()),
+        ("wall-clock", "1000ms")
     );
     assert!(
         started.elapsed() < Duration::from_secs(20),
@@ -775,10 +809,7 @@ async fn the_conformance_suite_through_this_backend_fails_closed_and_refuses() {
     assert!(!report.passed());
     let mut missing = report.missing_capabilities();
     missing.sort();
-    assert_eq!(
-        missing,
-        ["audit-chain", "credential-broker", "resource-limits"]
-    );
+    assert_eq!(missing, ["credential-broker", "resource-limits"]);
     assert!(
         env.server.writes().is_empty(),
         "failing closed runs no probe"
