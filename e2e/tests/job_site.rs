@@ -143,6 +143,11 @@ async fn scenario<E: protobot_jobsite::executor::Executor + 'static>(
             interval: Duration::from_millis(200),
             limits: Default::default(),
             egress_proxy: egress_proxy.map(str::to_owned),
+            // Every pass, for claims of any age: the scenario deletes its finished item.
+            claim_sweeps: protobot_controller::jobsite::ClaimSweeps::new(
+                Duration::ZERO,
+                Duration::ZERO,
+            ),
         },
         executor,
     ));
@@ -306,6 +311,52 @@ async fn scenario<E: protobot_jobsite::executor::Executor + 'static>(
         matches!(finalized, Ok(Some(_))),
         "the finalizer stayed on a completed item"
     );
+    // Deleting the finished item takes its idempotency-key claims with it (the
+    // Job Site's claim sweep); nothing else of the project goes.
+    let maps: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(client.clone(), &ns);
+    let work_item_id = item.spec.work_item_id.clone();
+    let claims_of_item = || async {
+        let listed = maps
+            .list(&kube::api::ListParams::default().labels("protobot.dev/wms-kind=key"))
+            .await
+            .unwrap()
+            .items;
+        listed
+            .iter()
+            .filter(|cm| {
+                cm.data
+                    .as_ref()
+                    .and_then(|d| d.get("value"))
+                    .and_then(|v| serde_json::from_str::<serde_json::Value>(v).ok())
+                    .is_some_and(|v| v["home"] == serde_json::json!(work_item_id))
+            })
+            .count()
+    };
+    let reservations = || async {
+        maps.list(&kube::api::ListParams::default().labels("protobot.dev/wms-kind=reservation"))
+            .await
+            .unwrap()
+            .items
+            .len()
+    };
+    assert!(claims_of_item().await > 0, "the build left key claims");
+    let reserved = reservations().await;
+    items
+        .delete(&name, &kube::api::DeleteParams::default())
+        .await
+        .unwrap();
+    let swept = tokio::time::timeout(timeout() * 2, async {
+        while claims_of_item().await > 0 {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await;
+    assert!(swept.is_ok(), "the deleted item's key claims stayed");
+    assert_eq!(
+        reservations().await,
+        reserved,
+        "reservations are kept: the change set must not materialize again"
+    );
     job_site.abort();
     registration.abort();
     inspection_runs.abort();
@@ -350,6 +401,7 @@ async fn an_unfinished_work_item_cannot_disappear() {
         interval: Duration::from_millis(200),
         limits: Default::default(),
         egress_proxy: None,
+        claim_sweeps: Default::default(),
     };
     protobot_controller::jobsite::pass(&client, Some(&ns), &settings, refusing).await;
     let items: Api<BuildWorkItem> = Api::namespaced(client.clone(), &ns);

@@ -108,6 +108,7 @@ async fn job_site(
             interval: Duration::from_secs(15),
             limits: Default::default(),
             egress_proxy: args.egress_proxy_url.clone(),
+            claim_sweeps: Default::default(),
         },
         executor: Arc::new(executor),
     }))

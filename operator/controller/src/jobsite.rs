@@ -64,6 +64,52 @@ pub struct Settings {
     /// Base URL of the egress proxy for runs whose worker class asks for
     /// egress (`None`: such runs are refused).
     pub egress_proxy: Option<String>,
+    /// How often each project's orphaned key claims are collected
+    /// ([`KubeStore::collect_orphaned_claims`]), and how old a claim must be.
+    pub claim_sweeps: ClaimSweeps,
+}
+
+/// When to collect the key claims of deleted work items, per project.
+#[derive(Clone, Debug)]
+pub struct ClaimSweeps {
+    /// Time between two sweeps of one project.
+    pub every: Duration,
+    /// Claims younger than this are kept (a command may be between its claim
+    /// and its item).
+    pub min_age: Duration,
+    last: Arc<std::sync::Mutex<BTreeMap<String, std::time::Instant>>>,
+}
+
+impl ClaimSweeps {
+    /// Sweeps each project at most every `every`, collecting claims older than `min_age`.
+    pub fn new(every: Duration, min_age: Duration) -> Self {
+        Self {
+            every,
+            min_age,
+            last: Arc::default(),
+        }
+    }
+
+    /// Whether `project` is due at `now`; if so, it counts as swept now.
+    pub fn due(&self, project: &str, now: std::time::Instant) -> bool {
+        let Ok(mut last) = self.last.lock() else {
+            return false;
+        };
+        match last.get(project) {
+            Some(at) if now.duration_since(*at) < self.every => false,
+            _ => {
+                last.insert(project.to_owned(), now);
+                true
+            }
+        }
+    }
+}
+
+impl Default for ClaimSweeps {
+    /// Hourly, for claims at least an hour old.
+    fn default() -> Self {
+        Self::new(Duration::from_secs(3600), Duration::from_secs(3600))
+    }
 }
 
 /// The harnesses of a project: the `ConfigMap` named by `spec.workerClassesRef`,
@@ -272,6 +318,7 @@ async fn drive_project<E: Executor + 'static>(
             lease_seconds: i64::from(spec.lease_duration_seconds),
         },
     ));
+    let sweeper = Arc::clone(&store);
     let mut config = EngineConfig::new(
         classes.worker_a,
         classes.worker_b,
@@ -338,6 +385,22 @@ async fn drive_project<E: Executor + 'static>(
     }
     publish_events(client, &ns, &settings.identity, &actions).await;
     guard_unfinished(client, &ns, &name).await;
+    if settings
+        .claim_sweeps
+        .due(&format!("{ns}/{name}"), std::time::Instant::now())
+    {
+        match sweeper
+            .collect_orphaned_claims(Timestamp::now(), settings.claim_sweeps.min_age)
+            .await
+        {
+            Ok(swept) => {
+                tracing::info!(project = %name, ?swept, "collected the key claims of deleted work items")
+            }
+            Err(e) => {
+                tracing::warn!(project = %name, error = %e, "could not collect the key claims of deleted work items; retrying at the next sweep")
+            }
+        }
+    }
     Ok(actions)
 }
 

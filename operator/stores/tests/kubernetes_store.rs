@@ -286,6 +286,82 @@ async fn enumerating_work_items_lists_items_and_never_the_key_claims() {
     assert!(claims >= 1, "the claim's audit event is still read");
 }
 
+async fn key_claims(server: &ApiServer) -> usize {
+    let maps: Api<k8s_openapi::api::core::v1::ConfigMap> =
+        Api::namespaced(server.client(), "default");
+    maps.list(&kube::api::ListParams::default().labels("protobot.dev/wms-kind=key"))
+        .await
+        .unwrap()
+        .items
+        .len()
+}
+
+#[tokio::test]
+async fn key_claims_of_a_deleted_work_item_are_collected_once_old_enough() {
+    let server = server();
+    let store = seeded(&server).await;
+    let mut other = WorkItemRecord::new("wi-2", "demo", State::ReadyForBuilding, 1);
+    other.readiness = Readiness::complete();
+    store.import(Import::Record(other)).await.unwrap();
+    let mut on_other = claim("k2");
+    on_other.work_item_id = "wi-2".into();
+    for op in [claim("k1"), on_other.clone()] {
+        let r = store.execute(Some(&job_site()), &op, now()).await.unwrap();
+        assert!(r.ok, "{:?}", r.error);
+    }
+    assert_eq!(key_claims(&server).await, 2);
+    // Nothing is orphaned while every item exists.
+    let later = jiff::Timestamp::now() + SignedDuration::from_hours(2);
+    let hour = std::time::Duration::from_secs(3600);
+    let swept = store.collect_orphaned_claims(later, hour).await.unwrap();
+    assert_eq!(swept.deleted + swept.too_young, 0, "{swept:?}");
+
+    // An administrator deletes the first item (finished, in real life).
+    let items: Api<BuildWorkItem> = Api::namespaced(server.client(), "default");
+    items
+        .delete("wi-1", &kube::api::DeleteParams::default())
+        .await
+        .unwrap();
+    // Too young: a command may sit between its claim and its item's creation.
+    let swept = store
+        .collect_orphaned_claims(jiff::Timestamp::now(), hour)
+        .await
+        .unwrap();
+    assert_eq!((swept.deleted, swept.too_young), (0, 1), "{swept:?}");
+    // A failing delete says so and removes nothing.
+    server.faults().inject(
+        FaultRule::on(Verb::Delete)
+            .resource("configmaps")
+            .status(500),
+    );
+    let err = store
+        .collect_orphaned_claims(later, hour)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::Unavailable(_)), "{err}");
+    server.faults().clear();
+    assert_eq!(key_claims(&server).await, 2);
+
+    let swept = store.collect_orphaned_claims(later, hour).await.unwrap();
+    assert_eq!((swept.deleted, swept.too_young), (1, 0), "{swept:?}");
+    assert_eq!(key_claims(&server).await, 1);
+    // The other item's key still replays; the deleted item's key is evaluated afresh.
+    let replay = store
+        .execute(Some(&job_site()), &on_other, now())
+        .await
+        .unwrap();
+    assert!(replay.decision.unwrap().replayed);
+    let again = store
+        .execute(Some(&job_site()), &claim("k1"), now())
+        .await
+        .unwrap();
+    assert!(!again.ok, "the item is gone");
+    assert!(!again.decision.is_some_and(|d| d.replayed));
+    // Idempotent: a second sweep finds nothing more of wi-1's.
+    let swept = store.collect_orphaned_claims(later, hour).await.unwrap();
+    assert_eq!(swept.deleted, 0, "{swept:?}");
+}
+
 fn ledger_of(item: &BuildWorkItem) -> serde_json::Value {
     serde_json::from_str(item.status.as_ref().unwrap().ledger.as_deref().unwrap()).unwrap()
 }

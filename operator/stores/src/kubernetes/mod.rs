@@ -812,6 +812,106 @@ impl WorkStore for KubeStore {
     }
 }
 
+/// What [`KubeStore::collect_orphaned_claims`] did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct OrphanedClaims {
+    /// Key claims deleted: their home work item is gone.
+    pub deleted: usize,
+    /// Key claims whose home item is gone but that are younger than the minimum age.
+    pub too_young: usize,
+    /// Key claims changed or removed by someone else meanwhile (left for the next sweep).
+    pub raced: usize,
+}
+
+impl KubeStore {
+    /// Deletes the idempotency-key claims whose home work item no longer exists and that
+    /// were created at least `min_age` before `now`.
+    ///
+    /// One key-claim ConfigMap is created per command and the contract never expires keys,
+    /// so claims are kept as long as their work item: a finished `BuildWorkItem` deleted by
+    /// an administrator takes its ledger and, after this sweep, its claims with it. A retry
+    /// of such a command is then evaluated afresh (the item is gone: `NOT_FOUND`).
+    ///
+    /// Left alone:
+    /// - claims with no home item (results of commands that touched no item);
+    /// - materialization reservations, which keep a registered change set from being
+    ///   materialized twice.
+    ///
+    /// `min_age` covers a command between writing its claim and creating its item (the
+    /// commit point). Each home item is checked by name just before its claims go, and each
+    /// delete carries the claim's `resourceVersion`, so a claim rewritten meanwhile stays.
+    pub async fn collect_orphaned_claims(
+        &self,
+        now: Timestamp,
+        min_age: std::time::Duration,
+    ) -> Result<OrphanedClaims, StoreError> {
+        let selector = format!("{},{KIND_LABEL}={}", self.selector(), Kind::Key.as_str());
+        let claims = self
+            .config_maps()
+            .list(&ListParams::default().labels(&selector))
+            .await
+            .map_err(|e| StoreError::Unavailable(format!("failed to list key claims: {e}")))?;
+        let min_age = jiff::SignedDuration::try_from(min_age).unwrap_or(jiff::SignedDuration::MAX);
+        let mut report = OrphanedClaims::default();
+        let mut item_exists: BTreeMap<String, bool> = BTreeMap::new();
+        for cm in claims.items {
+            let Some(((_, _), value, loaded)) = decode_config_map(cm.clone())? else {
+                continue;
+            };
+            let Ok(claim) = serde_json::from_value::<shard::KeyClaim>(value) else {
+                continue;
+            };
+            let Some(home) = claim.home else { continue };
+            let exists = match item_exists.get(&home) {
+                Some(exists) => *exists,
+                None => {
+                    let exists = self
+                        .item_api()
+                        .get_opt(&item_name(&home))
+                        .await
+                        .map_err(|e| {
+                            StoreError::Unavailable(format!("failed to read work item {home}: {e}"))
+                        })?
+                        .is_some();
+                    item_exists.insert(home.clone(), exists);
+                    exists
+                }
+            };
+            if exists {
+                continue;
+            }
+            let created = cm
+                .metadata
+                .creation_timestamp
+                .as_ref()
+                .and_then(|t| t.0.to_string().parse::<Timestamp>().ok());
+            let old_enough = created.is_some_and(|c| now.duration_since(c) >= min_age);
+            if !old_enough {
+                report.too_young += 1;
+                continue;
+            }
+            let params = kube::api::DeleteParams {
+                preconditions: Some(kube::api::Preconditions {
+                    resource_version: loaded.resource_version.clone(),
+                    uid: cm.metadata.uid.clone(),
+                }),
+                ..kube::api::DeleteParams::default()
+            };
+            match self.config_maps().delete(&loaded.name, &params).await {
+                Ok(_) => report.deleted += 1,
+                Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => report.raced += 1,
+                Err(e) => {
+                    return Err(StoreError::Unavailable(format!(
+                        "failed to delete key claim {}: {e}",
+                        loaded.name
+                    )));
+                }
+            }
+        }
+        Ok(report)
+    }
+}
+
 impl KubeStore {
     /// The whole project, joined.
     async fn state(&self) -> Result<WmsState, StoreError> {
