@@ -804,6 +804,11 @@ mod tests {
         let repo = Repository::init(dir).unwrap();
         let signature = Signature::new("t", "t@example.invalid", &Time::new(1, 0)).unwrap();
         let mut parent: Option<Oid> = None;
+        let mut next = rng(0x0123_4567_89AB_CDEF);
+        let random: Vec<u8> = (0..(2 * MAX_CHUNK + 12_345) / 8)
+            .flat_map(|_| next().to_le_bytes())
+            .collect();
+        let huge = repo.blob(&random).unwrap();
         for version in 0..30u32 {
             let mut builder = repo.treebuilder(None).unwrap();
             for file in 0..6u32 {
@@ -831,6 +836,8 @@ mod tests {
             builder
                 .insert("empty", repo.blob(b"").unwrap(), 0o100644)
                 .unwrap();
+            // Random bytes: their compressed stream spans several reads of the pack.
+            builder.insert("huge.bin", huge, 0o100644).unwrap();
             let tree = repo.find_tree(builder.write().unwrap()).unwrap();
             let parents: Vec<git2::Commit<'_>> = parent
                 .iter()
