@@ -710,6 +710,7 @@ async fn an_applied_bug_report_is_built_to_completed_by_the_in_cluster_job_site(
             limits: Default::default(),
             egress_proxy: None,
             claim_sweeps: Default::default(),
+            metrics: None,
         },
         std::sync::Arc::new(protobot_executors::LocalExecutor::new(
             protobot_executors::BubblewrapConfig::under(&tmp.path().join("sandbox")),

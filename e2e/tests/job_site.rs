@@ -134,6 +134,17 @@ async fn scenario<E: protobot_jobsite::executor::Executor + 'static>(
         client.clone(),
         Some(ns.clone()),
     ));
+    // The Job Site's metrics, as the operator registers them.
+    struct NoCounts;
+    impl protobot_controller::metrics::StateCounts for NoCounts {
+        fn counts(&self) -> Vec<(protobot_lifecycle::State, u64)> {
+            Vec::new()
+        }
+    }
+    let registry = prometheus::Registry::new();
+    let metrics =
+        protobot_controller::metrics::JobSiteMetrics::register(&registry, Arc::new(NoCounts))
+            .unwrap();
     let job_site = tokio::spawn(run(
         client.clone(),
         Some(ns.clone()),
@@ -148,6 +159,7 @@ async fn scenario<E: protobot_jobsite::executor::Executor + 'static>(
                 Duration::ZERO,
                 Duration::ZERO,
             ),
+            metrics: Some(metrics.clone()),
         },
         executor,
     ));
@@ -311,6 +323,12 @@ async fn scenario<E: protobot_jobsite::executor::Executor + 'static>(
         matches!(finalized, Ok(Some(_))),
         "the finalizer stayed on a completed item"
     );
+    // The pass was counted: one claim, one merge, an item that took two cycles.
+    assert_eq!(metrics.claims.with_label_values(&["allowed"]).get(), 1);
+    assert_eq!(metrics.merges.with_label_values(&["merged"]).get(), 1);
+    assert_eq!(metrics.triage_cycles.get_sample_count(), 1);
+    assert!((metrics.triage_cycles.get_sample_sum() - 2.0).abs() < f64::EPSILON);
+    assert_eq!(metrics.registration_to_completion.get_sample_count(), 1);
     // Deleting the finished item takes its idempotency-key claims with it (the
     // Job Site's claim sweep); nothing else of the project goes.
     let maps: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(client.clone(), &ns);
@@ -402,6 +420,7 @@ async fn an_unfinished_work_item_cannot_disappear() {
         limits: Default::default(),
         egress_proxy: None,
         claim_sweeps: Default::default(),
+        metrics: None,
     };
     protobot_controller::jobsite::pass(&client, Some(&ns), &settings, refusing).await;
     let items: Api<BuildWorkItem> = Api::namespaced(client.clone(), &ns);

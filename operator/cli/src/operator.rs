@@ -109,6 +109,8 @@ async fn job_site(
             limits: Default::default(),
             egress_proxy: args.egress_proxy_url.clone(),
             claim_sweeps: Default::default(),
+            // Set by `protobot_controller::operator::run`, which owns the registry.
+            metrics: None,
         },
         executor: Arc::new(executor),
     }))

@@ -67,6 +67,8 @@ pub struct Settings {
     /// How often each project's orphaned key claims are collected
     /// ([`KubeStore::collect_orphaned_claims`]), and how old a claim must be.
     pub claim_sweeps: ClaimSweeps,
+    /// Where passes are counted (`None`: not recorded).
+    pub metrics: Option<crate::metrics::JobSiteMetrics>,
 }
 
 /// When to collect the key claims of deleted work items, per project.
@@ -245,18 +247,30 @@ pub async fn pass<E: Executor + 'static>(
     };
     let list = match projects.list(&Default::default()).await {
         Ok(l) => l.items,
-        Err(e) => return vec![(String::new(), Err(e.to_string()))],
+        Err(e) => {
+            if let Some(metrics) = &settings.metrics {
+                metrics
+                    .reconcile_errors
+                    .with_label_values(&["buildworkitem", "api"])
+                    .inc();
+            }
+            return vec![(String::new(), Err(e.to_string()))];
+        }
     };
     let mut report = Vec::new();
     for project in list {
         let name = project.name_any();
-        let result = drive_project(client, &project, settings, executor.clone())
-            .await
-            .map_err(|e| e.to_string());
+        let result = drive_project(client, &project, settings, executor.clone()).await;
         if let Err(e) = &result {
+            if let Some(metrics) = &settings.metrics {
+                metrics
+                    .reconcile_errors
+                    .with_label_values(&["buildworkitem", e.category()])
+                    .inc();
+            }
             tracing::warn!(project = %name, error = %e, "job site pass failed");
         }
-        report.push((name, result));
+        report.push((name, result.map_err(|e| e.to_string())));
     }
     report
 }
@@ -383,6 +397,10 @@ async fn drive_project<E: Executor + 'static>(
             publish_inspections(client, &ns, report).await;
         }
     }
+    if let Some(metrics) = &settings.metrics {
+        metrics.record_actions(&actions);
+        record_completions(client, &ns, metrics, &actions).await;
+    }
     publish_events(client, &ns, &settings.identity, &actions).await;
     guard_unfinished(client, &ns, &name).await;
     if settings
@@ -402,6 +420,18 @@ async fn drive_project<E: Executor + 'static>(
         }
     }
     Ok(actions)
+}
+
+impl ProjectError {
+    /// Stable label for `protobot_reconcile_errors_total{category}`.
+    pub fn category(&self) -> &'static str {
+        match self {
+            ProjectError::WorkerClasses { .. } => "worker-classes",
+            ProjectError::Repository { .. } => "repository",
+            ProjectError::Api { .. } => "api",
+            ProjectError::Pass { .. } => "pass",
+        }
+    }
 }
 
 /// The bug intakes recorded on the statuses of `project`'s BugReports (read
@@ -529,7 +559,7 @@ pub fn event_for(action: &SiteAction) -> Option<(String, Event)> {
             work_item_id.clone(),
             event(EventType::Warning, "BuildStopped", "Build", error.clone()),
         ),
-        SiteAction::LostClaim { .. } => return None,
+        SiteAction::Claimed { .. } | SiteAction::LostClaim { .. } => return None,
     })
 }
 
@@ -647,6 +677,39 @@ pub fn inspection_runs(item: &BuildWorkItem, report: &BuildReport) -> Vec<serde_
         .collect()
 }
 
+/// `protobot_registration_to_completion_seconds` for every item this pass completed: from
+/// its `BuildWorkItem`'s creation (registration) to now.
+async fn record_completions(
+    client: &Client,
+    ns: &str,
+    metrics: &crate::metrics::JobSiteMetrics,
+    actions: &[SiteAction],
+) {
+    let items: Api<BuildWorkItem> = Api::namespaced(client.clone(), ns);
+    for action in actions {
+        let SiteAction::Built { report } = action else {
+            continue;
+        };
+        if report.state != protobot_lifecycle::State::Completed {
+            continue;
+        }
+        let Ok(item) = items.get(&item_name(&report.work_item_id)).await else {
+            continue;
+        };
+        let registered = item
+            .metadata
+            .creation_timestamp
+            .as_ref()
+            .and_then(|t| t.0.to_string().parse::<Timestamp>().ok());
+        if let Some(registered) = registered {
+            let took = Timestamp::now().duration_since(registered);
+            metrics
+                .registration_to_completion
+                .observe(took.as_secs_f64().max(0.0));
+        }
+    }
+}
+
 async fn publish_inspections(client: &Client, ns: &str, report: &BuildReport) {
     let items: Api<BuildWorkItem> = Api::namespaced(client.clone(), ns);
     let Ok(item) = items.get(&item_name(&report.work_item_id)).await else {
@@ -707,6 +770,11 @@ pub async fn run<E: Executor + 'static>(
                 }
             }
         }
+        // Dropped at the end of the iteration: the pass's duration.
+        let _timer = settings
+            .metrics
+            .as_ref()
+            .map(|m| m.reconcile("buildworkitem"));
         let report = pass(&client, namespace.as_deref(), &settings, executor.clone()).await;
         for (project, result) in report {
             match result {

@@ -14,6 +14,7 @@ use prometheus::{
     core::{Collector, Desc},
     proto::MetricFamily,
 };
+use protobot_jobsite::{engine::BuildReport, site::SiteAction};
 use protobot_lifecycle::State;
 
 /// Where the scrape-time collector reads work-item counts from.
@@ -277,6 +278,83 @@ impl JobSiteMetrics {
     }
 }
 
+impl std::fmt::Debug for JobSiteMetrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("JobSiteMetrics").finish_non_exhaustive()
+    }
+}
+
+/// The `outcome` of a refused claim, by its code: the item moved on under us (`stale`), this
+/// Job Site already holds it (`duplicate`), anything else (`rejected`).
+pub fn lost_claim_outcome(code: &str) -> &'static str {
+    match code {
+        "STALE_STATE" | "STALE_CONTRACT_VERSION" | "INVALID_TRANSITION" | "PRECONDITION_FAILED" => {
+            "stale"
+        }
+        "DUPLICATE_CLAIM" => "duplicate",
+        _ => "rejected",
+    }
+}
+
+impl JobSiteMetrics {
+    /// Records what one Job Site pass did: claims and lost claims, lease recoveries and
+    /// the reconciler's other repairs, merges (and landings that found `main` moved),
+    /// escalations between cycles, cycles per completed item, builds that stopped.
+    pub fn record_actions(&self, actions: &[SiteAction]) {
+        for action in actions {
+            match action {
+                SiteAction::Claimed { .. } => self.claims.with_label_values(&["allowed"]).inc(),
+                SiteAction::LostClaim { code, .. } => self
+                    .claims
+                    .with_label_values(&[lost_claim_outcome(code)])
+                    .inc(),
+                SiteAction::RecoveredLease { .. } => {
+                    self.lease_expiries.inc();
+                    self.reconciler_repairs
+                        .with_label_values(&["recover-lease"])
+                        .inc();
+                }
+                SiteAction::RecordedMerge { .. } => self
+                    .reconciler_repairs
+                    .with_label_values(&["record-merge"])
+                    .inc(),
+                SiteAction::MergeNotApplied { .. } => {
+                    self.reconciler_repairs
+                        .with_label_values(&["merge-not-applied"])
+                        .inc();
+                    self.merges.with_label_values(&["not-applied"]).inc();
+                }
+                SiteAction::Built { report } => self.record_build(report),
+                SiteAction::Failed { .. } => self
+                    .reconcile_errors
+                    .with_label_values(&["buildworkitem", "build-stopped"])
+                    .inc(),
+                SiteAction::DependenciesRefreshed { .. } | SiteAction::Revalidated { .. } => {}
+            }
+        }
+    }
+
+    fn record_build(&self, report: &BuildReport) {
+        // Each revalidation is a landing that found the default branch moved.
+        self.merges
+            .with_label_values(&["conflict"])
+            .inc_by(u64::from(report.revalidations));
+        for pair in report.cycles.windows(2) {
+            if pair[1].tier > pair[0].tier {
+                let tier = serde_json::to_value(pair[1].tier)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_owned))
+                    .unwrap_or_default();
+                self.escalations.with_label_values(&[tier.as_str()]).inc();
+            }
+        }
+        if report.state == State::Completed && report.merge_commit.is_some() {
+            self.merges.with_label_values(&["merged"]).inc();
+            self.triage_cycles.observe(report.cycles.len() as f64);
+        }
+    }
+}
+
 /// Drop-based reconcile timer.
 pub struct ReconcileTimer {
     metrics: JobSiteMetrics,
@@ -300,5 +378,124 @@ impl Drop for ReconcileTimer {
             .reconcile_duration
             .with_label_values(&[self.controller.as_str()])
             .observe(self.start.elapsed().as_secs_f64());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use protobot_jobsite::{
+        engine::{BuildReport, CycleReport},
+        escalation::Tier,
+    };
+
+    use super::*;
+
+    struct NoCounts;
+
+    impl StateCounts for NoCounts {
+        fn counts(&self) -> Vec<(State, u64)> {
+            Vec::new()
+        }
+    }
+
+    fn cycle(n: u32, tier: Tier) -> CycleReport {
+        CycleReport {
+            cycle: n,
+            decision: "implementation".into(),
+            feedback: Vec::new(),
+            redactions: 0,
+            projection_files_scanned: 0,
+            tier,
+        }
+    }
+
+    fn built(state: State, tiers: &[Tier], revalidations: u32) -> SiteAction {
+        SiteAction::Built {
+            report: Box::new(BuildReport {
+                work_item_id: "wi-1".into(),
+                state,
+                cycles: tiers
+                    .iter()
+                    .enumerate()
+                    .map(|(i, t)| cycle(i as u32 + 1, *t))
+                    .collect(),
+                inspections: Vec::new(),
+                revalidations,
+                merge_commit: (state == State::Completed).then(|| "abc".into()),
+                product_tree_digest: None,
+                block_reason: None,
+            }),
+        }
+    }
+
+    #[test]
+    fn a_pass_is_counted_by_what_it_did() {
+        let m = JobSiteMetrics::register(&Registry::new(), Arc::new(NoCounts)).unwrap();
+        let id = || "wi-1".to_owned();
+        m.record_actions(&[
+            SiteAction::Claimed { work_item_id: id() },
+            SiteAction::LostClaim {
+                work_item_id: id(),
+                code: "STALE_CONTRACT_VERSION".into(),
+            },
+            SiteAction::LostClaim {
+                work_item_id: id(),
+                code: "DUPLICATE_CLAIM".into(),
+            },
+            SiteAction::LostClaim {
+                work_item_id: id(),
+                code: "UNAUTHORIZED_ACTION".into(),
+            },
+            SiteAction::RecoveredLease { work_item_id: id() },
+            SiteAction::MergeNotApplied { work_item_id: id() },
+            SiteAction::RecordedMerge {
+                work_item_id: id(),
+                merge_commit: "abc".into(),
+            },
+            SiteAction::Failed {
+                work_item_id: id(),
+                error: "boom".into(),
+            },
+            built(State::Completed, &[Tier::T1, Tier::T1, Tier::T2], 1),
+            // Resumed into blocked: no merge, no cycles observed.
+            built(State::Blocked, &[Tier::T2, Tier::T3], 0),
+        ]);
+        let claims = |o: &str| m.claims.with_label_values(&[o]).get();
+        assert_eq!(
+            [
+                claims("allowed"),
+                claims("stale"),
+                claims("duplicate"),
+                claims("rejected")
+            ],
+            [1, 1, 1, 1]
+        );
+        assert_eq!(m.lease_expiries.get(), 1);
+        let repairs = |k: &str| m.reconciler_repairs.with_label_values(&[k]).get();
+        assert_eq!(
+            [
+                repairs("recover-lease"),
+                repairs("merge-not-applied"),
+                repairs("record-merge")
+            ],
+            [1, 1, 1]
+        );
+        let merges = |o: &str| m.merges.with_label_values(&[o]).get();
+        assert_eq!(
+            [merges("merged"), merges("not-applied"), merges("conflict")],
+            [1, 1, 1]
+        );
+        let escalations = |t: &str| m.escalations.with_label_values(&[t]).get();
+        assert_eq!([escalations("t2"), escalations("t3")], [1, 1]);
+        assert_eq!(m.triage_cycles.get_sample_count(), 1);
+        assert!((m.triage_cycles.get_sample_sum() - 3.0).abs() < f64::EPSILON);
+        assert_eq!(
+            m.reconcile_errors
+                .with_label_values(&["buildworkitem", "build-stopped"])
+                .get(),
+            1
+        );
     }
 }

@@ -141,7 +141,7 @@ pub async fn run<E: protobot_jobsite::executor::Executor + 'static>(
     };
     let (reader, reflect) = state_cache(items);
     let registry = prometheus::Registry::new();
-    let _metrics = JobSiteMetrics::register(&registry, Arc::new(CachedStates(reader.clone())))?;
+    let metrics = JobSiteMetrics::register(&registry, Arc::new(CachedStates(reader.clone())))?;
     let readiness = Readiness::default();
     let (bound, _server) = admin::serve(admin_addr, registry, readiness.clone()).await?;
     tracing::info!(version = env!("CARGO_PKG_VERSION"), %bound, namespace = ?namespace, "protobot operator starting");
@@ -173,7 +173,11 @@ pub async fn run<E: protobot_jobsite::executor::Executor + 'static>(
     let jobs = async {
         match job_site {
             Some(j) => {
-                crate::jobsite::run(client.clone(), namespace.clone(), j.settings, j.executor).await
+                let settings = crate::jobsite::Settings {
+                    metrics: Some(metrics.clone()),
+                    ..j.settings
+                };
+                crate::jobsite::run(client.clone(), namespace.clone(), settings, j.executor).await
             }
             None => tracing::info!("no Job Site in this replica (registration and metrics only)"),
         }

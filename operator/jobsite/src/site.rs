@@ -268,10 +268,17 @@ pub enum SiteAction {
         /// The report.
         report: Box<BuildReport>,
     },
-    /// Another Job Site won the claim.
+    /// This Job Site claimed the item (its build follows).
+    Claimed {
+        /// Item.
+        work_item_id: String,
+    },
+    /// The claim was refused: another Job Site won it, or the item moved on.
     LostClaim {
         /// Item.
         work_item_id: String,
+        /// The refusal's code (`STALE_VERSION`, `INVALID_STATE`, …).
+        code: String,
     },
     /// A waiting item's dependencies all completed: it is ready now.
     DependenciesRefreshed {
@@ -332,9 +339,14 @@ impl<S: WorkStore + 'static, E: Executor> JobSite<S, E> {
         let mut all = Vec::new();
         loop {
             let actions = self.run_once().await?;
-            let progressed = actions
-                .iter()
-                .any(|a| !matches!(a, SiteAction::LostClaim { .. } | SiteAction::Failed { .. }));
+            let progressed = actions.iter().any(|a| {
+                !matches!(
+                    a,
+                    SiteAction::Claimed { .. }
+                        | SiteAction::LostClaim { .. }
+                        | SiteAction::Failed { .. }
+                )
+            });
             all.extend(actions);
             if !progressed {
                 return Ok(all);
@@ -410,7 +422,10 @@ impl<S: WorkStore + 'static, E: Executor> JobSite<S, E> {
                 continue;
             };
             match self.claim(record).await? {
-                Some(claim) => {
+                Ok(claim) => {
+                    actions.push(SiteAction::Claimed {
+                        work_item_id: id.clone(),
+                    });
                     if let Err(e) = self.engine.boundary(&id, "after:claim") {
                         actions.push(SiteAction::Failed {
                             work_item_id: id,
@@ -424,7 +439,10 @@ impl<S: WorkStore + 'static, E: Executor> JobSite<S, E> {
                             .await,
                     )
                 }
-                None => actions.push(SiteAction::LostClaim { work_item_id: id }),
+                Err(code) => actions.push(SiteAction::LostClaim {
+                    work_item_id: id,
+                    code,
+                }),
             }
         }
         Ok(actions)
@@ -493,8 +511,9 @@ impl<S: WorkStore + 'static, E: Executor> JobSite<S, E> {
         }
     }
 
-    /// Claims `record` (compare-and-swap on its version); `None` if another Job Site won.
-    async fn claim(&self, record: &WorkItemRecord) -> Result<Option<Claim>, SiteError> {
+    /// Claims `record` (compare-and-swap on its version); `Err(code)` if the claim was
+    /// refused (another Job Site won, or the item moved on).
+    async fn claim(&self, record: &WorkItemRecord) -> Result<Result<Claim, String>, SiteError> {
         let env = OperationEnvelope {
             operation: Command::Claim.as_str().into(),
             actor_context_ref: "job-site".into(),
@@ -513,15 +532,18 @@ impl<S: WorkStore + 'static, E: Executor> JobSite<S, E> {
             .execute(Some(&self.engine.context), &env, self.now())
             .await?;
         let Some(decision) = result.decision.as_ref().filter(|_| result.ok) else {
-            tracing::debug!(work_item = %record.id, code = ?result.code(), "claim lost");
-            return Ok(None);
+            let code = result
+                .code()
+                .map_or_else(|| "REJECTED".to_owned(), |c| c.as_str().to_owned());
+            tracing::debug!(work_item = %record.id, %code, "claim lost");
+            return Ok(Err(code));
         };
         let (Some(token), Some(after)) = (decision.fencing_token_issued.clone(), decision.after)
         else {
-            return Ok(None);
+            return Ok(Err("NO_FENCING_TOKEN".to_owned()));
         };
         tracing::info!(work_item = %record.id, "claimed");
-        Ok(Some(Claim::new(Held {
+        Ok(Ok(Claim::new(Held {
             work_item_id: record.id.clone(),
             fencing_token: token,
             state: after.state,
