@@ -125,16 +125,7 @@ async fn scenario<E: protobot_jobsite::executor::Executor + 'static>(
         egress_proxy.is_some(),
     )
     .await;
-    let registration = tokio::spawn(protobot_controller::changeset::run_with(
-        client.clone(),
-        Some(ns.clone()),
-        tmp.path().join("registry"),
-    ));
-    let inspection_runs = tokio::spawn(protobot_controller::inspectionrun::run_with(
-        client.clone(),
-        Some(ns.clone()),
-    ));
-    // The Job Site's metrics, as the operator registers them.
+    // The operator's metrics, as it registers them.
     struct NoCounts;
     impl protobot_controller::metrics::StateCounts for NoCounts {
         fn counts(&self) -> Vec<(protobot_lifecycle::State, u64)> {
@@ -145,6 +136,17 @@ async fn scenario<E: protobot_jobsite::executor::Executor + 'static>(
     let metrics =
         protobot_controller::metrics::JobSiteMetrics::register(&registry, Arc::new(NoCounts))
             .unwrap();
+    let registration = tokio::spawn(protobot_controller::changeset::run_metered(
+        client.clone(),
+        Some(ns.clone()),
+        tmp.path().join("registry"),
+        Some(metrics.clone()),
+    ));
+    let inspection_runs = tokio::spawn(protobot_controller::inspectionrun::run_metered(
+        client.clone(),
+        Some(ns.clone()),
+        Some(metrics.clone()),
+    ));
     let job_site = tokio::spawn(run(
         client.clone(),
         Some(ns.clone()),
@@ -329,6 +331,13 @@ async fn scenario<E: protobot_jobsite::executor::Executor + 'static>(
     assert_eq!(metrics.triage_cycles.get_sample_count(), 1);
     assert!((metrics.triage_cycles.get_sample_sum() - 2.0).abs() < f64::EPSILON);
     assert_eq!(metrics.registration_to_completion.get_sample_count(), 1);
+    for controller in ["changeset", "inspectionrun", "buildworkitem"] {
+        let timed = metrics
+            .reconcile_duration
+            .with_label_values(&[controller])
+            .get_sample_count();
+        assert!(timed > 0, "no {controller} reconcile was timed");
+    }
     // Deleting the finished item takes its idempotency-key claims with it (the
     // Job Site's claim sweep); nothing else of the project goes.
     let maps: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(client.clone(), &ns);

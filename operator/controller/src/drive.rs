@@ -23,20 +23,68 @@ where
     }
 }
 
-/// Runs a controller over `api` until the stream ends (shutdown).
+/// An error with a stable label for `protobot_reconcile_errors_total{category}`.
+pub trait Categorized {
+    /// The label.
+    fn category(&self) -> &'static str;
+}
+
+impl Categorized for crate::registration::Error {
+    fn category(&self) -> &'static str {
+        crate::registration::Error::category(self)
+    }
+}
+
+impl Categorized for crate::project::Error {
+    fn category(&self) -> &'static str {
+        crate::project::Error::category(self)
+    }
+}
+
+impl Categorized for crate::inspectionrun::Error {
+    fn category(&self) -> &'static str {
+        crate::inspectionrun::Error::category(self)
+    }
+}
+
+/// Where a controller's reconciles are timed and its failures counted:
+/// `protobot_reconcile_duration_seconds{controller}` and
+/// `protobot_reconcile_errors_total{controller,category}`.
+#[derive(Clone, Debug)]
+pub struct Metered {
+    /// The registry's families.
+    pub metrics: crate::metrics::JobSiteMetrics,
+    /// The `controller` label.
+    pub controller: &'static str,
+}
+
+/// Runs a controller over `api` until the stream ends (shutdown); with `metered`, every
+/// reconcile is timed and every failure counted by category.
 pub async fn run<K, C, E, Fut>(
     api: Api<K>,
-    reconcile: impl FnMut(Arc<K>, Arc<C>) -> Fut,
+    mut reconcile: impl FnMut(Arc<K>, Arc<C>) -> Fut,
     error_policy: impl Fn(Arc<K>, &E, Arc<C>) -> Action,
     ctx: Arc<C>,
+    metered: Option<Metered>,
 ) where
     K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
     K::DynamicType: Default + Eq + Hash + Clone + Debug + Unpin,
-    E: std::error::Error + Send + Sync + 'static,
+    E: std::error::Error + Categorized + Send + Sync + 'static,
     Fut: Future<Output = Result<Action, E>> + Send + 'static,
 {
+    let timed = move |object: Arc<K>, ctx: Arc<C>| {
+        let timer = metered.as_ref().map(|m| m.metrics.reconcile(m.controller));
+        let reconciled = reconcile(object, ctx);
+        async move {
+            let result = reconciled.await;
+            if let (Some(timer), Err(e)) = (&timer, &result) {
+                timer.fail(e.category());
+            }
+            result
+        }
+    };
     Controller::new(api, watcher::Config::default())
-        .run(reconcile, error_policy, ctx)
+        .run(timed, error_policy, ctx)
         .for_each(|r| async move {
             if let Err(e) = r {
                 tracing::debug!(error = %e, "controller event");

@@ -259,7 +259,13 @@ impl JobSiteMetrics {
                 m.worker_pods.with_label_values(&[role, phase]).set(0);
             }
         }
-        for controller in ["project", "changeset", "buildworkitem", "inspectionrun"] {
+        for controller in [
+            "project",
+            "changeset",
+            "bugreport",
+            "buildworkitem",
+            "inspectionrun",
+        ] {
             m.reconcile_duration.with_label_values(&[controller]);
             m.reconcile_errors.with_label_values(&[controller, "none"]);
         }

@@ -160,16 +160,29 @@ pub async fn run<E: protobot_jobsite::executor::Executor + 'static>(
         .as_ref()
         .map(|j| j.settings.workdir.join("registry"))
         .unwrap_or_else(|| std::env::temp_dir().join("protobot-repositories"));
-    let registration =
-        crate::changeset::run_with(client.clone(), namespace.clone(), registry_dir.clone());
-    let bug_registration =
-        crate::bugreport::run_with(client.clone(), namespace.clone(), registry_dir.clone());
+    let registration = crate::changeset::run_metered(
+        client.clone(),
+        namespace.clone(),
+        registry_dir.clone(),
+        Some(metrics.clone()),
+    );
+    let bug_registration = crate::bugreport::run_metered(
+        client.clone(),
+        namespace.clone(),
+        registry_dir.clone(),
+        Some(metrics.clone()),
+    );
     // Every replica observes Projects: the status is applied under one field
     // manager from what each observed, so replicas write the same thing.
     let mut project_ctx = crate::project::Context::new(client.clone(), registry_dir);
     project_ctx.profiles = profiles;
-    let projects = crate::project::run_context(namespace.clone(), Arc::new(project_ctx));
-    let inspection_runs = crate::inspectionrun::run_with(client.clone(), namespace.clone());
+    let projects = crate::project::run_metered(
+        namespace.clone(),
+        Arc::new(project_ctx),
+        Some(metrics.clone()),
+    );
+    let inspection_runs =
+        crate::inspectionrun::run_metered(client.clone(), namespace.clone(), Some(metrics.clone()));
     let jobs = async {
         match job_site {
             Some(j) => {

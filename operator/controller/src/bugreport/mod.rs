@@ -333,7 +333,21 @@ pub fn error_policy(bug: Arc<BugReport>, error: &Error, _ctx: Arc<Context>) -> A
 /// Runs the controller until the stream ends (shutdown), with the repository
 /// cache under `workdir`.
 pub async fn run_with(client: Client, namespace: Option<String>, workdir: PathBuf) {
+    run_metered(client, namespace, workdir, None).await;
+}
+
+/// [`run_with`], with reconciles timed and failures counted (`controller="bugreport"`).
+pub async fn run_metered(
+    client: Client,
+    namespace: Option<String>,
+    workdir: PathBuf,
+    metrics: Option<crate::metrics::JobSiteMetrics>,
+) {
     let api = crate::drive::scoped_api::<BugReport>(client.clone(), namespace.as_deref());
     let ctx = Arc::new(Context { client, workdir });
-    crate::drive::run(api, reconcile, error_policy, ctx).await;
+    let metered = metrics.map(|metrics| crate::drive::Metered {
+        metrics,
+        controller: "bugreport",
+    });
+    crate::drive::run(api, reconcile, error_policy, ctx, metered).await;
 }

@@ -249,7 +249,21 @@ pub async fn run(client: Client, namespace: Option<String>) {
 
 /// [`run`] with the repository cache under `workdir`.
 pub async fn run_with(client: Client, namespace: Option<String>, workdir: PathBuf) {
+    run_metered(client, namespace, workdir, None).await;
+}
+
+/// [`run_with`], with reconciles timed and failures counted (`controller="changeset"`).
+pub async fn run_metered(
+    client: Client,
+    namespace: Option<String>,
+    workdir: PathBuf,
+    metrics: Option<crate::metrics::JobSiteMetrics>,
+) {
     let api = crate::drive::scoped_api::<ChangeSet>(client.clone(), namespace.as_deref());
     let ctx = Arc::new(Context { client, workdir });
-    crate::drive::run(api, reconcile, error_policy, ctx).await;
+    let metered = metrics.map(|metrics| crate::drive::Metered {
+        metrics,
+        controller: "changeset",
+    });
+    crate::drive::run(api, reconcile, error_policy, ctx, metered).await;
 }

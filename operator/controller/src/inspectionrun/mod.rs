@@ -129,7 +129,20 @@ pub fn error_policy(run: Arc<InspectionRun>, error: &Error, _ctx: Arc<Context>) 
 
 /// Runs the controller until the stream ends (shutdown).
 pub async fn run_with(client: Client, namespace: Option<String>) {
+    run_metered(client, namespace, None).await;
+}
+
+/// [`run_with`], with reconciles timed and failures counted (`controller="inspectionrun"`).
+pub async fn run_metered(
+    client: Client,
+    namespace: Option<String>,
+    metrics: Option<crate::metrics::JobSiteMetrics>,
+) {
     let ctx = Arc::new(Context::new(client));
     let api = crate::drive::scoped_api::<InspectionRun>(ctx.client.clone(), namespace.as_deref());
-    crate::drive::run(api, reconcile, error_policy, ctx).await;
+    let metered = metrics.map(|metrics| crate::drive::Metered {
+        metrics,
+        controller: "inspectionrun",
+    });
+    crate::drive::run(api, reconcile, error_policy, ctx, metered).await;
 }

@@ -390,6 +390,19 @@ pub async fn run_with(client: Client, namespace: Option<String>, workdir: PathBu
 
 /// [`run_with`] with a prepared [`Context`] (e.g. with sandbox profiles).
 pub async fn run_context(namespace: Option<String>, ctx: Arc<Context>) {
+    run_metered(namespace, ctx, None).await;
+}
+
+/// [`run_context`], with reconciles timed and failures counted (`controller="project"`).
+pub async fn run_metered(
+    namespace: Option<String>,
+    ctx: Arc<Context>,
+    metrics: Option<crate::metrics::JobSiteMetrics>,
+) {
     let api = crate::drive::scoped_api::<Project>(ctx.client.clone(), namespace.as_deref());
-    crate::drive::run(api, reconcile, error_policy, ctx).await;
+    let metered = metrics.map(|metrics| crate::drive::Metered {
+        metrics,
+        controller: "project",
+    });
+    crate::drive::run(api, reconcile, error_policy, ctx, metered).await;
 }
