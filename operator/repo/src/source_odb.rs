@@ -36,6 +36,12 @@ const MAX_CHAIN: usize = 10_000;
 /// Largest read of compressed input at once.
 const MAX_CHUNK: usize = 1 << 20;
 
+/// Whether `compressed` bytes of deflate can hold `size` bytes (deflate expands at most
+/// 1032:1). A larger announced size is damage: refusing it avoids allocating for it.
+fn can_hold(compressed: u64, size: usize) -> bool {
+    size as u64 <= compressed.saturating_mul(1032).saturating_add(1024)
+}
+
 /// A damaged object store.
 #[derive(Debug, thiserror::Error)]
 pub enum SourceReadError {
@@ -265,7 +271,7 @@ impl SourceObjects {
 /// Reads objects of a [`SourceObjects`] store; one per thread.
 pub struct SourceReader<'a> {
     store: &'a SourceObjects,
-    files: Vec<Option<fs::File>>,
+    files: Vec<Option<(fs::File, u64)>>,
     inflate: Inflate,
     input: Vec<u8>,
     bases: BaseCache,
@@ -444,8 +450,8 @@ impl SourceReader<'_> {
         }
     }
 
-    /// The open pack file; `None` when it is gone (a concurrent repack).
-    fn file(&mut self, pack: usize) -> Result<Option<&mut fs::File>, SourceReadError> {
+    /// The open pack file and its length; `None` when it is gone (a concurrent repack).
+    fn file(&mut self, pack: usize) -> Result<Option<&mut (fs::File, u64)>, SourceReadError> {
         if self.files[pack].is_none() {
             let path = &self.store.packs[pack].pack_path;
             let mut file = match fs::File::open(path) {
@@ -468,7 +474,14 @@ impl SourceReader<'_> {
             if &header[..4] != b"PACK" || !(version == 2 || version == 3) {
                 return Err(self.corrupt(pack, 0, "not a version 2 or 3 pack"));
             }
-            self.files[pack] = Some(file);
+            let len = file
+                .metadata()
+                .map_err(|source| SourceReadError::Io {
+                    path: path.clone(),
+                    source,
+                })?
+                .len();
+            self.files[pack] = Some((file, len));
         }
         Ok(self.files[pack].as_mut())
     }
@@ -480,7 +493,7 @@ impl SourceReader<'_> {
             path: path.clone(),
             source,
         };
-        let Some(file) = self.files[pack].as_mut() else {
+        let Some((file, _)) = self.files[pack].as_mut() else {
             return Ok(false);
         };
         file.seek(SeekFrom::Start(offset)).map_err(io_error)?;
@@ -511,6 +524,18 @@ impl SourceReader<'_> {
         at: u64,
         size: usize,
     ) -> Result<Vec<u8>, SourceReadError> {
+        let available = self.files[pack]
+            .as_ref()
+            .map_or(0, |(_, len)| len.saturating_sub(at));
+        if !can_hold(available, size) {
+            return Err(self.corrupt(
+                pack,
+                at,
+                &format!(
+                    "the entry announces {size} bytes, more than the rest of the pack can hold"
+                ),
+            ));
+        }
         // One spare byte: a stream longer than announced is caught, and the inflater always
         // has room to reach the end of the stream (its checksum) after the last byte.
         let mut out = vec![0u8; size + 1];
@@ -738,6 +763,12 @@ fn decode_loose(inflate: &mut Inflate, compressed: &[u8]) -> Result<SourceObject
     let size: usize = size
         .parse()
         .map_err(|_| (0, format!("malformed object size in `{header}`")))?;
+    if !can_hold(compressed.len() as u64, size) {
+        return Err((
+            0,
+            format!("the object announces {size} bytes, more than its file can hold"),
+        ));
+    }
     let prefix = &head[nul + 1..produced];
     if prefix.len() > size {
         return Err((
@@ -1045,6 +1076,19 @@ mod tests {
             let error = apply_delta(base, &delta).unwrap_err();
             assert!(error.contains(reason), "{delta:?}: {error}");
         }
+    }
+
+    #[test]
+    fn an_announced_size_the_data_cannot_hold_is_refused_before_allocating() {
+        assert!(can_hold(10, 10_000));
+        assert!(!can_hold(10, usize::MAX / 2));
+        // A loose blob that claims an exabyte.
+        let mut forged = Vec::new();
+        let header = b"blob 1000000000000000000\0x";
+        crate::loose::write_stored_zlib(&mut forged, &[header]).unwrap();
+        let mut inflate = Inflate::new(true, 15);
+        let (_, reason) = decode_loose(&mut inflate, &forged).unwrap_err();
+        assert!(reason.contains("more than its file can hold"), "{reason}");
     }
 
     #[test]
