@@ -342,6 +342,7 @@ async fn run(
         merge_commit,
         product_tree_digest: built.as_ref().and_then(|r| r.product_tree_digest.clone()),
         block_reason: built.as_ref().and_then(|r| r.block_reason.clone()),
+        lease_renewals: built.as_ref().map(|r| r.lease_renewals).unwrap_or_default(),
     };
     let contains = match &report.merge_commit {
         Some(m) => git(&origin, &["merge-base", "--is-ancestor", m, "main"]).is_ok(),

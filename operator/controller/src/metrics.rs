@@ -341,6 +341,13 @@ impl JobSiteMetrics {
     }
 
     fn record_build(&self, report: &BuildReport) {
+        let renewals = report.lease_renewals;
+        self.lease_renewals
+            .with_label_values(&["renewed"])
+            .inc_by(u64::from(renewals.renewed));
+        self.lease_renewals
+            .with_label_values(&["stale"])
+            .inc_by(u64::from(renewals.failed));
         // Each revalidation is a landing that found the default branch moved.
         self.merges
             .with_label_values(&["conflict"])
@@ -432,6 +439,10 @@ mod tests {
                 merge_commit: (state == State::Completed).then(|| "abc".into()),
                 product_tree_digest: None,
                 block_reason: None,
+                lease_renewals: protobot_jobsite::lease::LeaseRenewals {
+                    renewed: 4,
+                    failed: 1,
+                },
             }),
         }
     }
@@ -479,6 +490,9 @@ mod tests {
             [1, 1, 1, 1]
         );
         assert_eq!(m.lease_expiries.get(), 1);
+        // Two builds reported 4 renewals and 1 unanswered attempt each.
+        let renewals = |o: &str| m.lease_renewals.with_label_values(&[o]).get();
+        assert_eq!([renewals("renewed"), renewals("stale")], [8, 2]);
         let repairs = |k: &str| m.reconciler_repairs.with_label_values(&[k]).get();
         assert_eq!(
             [

@@ -239,6 +239,9 @@ pub struct BuildReport {
     pub product_tree_digest: Option<String>,
     /// Why the item is blocked, when it is.
     pub block_reason: Option<String>,
+    /// Lease renewals while this process built it (set by the Job Site, which keeps the lease).
+    #[serde(default)]
+    pub lease_renewals: crate::lease::LeaseRenewals,
 }
 
 /// Why a build stopped abnormally (a rejected command is a lost claim).
@@ -831,6 +834,7 @@ impl<S: WorkStore, E: Executor> Engine<S, E> {
                                 .filter(|d| !d.is_empty())
                         }),
                         block_reason: Some(record.block_reason.clone()).filter(|r| !r.is_empty()),
+                        lease_renewals: claim.renewals(),
                     });
                 }
                 other => {

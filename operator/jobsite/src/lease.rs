@@ -20,6 +20,7 @@ use protobot_lifecycle::{
     AuthorizationContext, Code, Command, OperationEnvelope, ResultEnvelope, State,
 };
 use protobot_stores::{StoreError, WorkStore};
+use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
 /// The trusted clock (the operator's; never a caller's).
@@ -79,6 +80,17 @@ pub struct Claim {
     lost_tx: Arc<watch::Sender<bool>>,
     lost_rx: watch::Receiver<bool>,
     exclusive: Arc<tokio::sync::Mutex<()>>,
+    renewed: Arc<std::sync::atomic::AtomicU32>,
+    failed: Arc<std::sync::atomic::AtomicU32>,
+}
+
+/// Lease renewals of one claim: accepted, and attempts the store could not answer.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LeaseRenewals {
+    /// Renewals the store accepted.
+    pub renewed: u32,
+    /// Renewals that failed without an answer (the store was unreachable).
+    pub failed: u32,
 }
 
 impl Claim {
@@ -90,6 +102,17 @@ impl Claim {
             lost_tx: Arc::new(tx),
             lost_rx: rx,
             exclusive: Arc::new(tokio::sync::Mutex::new(())),
+            renewed: Arc::default(),
+            failed: Arc::default(),
+        }
+    }
+
+    /// The renewals made under this claim so far (every clone counts together).
+    pub fn renewals(&self) -> LeaseRenewals {
+        use std::sync::atomic::Ordering::Relaxed;
+        LeaseRenewals {
+            renewed: self.renewed.load(Relaxed),
+            failed: self.failed.load(Relaxed),
         }
     }
 
@@ -177,6 +200,9 @@ pub async fn renew_once<S: WorkStore>(
     match store.execute(Some(ctx), &env, clock.now()).await {
         Ok(r) if r.ok => {
             claim.record(&r);
+            claim
+                .renewed
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             Ok(())
         }
         Ok(r) => {
@@ -186,16 +212,21 @@ pub async fn renew_once<S: WorkStore>(
                 code: r.code().unwrap_or(Code::StaleFencingToken),
             })
         }
-        Err(StoreError::Unavailable(reason))
-        | Err(StoreError::NotFound(reason))
-        | Err(StoreError::ObservationRejected(reason)) => Err(LeaseLost::Unreachable {
-            work_item_id: held.work_item_id,
-            reason,
-        }),
-        Err(StoreError::Poisoned) => Err(LeaseLost::Unreachable {
-            work_item_id: held.work_item_id,
-            reason: "store poisoned".into(),
-        }),
+        Err(e) => {
+            claim
+                .failed
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let reason = match e {
+                StoreError::Unavailable(reason)
+                | StoreError::NotFound(reason)
+                | StoreError::ObservationRejected(reason) => reason,
+                StoreError::Poisoned => "store poisoned".into(),
+            };
+            Err(LeaseLost::Unreachable {
+                work_item_id: held.work_item_id,
+                reason,
+            })
+        }
     }
 }
 

@@ -498,9 +498,13 @@ impl<S: WorkStore + 'static, E: Executor> JobSite<S, E> {
         let _ = stop_tx.send(true);
         let _ = keeper.await;
         match built {
-            Ok(report) => SiteAction::Built {
-                report: Box::new(report),
-            },
+            Ok(mut report) => {
+                // The keeper has stopped: every renewal is counted.
+                report.lease_renewals = claim.renewals();
+                SiteAction::Built {
+                    report: Box::new(report),
+                }
+            }
             Err(e) => {
                 tracing::warn!(work_item = %record.id, error = %e, "build stopped");
                 SiteAction::Failed {

@@ -152,6 +152,13 @@ async fn the_keeper_renews_at_a_third_of_the_lease_until_stopped() {
     stop_tx.send(true).unwrap();
     assert_eq!(keeper.await.unwrap(), Ok(()));
     assert!(!*claim.lost_signal().borrow());
+    assert_eq!(
+        claim.renewals(),
+        protobot_jobsite::lease::LeaseRenewals {
+            renewed: 3,
+            failed: 0
+        }
+    );
 }
 
 #[tokio::test(start_paused = true)]
