@@ -58,6 +58,19 @@ pub struct Metered {
     pub controller: &'static str,
 }
 
+impl Metered {
+    /// `controller`'s metering in `metrics`, if the operator keeps metrics.
+    pub fn of(
+        metrics: Option<crate::metrics::JobSiteMetrics>,
+        controller: &'static str,
+    ) -> Option<Metered> {
+        metrics.map(|metrics| Metered {
+            metrics,
+            controller,
+        })
+    }
+}
+
 /// Runs a controller over `api` until the stream ends (shutdown); with `metered`, every
 /// reconcile is timed and every failure counted by category.
 pub async fn run<K, C, E, Fut>(

@@ -345,9 +345,6 @@ pub async fn run_metered(
 ) {
     let api = crate::drive::scoped_api::<BugReport>(client.clone(), namespace.as_deref());
     let ctx = Arc::new(Context { client, workdir });
-    let metered = metrics.map(|metrics| crate::drive::Metered {
-        metrics,
-        controller: "bugreport",
-    });
+    let metered = crate::drive::Metered::of(metrics, "bugreport");
     crate::drive::run(api, reconcile, error_policy, ctx, metered).await;
 }

@@ -261,9 +261,6 @@ pub async fn run_metered(
 ) {
     let api = crate::drive::scoped_api::<ChangeSet>(client.clone(), namespace.as_deref());
     let ctx = Arc::new(Context { client, workdir });
-    let metered = metrics.map(|metrics| crate::drive::Metered {
-        metrics,
-        controller: "changeset",
-    });
+    let metered = crate::drive::Metered::of(metrics, "changeset");
     crate::drive::run(api, reconcile, error_policy, ctx, metered).await;
 }

@@ -140,9 +140,6 @@ pub async fn run_metered(
 ) {
     let ctx = Arc::new(Context::new(client));
     let api = crate::drive::scoped_api::<InspectionRun>(ctx.client.clone(), namespace.as_deref());
-    let metered = metrics.map(|metrics| crate::drive::Metered {
-        metrics,
-        controller: "inspectionrun",
-    });
+    let metered = crate::drive::Metered::of(metrics, "inspectionrun");
     crate::drive::run(api, reconcile, error_policy, ctx, metered).await;
 }

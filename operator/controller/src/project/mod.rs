@@ -400,9 +400,6 @@ pub async fn run_metered(
     metrics: Option<crate::metrics::JobSiteMetrics>,
 ) {
     let api = crate::drive::scoped_api::<Project>(ctx.client.clone(), namespace.as_deref());
-    let metered = metrics.map(|metrics| crate::drive::Metered {
-        metrics,
-        controller: "project",
-    });
+    let metered = crate::drive::Metered::of(metrics, "project");
     crate::drive::run(api, reconcile, error_policy, ctx, metered).await;
 }
