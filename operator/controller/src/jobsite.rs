@@ -392,14 +392,25 @@ async fn drive_project<E: Executor + 'static>(
             project: name.clone(),
             reason: e.to_string(),
         })?;
-    for action in &actions {
-        if let SiteAction::Built { report } = action {
-            publish_inspections(client, &ns, report).await;
-        }
-    }
     if let Some(metrics) = &settings.metrics {
         metrics.record_actions(&actions);
-        record_completions(client, &ns, metrics, &actions).await;
+    }
+    // One read of each built item: its inspection runs are published as objects it owns,
+    // and a completed item's time since registration is recorded.
+    let items: Api<BuildWorkItem> = Api::namespaced(client.clone(), &ns);
+    for action in &actions {
+        let SiteAction::Built { report } = action else {
+            continue;
+        };
+        let Ok(item) = items.get(&item_name(&report.work_item_id)).await else {
+            continue;
+        };
+        publish_inspections(client, &ns, &item, report).await;
+        if let Some(metrics) = &settings.metrics
+            && report.state == protobot_lifecycle::State::Completed
+        {
+            record_completion(metrics, &item);
+        }
     }
     publish_events(client, &ns, &settings.identity, &actions).await;
     guard_unfinished(client, &ns, &name).await;
@@ -677,46 +688,25 @@ pub fn inspection_runs(item: &BuildWorkItem, report: &BuildReport) -> Vec<serde_
         .collect()
 }
 
-/// `protobot_registration_to_completion_seconds` for every item this pass completed: from
-/// its `BuildWorkItem`'s creation (registration) to now.
-async fn record_completions(
-    client: &Client,
-    ns: &str,
-    metrics: &crate::metrics::JobSiteMetrics,
-    actions: &[SiteAction],
-) {
-    let items: Api<BuildWorkItem> = Api::namespaced(client.clone(), ns);
-    for action in actions {
-        let SiteAction::Built { report } = action else {
-            continue;
-        };
-        if report.state != protobot_lifecycle::State::Completed {
-            continue;
-        }
-        let Ok(item) = items.get(&item_name(&report.work_item_id)).await else {
-            continue;
-        };
-        let registered = item
-            .metadata
-            .creation_timestamp
-            .as_ref()
-            .and_then(|t| t.0.to_string().parse::<Timestamp>().ok());
-        if let Some(registered) = registered {
-            let took = Timestamp::now().duration_since(registered);
-            metrics
-                .registration_to_completion
-                .observe(took.as_secs_f64().max(0.0));
-        }
+/// `protobot_registration_to_completion_seconds` for an item this pass completed: from its
+/// `BuildWorkItem`'s creation (registration) to now.
+fn record_completion(metrics: &crate::metrics::JobSiteMetrics, item: &BuildWorkItem) {
+    if let Some(registered) = &item.metadata.creation_timestamp {
+        let took = Timestamp::now().duration_since(registered.0);
+        metrics
+            .registration_to_completion
+            .observe(took.as_secs_f64().max(0.0));
     }
 }
 
-async fn publish_inspections(client: &Client, ns: &str, report: &BuildReport) {
-    let items: Api<BuildWorkItem> = Api::namespaced(client.clone(), ns);
-    let Ok(item) = items.get(&item_name(&report.work_item_id)).await else {
-        return;
-    };
+async fn publish_inspections(
+    client: &Client,
+    ns: &str,
+    item: &BuildWorkItem,
+    report: &BuildReport,
+) {
     let runs: Api<InspectionRun> = Api::namespaced(client.clone(), ns);
-    for body in inspection_runs(&item, report) {
+    for body in inspection_runs(item, report) {
         let name = body["metadata"]["name"]
             .as_str()
             .unwrap_or_default()

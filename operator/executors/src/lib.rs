@@ -42,5 +42,5 @@ pub use insecure::{InsecureProcessExecutor, LocalExecutor};
 /// sandbox. A run whose command or environment contains it is refused.
 pub const BROKER_TOKEN_SENTINEL: &str = "PROTOBOT-SANDBOX-BROKER-TOKEN";
 
-/// The contract version the conformance suite implements.
-pub const CONTRACT_VERSION: &str = "jobsite-sandbox/v1";
+/// The contract version the conformance suite implements (the one audit events carry).
+pub use protobot_jobsite::sandbox_audit::CONTRACT_VERSION;

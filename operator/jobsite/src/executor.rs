@@ -37,6 +37,20 @@ pub enum SandboxRole {
     MutationRunner,
 }
 
+impl SandboxRole {
+    /// The wire name (as serialized): `worker-a`, `worker-b`, `integration-runner`,
+    /// `inspector`, `mutation-runner`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SandboxRole::WorkerA => "worker-a",
+            SandboxRole::WorkerB => "worker-b",
+            SandboxRole::IntegrationRunner => "integration-runner",
+            SandboxRole::Inspector => "inspector",
+            SandboxRole::MutationRunner => "mutation-runner",
+        }
+    }
+}
+
 /// Resource limits of one run. Every limit is enforced or the backend reports
 /// the `resource-limits` capability unsupported.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -199,4 +213,25 @@ pub trait Executor: Send + Sync {
         spec: RunSpec,
         cancel: tokio::sync::watch::Receiver<bool>,
     ) -> impl Future<Output = Result<RunOutput, ExecutorError>> + Send;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_role_s_name_is_its_serialized_name() {
+        for role in [
+            SandboxRole::WorkerA,
+            SandboxRole::WorkerB,
+            SandboxRole::IntegrationRunner,
+            SandboxRole::Inspector,
+            SandboxRole::MutationRunner,
+        ] {
+            assert_eq!(
+                serde_json::to_value(role).ok(),
+                Some(serde_json::Value::String(role.as_str().to_owned()))
+            );
+        }
+    }
 }

@@ -308,10 +308,6 @@ fn configured(limits: &Limits, limit: &str) -> String {
 /// Never records the proxy's address, the task or any output.
 pub fn session_chain(session: &SessionRecord<'_>) -> AuditChain {
     let spec = session.spec;
-    let role = serde_json::to_value(spec.role)
-        .ok()
-        .and_then(|v| v.as_str().map(str::to_owned))
-        .unwrap_or_default();
     let base = SandboxAuditEvent {
         contract_version: CONTRACT_VERSION.to_owned(),
         backend_name: session.backend_name.to_owned(),
@@ -320,7 +316,7 @@ pub fn session_chain(session: &SessionRecord<'_>) -> AuditChain {
         policy_digest: policy_digest(session.profile, spec),
         decision: ACCEPT.to_owned(),
         work_item: spec.audit.work_item.clone(),
-        role,
+        role: spec.role.as_str().to_owned(),
         trace_id: spec.audit.trace_id.clone(),
         cycle: i64::from(spec.audit.cycle),
         ..SandboxAuditEvent::default()

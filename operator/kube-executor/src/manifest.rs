@@ -116,10 +116,7 @@ pub enum BuildError {
 
 /// The role's label value (its serde name).
 pub fn role_label(role: SandboxRole) -> String {
-    match serde_json::to_value(role) {
-        Ok(serde_json::Value::String(s)) => s,
-        _ => format!("{role:?}").to_ascii_lowercase(),
-    }
+    role.as_str().to_owned()
 }
 
 /// The egress session of a run: its work item (from the task document, else

@@ -81,14 +81,8 @@ impl SourceObject {
     /// Whether the object hashes to `id`. Plain SHA-1 (with the CPU's SHA instructions): it
     /// catches damage; collisions were ruled out when the object entered the repository.
     fn has_id(&self, id: Oid) -> bool {
-        let kind = match self.kind {
-            ObjectType::Commit => "commit",
-            ObjectType::Tree => "tree",
-            ObjectType::Tag => "tag",
-            _ => "blob",
-        };
         let mut hasher = Sha1::new();
-        hasher.update(format!("{kind} {}\0", self.data.len()).as_bytes());
+        hasher.update(format!("{} {}\0", self.kind.str(), self.data.len()).as_bytes());
         hasher.update(&self.data);
         hasher.finalize().as_slice() == id.as_bytes()
     }
@@ -753,12 +747,11 @@ fn decode_loose(inflate: &mut Inflate, compressed: &[u8]) -> Result<SourceObject
     let (kind, size) = header
         .split_once(' ')
         .ok_or((0, format!("malformed object header `{header}`")))?;
-    let kind = match kind {
-        "commit" => ObjectType::Commit,
-        "tree" => ObjectType::Tree,
-        "blob" => ObjectType::Blob,
-        "tag" => ObjectType::Tag,
-        other => return Err((0, format!("unknown object type `{other}`"))),
+    let kind = match ObjectType::from_str(kind) {
+        Some(
+            kind @ (ObjectType::Commit | ObjectType::Tree | ObjectType::Blob | ObjectType::Tag),
+        ) => kind,
+        _ => return Err((0, format!("unknown object type `{kind}`"))),
     };
     let size: usize = size
         .parse()

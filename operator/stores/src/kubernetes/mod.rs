@@ -855,7 +855,11 @@ impl KubeStore {
         let mut report = OrphanedClaims::default();
         let mut item_exists: BTreeMap<String, bool> = BTreeMap::new();
         for cm in claims.items {
-            let Some(((_, _), value, loaded)) = decode_config_map(cm.clone())? else {
+            let (created, uid) = (
+                cm.metadata.creation_timestamp.clone(),
+                cm.metadata.uid.clone(),
+            );
+            let Some(((_, _), value, loaded)) = decode_config_map(cm)? else {
                 continue;
             };
             let Ok(claim) = serde_json::from_value::<shard::KeyClaim>(value) else {
@@ -880,12 +884,8 @@ impl KubeStore {
             if exists {
                 continue;
             }
-            let created = cm
-                .metadata
-                .creation_timestamp
-                .as_ref()
-                .and_then(|t| t.0.to_string().parse::<Timestamp>().ok());
-            let old_enough = created.is_some_and(|c| now.duration_since(c) >= min_age);
+            let old_enough =
+                created.is_some_and(|created| now.duration_since(created.0) >= min_age);
             if !old_enough {
                 report.too_young += 1;
                 continue;
@@ -893,7 +893,7 @@ impl KubeStore {
             let params = kube::api::DeleteParams {
                 preconditions: Some(kube::api::Preconditions {
                     resource_version: loaded.resource_version.clone(),
-                    uid: cm.metadata.uid.clone(),
+                    uid,
                 }),
                 ..kube::api::DeleteParams::default()
             };
