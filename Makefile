@@ -62,6 +62,23 @@ bench: ## run the benchmarks (demo wall time; projection export vs git archive a
 e2e: ## run the e2e scenarios (against KUBECONFIG's cluster when set, else the in-process API double)
 	$(CARGO) nextest run -p protobot-e2e
 
+## A real control plane (etcd, kube-apiserver, kube-controller-manager built from the Go module proxy)
+.PHONY: kube-up
+kube-up: ## start the real API server on loopback (builds it once, cached in .tools); last line KUBECONFIG=...
+	@test -x "$(HELM)" || scripts/install-helm.sh .tools
+	@scripts/kube-test-env up
+
+.PHONY: kube-down
+kube-down: ## stop what kube-up started
+	@scripts/kube-test-env down
+
+.PHONY: e2e-real
+e2e-real: ## the e2e scenarios against the real API server, the operator under the chart's RBAC (starts it when needed)
+	@test -x "$(HELM)" || scripts/install-helm.sh .tools
+	kubeconfig=$$(scripts/kube-test-env up | tail -1); \
+	  KUBECONFIG=$${kubeconfig#KUBECONFIG=} PROTOBOT_E2E_REQUIRE_CLUSTER=1 HELM=$(HELM) \
+	  $(CARGO) nextest run -p protobot-e2e --no-fail-fast
+
 ## Lint
 .PHONY: lint
 lint: ## rustfmt check and clippy with warnings denied
@@ -77,6 +94,8 @@ lint-helm: ## helm lint --strict the chart and render it with every optional par
 	$(HELM) template protobot charts/protobot --set metrics.serviceMonitor.enabled=true \
 	  --set metrics.prometheusRule.enabled=true --set grafana.dashboard.enabled=true > /dev/null
 	$(HELM) template protobot charts/protobot --set watchNamespace=team-a > /dev/null
+	@# The values schema refuses a wrong type.
+	@! $(HELM) lint --strict charts/protobot --set replicaCount=two > /dev/null 2>&1 || { echo "values.schema.json accepted replicaCount=two" >&2; exit 1; }
 	$(HELM) template protobot charts/protobot --set jobSite.enabled=false > /dev/null
 	$(HELM) template protobot charts/protobot --set egressProxy.enabled=true \
 	  --set egressProxy.credentialsSecret=egress-credentials \

@@ -10,6 +10,8 @@
 //! a pipeline that promised a cluster cannot silently fall back to the double.
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)]
 
+pub mod real;
+
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use k8s_openapi::api::core::v1::Namespace;
@@ -20,8 +22,14 @@ use kube::{
 
 /// Where a scenario runs.
 pub struct Cluster {
-    /// The client.
+    /// The scenario's own client: it sets up and inspects objects (an administrator on a
+    /// real cluster).
     pub client: Client,
+    /// The client the operator's controllers and Job Site run with. On a real cluster it
+    /// authenticates as the chart's operator ServiceAccount, bound by the RBAC objects
+    /// `helm template` renders from `charts/protobot` (applied by [`Cluster::connect`]), so a
+    /// verb the chart does not grant fails the scenario. On the double it is `client`.
+    pub operator: Client,
     /// The scenario's namespace.
     pub namespace: String,
     /// True against a real cluster.
@@ -54,6 +62,9 @@ impl Cluster {
             let client = Client::try_default()
                 .await
                 .expect("KUBECONFIG is set but the cluster is unreachable");
+            let operator = real::prepare(&client)
+                .await
+                .unwrap_or_else(|e| panic!("preparing the cluster for e2e: {e}"));
             let nanos = SystemTime::now()
                 .duration_since(UNIX_EPOCH)
                 .map(|d| d.subsec_nanos())
@@ -69,6 +80,7 @@ impl Cluster {
                 .expect("create the scenario namespace");
             return Cluster {
                 client,
+                operator,
                 namespace,
                 real: true,
                 _double: None,
@@ -84,6 +96,7 @@ impl Cluster {
             .expect("the generated CRDs register with the double");
         Cluster {
             client: double.client(),
+            operator: double.client(),
             namespace: "default".into(),
             real: false,
             _double: Some(double),
@@ -140,5 +153,35 @@ pub fn conformant_report(profile: &str) -> protobot_executors::ConformanceReport
         autonomous_execution: true,
         fail_closed_reason: None,
         audit_head: None,
+    }
+}
+
+/// What a platform team provides before sandbox pods of `runtime_class` can run in a real
+/// cluster's scenario namespace: the RuntimeClass (the RuntimeClass admission plugin refuses
+/// pods naming a missing one) and the sandbox ServiceAccount the profile names (the
+/// ServiceAccount admission plugin refuses pods whose account does not exist). Idempotent.
+pub async fn sandbox_platform(cluster: &Cluster, runtime_class: &str) {
+    use k8s_openapi::api::{core::v1::ServiceAccount, node::v1::RuntimeClass};
+    let classes: Api<RuntimeClass> = Api::all(cluster.client.clone());
+    let class: RuntimeClass = serde_json::from_value(serde_json::json!({
+        "apiVersion": "node.k8s.io/v1", "kind": "RuntimeClass",
+        "metadata": {"name": runtime_class}, "handler": runtime_class,
+    }))
+    .unwrap();
+    match classes.create(&PostParams::default(), &class).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.code == 409 => {}
+        Err(e) => panic!("create RuntimeClass {runtime_class}: {e}"),
+    }
+    let accounts: Api<ServiceAccount> = Api::namespaced(cluster.client.clone(), &cluster.namespace);
+    let account: ServiceAccount = serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1", "kind": "ServiceAccount",
+        "metadata": {"name": "protobot-sandbox"}, "automountServiceAccountToken": false,
+    }))
+    .unwrap();
+    match accounts.create(&PostParams::default(), &account).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.code == 409 => {}
+        Err(e) => panic!("create ServiceAccount protobot-sandbox: {e}"),
     }
 }

@@ -71,7 +71,7 @@ async fn an_applied_change_set_materializes_one_ready_build_work_item() {
     apply(&cluster, repo.path(), &merge).await;
     let cache = tempfile::tempdir().unwrap();
     let controller = tokio::spawn(protobot_controller::changeset::run_with(
-        cluster.client.clone(),
+        cluster.operator.clone(),
         Some(cluster.namespace.clone()),
         cache.path().to_path_buf(),
     ));
@@ -113,7 +113,7 @@ async fn a_wrong_merge_commit_is_reported_and_materializes_nothing() {
     apply(&cluster, repo.path(), &"a".repeat(40)).await;
     let cache = tempfile::tempdir().unwrap();
     let controller = tokio::spawn(protobot_controller::changeset::run_with(
-        cluster.client.clone(),
+        cluster.operator.clone(),
         Some(cluster.namespace.clone()),
         cache.path().to_path_buf(),
     ));
@@ -204,7 +204,7 @@ async fn the_project_controller_reports_the_repository_and_its_configuration() {
     .await;
     let cache = tempfile::tempdir().unwrap();
     let controller = tokio::spawn(protobot_controller::project::run_with(
-        cluster.client.clone(),
+        cluster.operator.clone(),
         Some(cluster.namespace.clone()),
         cache.path().to_path_buf(),
     ));
@@ -441,7 +441,7 @@ async fn example_project(scenario: &str) -> (Cluster, tempfile::TempDir, std::pa
 
 async fn bug_controller(cluster: &Cluster, cache: &std::path::Path) -> tokio::task::JoinHandle<()> {
     tokio::spawn(protobot_controller::bugreport::run_with(
-        cluster.client.clone(),
+        cluster.operator.clone(),
         Some(cluster.namespace.clone()),
         cache.to_path_buf(),
     ))
@@ -701,7 +701,7 @@ async fn an_applied_bug_report_is_built_to_completed_by_the_in_cluster_job_site(
     create_bug(&cluster, "gh-1", "GH-1", &["REQ-CLI-00001"]).await;
     let registration = bug_controller(&cluster, &tmp.path().join("registry")).await;
     let job_site = tokio::spawn(protobot_controller::jobsite::run(
-        client.clone(),
+        cluster.operator.clone(),
         Some(ns.clone()),
         protobot_controller::jobsite::Settings {
             identity: "protobot-0".into(),
@@ -790,12 +790,12 @@ async fn a_polling_project_registers_change_sets_merged_since_its_baseline() {
     }
     let cache = tempfile::tempdir().unwrap();
     let project_controller = tokio::spawn(protobot_controller::project::run_with(
-        cluster.client.clone(),
+        cluster.operator.clone(),
         Some(ns.clone()),
         cache.path().join("projects"),
     ));
     let registration = tokio::spawn(protobot_controller::changeset::run_with(
-        cluster.client.clone(),
+        cluster.operator.clone(),
         Some(ns.clone()),
         cache.path().join("registry"),
     ));

@@ -136,19 +136,21 @@ async fn scenario<E: protobot_jobsite::executor::Executor + 'static>(
     let metrics =
         protobot_controller::metrics::JobSiteMetrics::register(&registry, Arc::new(NoCounts))
             .unwrap();
+    // The operator's controllers run as the chart's ServiceAccount.
+    let operator = cluster.operator.clone();
     let registration = tokio::spawn(protobot_controller::changeset::run_metered(
-        client.clone(),
+        operator.clone(),
         Some(ns.clone()),
         tmp.path().join("registry"),
         Some(metrics.clone()),
     ));
     let inspection_runs = tokio::spawn(protobot_controller::inspectionrun::run_metered(
-        client.clone(),
+        operator.clone(),
         Some(ns.clone()),
         Some(metrics.clone()),
     ));
     let job_site = tokio::spawn(run(
-        client.clone(),
+        operator.clone(),
         Some(ns.clone()),
         Settings {
             identity: "protobot-0".into(),
@@ -409,7 +411,7 @@ async fn an_unfinished_work_item_cannot_disappear() {
     let merge = author(&work, &origin).unwrap();
     apply_example(&client, &ns, &origin, &merge, "local", false).await;
     let registration = tokio::spawn(protobot_controller::changeset::run_with(
-        client.clone(),
+        cluster.operator.clone(),
         Some(ns.clone()),
         tmp.path().join("registry"),
     ));
@@ -441,7 +443,7 @@ async fn an_unfinished_work_item_cannot_disappear() {
         claim_sweeps: Default::default(),
         metrics: None,
     };
-    protobot_controller::jobsite::pass(&client, Some(&ns), &settings, refusing).await;
+    protobot_controller::jobsite::pass(&cluster.operator, Some(&ns), &settings, refusing).await;
     let items: Api<BuildWorkItem> = Api::namespaced(client.clone(), &ns);
     let item = items.get(&name).await.unwrap();
     assert_eq!(
@@ -496,15 +498,27 @@ async fn the_operator_runs_every_role_in_pods_from_the_sandbox_profile() {
         return;
     };
     let cluster = Cluster::connect("jobsite-pods").await;
-    let Some(double) = cluster.double() else {
-        eprintln!(
-            "skipping on a real cluster: the executor's staging claim must be mounted by an in-cluster operator"
-        );
-        return;
-    };
     let ns = cluster.namespace.clone();
-    let kubelet =
-        protobot_testkit::Kubelet::start_with(double, Arc::new(bwrap), "sandbox-node").unwrap();
+    // The node: the double's kubelet, or on a real API server a simulated kubelet that is
+    // its client (it registers a Node, binds this namespace's pods and reports their
+    // status). Either way the staging claim is a node directory this test shares with
+    // the pods, as an in-cluster operator shares the claim.
+    let kubelet = match cluster.double() {
+        Some(double) => {
+            protobot_testkit::Kubelet::start_with(double, Arc::new(bwrap), "sandbox-node").unwrap()
+        }
+        None => {
+            protobot_e2e::sandbox_platform(&cluster, "kata").await;
+            protobot_testkit::Kubelet::connect(
+                cluster.client.clone(),
+                Arc::new(bwrap),
+                &format!("node-{ns}"),
+                vec![ns.clone()],
+            )
+            .await
+            .unwrap()
+        }
+    };
     let tmp = tempfile::tempdir().unwrap();
     let mut config = KubeExecutorConfig::new(
         &ns,
@@ -526,7 +540,7 @@ async fn the_operator_runs_every_role_in_pods_from_the_sandbox_profile() {
     .unwrap();
     let report = protobot_e2e::conformant_report("kata");
     let executor = Arc::new(
-        KubernetesExecutor::new(cluster.client.clone(), config, profile, Some(report)).unwrap(),
+        KubernetesExecutor::new(cluster.operator.clone(), config, profile, Some(report)).unwrap(),
     );
     // Record every pod the operator creates.
     let pods: Api<Pod> = Api::namespaced(cluster.client.clone(), &ns);

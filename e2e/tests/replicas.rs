@@ -23,7 +23,7 @@ const ITEMS: usize = 50;
 async fn three_replicas_claim_and_merge_fifty_change_sets_once_and_survive_a_killed_replica() {
     let cluster = Cluster::connect("replicas").await;
     let store = Arc::new(KubeStore::new(
-        cluster.client.clone(),
+        cluster.operator.clone(),
         &cluster.namespace,
         "demo",
         AdapterConfig {
@@ -188,7 +188,7 @@ async fn the_state_cache_counts_items_by_state_and_keeps_no_ledger() {
     use protobot_stores::Import;
     let cluster = Cluster::connect("state-cache").await;
     let store = KubeStore::new(
-        cluster.client.clone(),
+        cluster.operator.clone(),
         &cluster.namespace,
         "cache",
         AdapterConfig::default(),

@@ -57,6 +57,7 @@ pub struct OperatorArgs {
 
 async fn job_site(
     args: &OperatorArgs,
+    sink: &protobot_controller::api_errors::ApiErrorSink,
 ) -> Result<Option<JobSiteRuntime<KubernetesExecutor>>, String> {
     if args.no_job_site {
         return Ok(None);
@@ -73,7 +74,7 @@ async fn job_site(
         .transpose()
         .map_err(|e| e.to_string())?;
     let profile = SandboxProfile::load(&args.sandbox_profile).map_err(|e| e.to_string())?;
-    let client = kube::Client::try_default()
+    let client = protobot_controller::api_errors::infer_client(sink)
         .await
         .map_err(|e| e.to_string())?;
     // A missing report is not fatal: the executor then refuses and the Job Site
@@ -142,7 +143,10 @@ pub fn operator(args: OperatorArgs) -> ExitCode {
         Err(code) => return code,
     };
     runtime.block_on(async {
-        let job_site = match job_site(&args).await {
+        // One sink for every client of this process: each 4xx is a warning naming the verb
+        // and object, counted once the operator's registry exists.
+        let sink = protobot_controller::api_errors::ApiErrorSink::new();
+        let job_site = match job_site(&args, &sink).await {
             Ok(j) => j,
             Err(e) => {
                 tracing::error!(error = %e, "cannot start the Job Site");
@@ -159,17 +163,33 @@ pub fn operator(args: OperatorArgs) -> ExitCode {
             }
         });
         tokio::select! {
-            result = protobot_controller::operator::run(args.namespace.clone(), args.admin_addr, job_site, profiles) => match result {
+            result = protobot_controller::operator::run(args.namespace.clone(), args.admin_addr, job_site, profiles, sink) => match result {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     tracing::error!(error = %e, "operator stopped");
                     ExitCode::from(1)
                 }
             },
-            _ = tokio::signal::ctrl_c() => {
-                tracing::info!("interrupted; shutting down");
+            signal = shutdown_signal() => {
+                tracing::info!(signal, "shutting down; this replica's leases lapse and another replica resumes its builds");
                 ExitCode::SUCCESS
             }
         }
     })
+}
+
+/// Resolves on SIGTERM (what the kubelet sends a terminating pod) or SIGINT, naming it.
+pub(crate) async fn shutdown_signal() -> &'static str {
+    use tokio::signal::unix::{SignalKind, signal};
+    match signal(SignalKind::terminate()) {
+        Ok(mut term) => tokio::select! {
+            _ = term.recv() => "SIGTERM",
+            _ = tokio::signal::ctrl_c() => "SIGINT",
+        },
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot listen for SIGTERM; only SIGINT stops this process");
+            let _ = tokio::signal::ctrl_c().await;
+            "SIGINT"
+        }
+    }
 }

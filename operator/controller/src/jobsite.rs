@@ -380,13 +380,27 @@ async fn drive_project<E: Executor + 'static>(
         )),
     };
     // The engine holds git handles across awaits (not Send): it runs on a
-    // blocking thread of its own, driving the store through this runtime.
+    // thread of its own, driving the store through this runtime. Its future is
+    // deep (engine stage, executor, watcher, a Pod being deserialized), deeper
+    // than a runtime thread's 2 MiB stack in debug builds: the thread gets
+    // ENGINE_STACK_BYTES (address space, committed only as used).
     let handle = tokio::runtime::Handle::current();
-    let actions = tokio::task::spawn_blocking(move || handle.block_on(site.run_once()))
-        .await
+    let (done, result) = tokio::sync::oneshot::channel();
+    std::thread::Builder::new()
+        .name(format!("jobsite-{name}"))
+        .stack_size(ENGINE_STACK_BYTES)
+        .spawn(move || {
+            let _ = done.send(handle.block_on(site.run_once()));
+        })
         .map_err(|e| ProjectError::Pass {
             project: name.clone(),
-            reason: e.to_string(),
+            reason: format!("cannot start the build thread: {e}"),
+        })?;
+    let actions = result
+        .await
+        .map_err(|_| ProjectError::Pass {
+            project: name.clone(),
+            reason: "the build thread stopped before it answered".into(),
         })?
         .map_err(|e| ProjectError::Pass {
             project: name.clone(),
@@ -590,7 +604,10 @@ async fn publish_events(client: &Client, ns: &str, identity: &str, actions: &[Si
         let Ok(item) = items.get(&item_name(&id)).await else {
             continue;
         };
-        if let Err(e) = recorder.publish(&event, &item.object_ref(&())).await {
+        if let Err(e) = recorder
+            .publish(&crate::events::bounded(&event), &item.object_ref(&()))
+            .await
+        {
             tracing::warn!(work_item = %id, error = %e, "could not publish an event");
         }
     }
@@ -644,6 +661,9 @@ async fn guard_unfinished(client: &Client, ns: &str, project: &str) {
     }
 }
 
+/// The stack of the thread a project's Job Site pass runs on.
+const ENGINE_STACK_BYTES: usize = 32 * 1024 * 1024;
+
 /// The `InspectionRun` objects of a build (pure): one per run, owned by the item.
 pub fn inspection_runs(item: &BuildWorkItem, report: &BuildReport) -> Vec<serde_json::Value> {
     let owner = item.controller_owner_ref(&());
@@ -665,7 +685,8 @@ pub fn inspection_runs(item: &BuildWorkItem, report: &BuildReport) -> Vec<serde_
                     "name": name,
                     "labels": {
                         "app.kubernetes.io/managed-by": "protobot",
-                        "protobot.dev/work-item": item.name_any(),
+                        // Work-item names may be up to 253 characters; a label value 63.
+                        "protobot.dev/work-item": protobot_stores::kubernetes::label_value(&item.name_any()),
                     },
                     "ownerReferences": owner.iter().collect::<Vec<_>>(),
                 },
@@ -678,7 +699,9 @@ pub fn inspection_runs(item: &BuildWorkItem, report: &BuildReport) -> Vec<serde_
                     "ledgerSequenceAtStart": run.ledger_sequence_at_start,
                 },
                 "status": {
-                    "producersCompleted": run.producers.iter().map(|p| serde_json::json!({
+                    // A list-map keyed by producer: one entry per producer, even if a
+                    // report named one twice (the server refuses duplicate keys).
+                    "producersCompleted": run.producers.iter().collect::<std::collections::BTreeSet<_>>().into_iter().map(|p| serde_json::json!({
                         "producer": p, "findings": run.findings, "completedTime": Timestamp::now().to_string(),
                     })).collect::<Vec<_>>(),
                     "sealed": sealed,
@@ -721,8 +744,18 @@ async fn publish_inspections(
             "kind": "InspectionRun",
             "status": body["status"],
         });
-        let written = match runs.patch(&name, &params, &Patch::Apply(&spec_only)).await {
-            Ok(_) => runs
+        // The spec is immutable (CEL `self == oldSelf` on each field): it is written once,
+        // when the run is first published, and never applied again.
+        let created = match runs.get_opt(&name).await {
+            Ok(Some(_)) => Ok(()),
+            Ok(None) => runs
+                .patch(&name, &params, &Patch::Apply(&spec_only))
+                .await
+                .map(|_| ()),
+            Err(e) => Err(e),
+        };
+        let written = match created {
+            Ok(()) => runs
                 .patch_status(&name, &params, &Patch::Apply(&status))
                 .await
                 .map(|_| ()),

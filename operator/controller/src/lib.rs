@@ -6,9 +6,11 @@
 //! in-cluster Job Site (claims, builds, inspections, merges).
 
 pub mod admin;
+pub mod api_errors;
 pub mod bugreport;
 pub mod changeset;
 pub mod drive;
+pub mod events;
 pub mod inspectionrun;
 pub mod jobsite;
 pub mod metrics;

@@ -6,7 +6,7 @@ use std::{net::SocketAddr, sync::Arc};
 
 use futures::StreamExt;
 use kube::{
-    Api, Client,
+    Api,
     runtime::{WatchStreamExt, reflector, watcher},
 };
 use protobot_api::{BuildWorkItem, LifecycleState};
@@ -133,8 +133,11 @@ pub async fn run<E: protobot_jobsite::executor::Executor + 'static>(
     admin_addr: SocketAddr,
     job_site: Option<JobSiteRuntime<E>>,
     profiles: Option<crate::project::ProfileReports>,
+    api_errors: crate::api_errors::ApiErrorSink,
 ) -> Result<(), OperatorError> {
-    let client = Client::try_default().await.map_err(OperatorError::Client)?;
+    let client = crate::api_errors::infer_client(&api_errors)
+        .await
+        .map_err(OperatorError::Client)?;
     let items: Api<BuildWorkItem> = match &namespace {
         Some(ns) => Api::namespaced(client.clone(), ns),
         None => Api::all(client.clone()),
@@ -142,6 +145,7 @@ pub async fn run<E: protobot_jobsite::executor::Executor + 'static>(
     let (reader, reflect) = state_cache(items);
     let registry = prometheus::Registry::new();
     let metrics = JobSiteMetrics::register(&registry, Arc::new(CachedStates(reader.clone())))?;
+    api_errors.count_into(metrics.reconcile_errors.clone());
     let readiness = Readiness::default();
     let (bound, _server) = admin::serve(admin_addr, registry, readiness.clone()).await?;
     tracing::info!(version = env!("CARGO_PKG_VERSION"), %bound, namespace = ?namespace, "protobot operator starting");

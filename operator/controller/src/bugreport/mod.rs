@@ -199,7 +199,10 @@ async fn publish_events(client: &Client, bug: &BugReport, events: &[kube::runtim
     );
     let reference = bug.object_ref(&());
     for event in events {
-        if let Err(error) = recorder.publish(event, &reference).await {
+        if let Err(error) = recorder
+            .publish(&crate::events::bounded(event), &reference)
+            .await
+        {
             tracing::warn!(bug = %bug.spec.bug_id, reason = %event.reason, %error, "could not publish an event");
         }
     }

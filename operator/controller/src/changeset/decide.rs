@@ -32,6 +32,19 @@ pub enum Outcome {
     },
 }
 
+impl Outcome {
+    /// The outcome as one word, for logs.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Outcome::ProjectNotFound(_) => "project-not-found",
+            Outcome::RepositoryUnavailable(_) => "repository-unavailable",
+            Outcome::NotVerified(_) => "not-verified",
+            Outcome::ManifestInvalid(_) => "manifest-invalid",
+            Outcome::Materialized { .. } => "materialized",
+        }
+    }
+}
+
 fn change_type(s: &str) -> ChangeType {
     match s {
         "changes" => ChangeType::Changes,

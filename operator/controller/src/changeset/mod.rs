@@ -90,7 +90,7 @@ pub async fn reconcile(cs: Arc<ChangeSet>, ctx: Arc<Context>) -> Result<Action, 
             source,
         })?;
     }
-    tracing::info!(change_set = %cs.spec.change_set_id, outcome = ?std::mem::discriminant(&outcome), "reconciled");
+    tracing::info!(change_set = %cs.spec.change_set_id, outcome = outcome.as_str(), "reconciled");
     Ok(match outcome {
         // Nothing changes until someone edits the ChangeSet or the Project.
         Outcome::ProjectNotFound(_) | Outcome::NotVerified(_) | Outcome::ManifestInvalid(_) => {

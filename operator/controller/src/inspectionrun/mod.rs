@@ -113,7 +113,11 @@ pub async fn reconcile(run: Arc<InspectionRun>, ctx: Arc<Context>) -> Result<Act
         })?;
     if let Some(event) = decide::sealed_event(&before, &after) {
         // Events are best effort: a lost Event never fails the reconcile.
-        if let Err(e) = ctx.recorder.publish(&event, &run.object_ref(&())).await {
+        if let Err(e) = ctx
+            .recorder
+            .publish(&crate::events::bounded(&event), &run.object_ref(&()))
+            .await
+        {
             tracing::warn!(run = %name, error = %e, "could not publish an event");
         }
     }

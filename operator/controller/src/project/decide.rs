@@ -104,6 +104,17 @@ pub enum Outcome {
     },
 }
 
+impl Outcome {
+    /// The outcome as one word, for logs.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Outcome::InvalidSpec(_) => "invalid-spec",
+            Outcome::Unreachable { .. } => "unreachable",
+            Outcome::Observed { .. } => "observed",
+        }
+    }
+}
+
 /// Checks the fields the schema cannot fully enforce (objects applied before the
 /// schema, or written by a client that skips validation). All problems at once.
 pub fn validate_spec(spec: &ProjectSpec) -> Result<(), String> {

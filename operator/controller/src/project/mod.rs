@@ -157,7 +157,11 @@ pub async fn reconcile(project: Arc<Project>, ctx: Arc<Context>) -> Result<Actio
         })?;
         if let Some(event) = decide::ready_event(before, &status) {
             // Events are best effort: a lost Event never fails the reconcile.
-            if let Err(e) = ctx.recorder.publish(&event, &project.object_ref(&())).await {
+            if let Err(e) = ctx
+                .recorder
+                .publish(&crate::events::bounded(&event), &project.object_ref(&()))
+                .await
+            {
                 tracing::warn!(project = %name, error = %e, "could not publish an event");
             }
         }
@@ -167,7 +171,7 @@ pub async fn reconcile(project: Arc<Project>, ctx: Arc<Context>) -> Result<Actio
     {
         register_merged(&project, &ns, &ctx, baseline, head.clone()).await;
     }
-    tracing::info!(project = %name, outcome = ?std::mem::discriminant(&outcome), "reconciled");
+    tracing::info!(project = %name, outcome = outcome.as_str(), "reconciled");
     Ok(match decide::requeue_after(&outcome, &status, now) {
         Some(after) => Action::requeue(after),
         None => Action::await_change(),

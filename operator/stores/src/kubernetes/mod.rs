@@ -604,14 +604,24 @@ pub fn label_value(project: &str) -> String {
             }
         })
         .collect();
-    if clean.len() <= 63 && clean == project {
+    // A label value is at most 63 characters and begins and ends with an alphanumeric.
+    let edges_ok = |s: &str| {
+        s.chars().next().is_none_or(|c| c.is_ascii_alphanumeric())
+            && s.chars().last().is_none_or(|c| c.is_ascii_alphanumeric())
+    };
+    if clean.len() <= 63 && clean == project && edges_ok(&clean) {
         clean
     } else {
-        format!(
-            "{}-{}",
-            &clean.chars().take(40).collect::<String>(),
-            &digest(project)[..16]
-        )
+        let prefix: String = clean
+            .trim_start_matches(|c: char| !c.is_ascii_alphanumeric())
+            .chars()
+            .take(40)
+            .collect();
+        if prefix.is_empty() {
+            digest(project)[..16].to_owned()
+        } else {
+            format!("{prefix}-{}", &digest(project)[..16])
+        }
     }
 }
 
@@ -964,5 +974,26 @@ mod tests {
         let long = label_value(&"p".repeat(100));
         assert!(long.len() <= 63);
         assert_ne!(label_value("a b"), "a b");
+        // Whatever the name, the value is a valid label value: at most 63 characters,
+        // alphanumeric at both ends, and distinct names stay distinct.
+        let valid = |v: &str| {
+            v.len() <= 63
+                && v.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+                && v.chars().next().is_none_or(|c| c.is_ascii_alphanumeric())
+                && v.chars().last().is_none_or(|c| c.is_ascii_alphanumeric())
+        };
+        for name in [
+            "-leading",
+            "trailing.",
+            "_",
+            "ü",
+            &format!("wi-{}", "x".repeat(250)),
+            &format!("{}-", "a".repeat(62)),
+        ] {
+            let v = label_value(name);
+            assert!(valid(&v), "{name:?} -> {v:?}");
+        }
+        assert_ne!(label_value("-a"), label_value("_a"));
     }
 }

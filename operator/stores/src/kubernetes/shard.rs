@@ -113,6 +113,11 @@ impl Kind {
 pub const ITEM_LEDGER_HIGH: usize = 64;
 /// How many results an item keeps after archiving.
 pub const ITEM_LEDGER_LOW: usize = 32;
+/// An item ledger whose results serialize to more than this many bytes archives its
+/// oldest until it fits: etcd refuses objects over 1.5 MiB, and a count alone does not
+/// bound results that carry large payloads. The rest of the status (record, contract
+/// mirror, conditions) stays well under the remaining half.
+pub const ITEM_LEDGER_BYTES: usize = 768 * 1024;
 
 /// Everything homed at one work item.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -235,6 +240,29 @@ fn sequence_item(item: &mut ItemShard, previous: Option<&ItemShard>) -> Vec<(Str
             sequence.iter().map(|(k, n)| (*n, k.clone())).collect();
         by_age.sort();
         for (n, key) in by_age.into_iter().take(sequence.len() - ITEM_LEDGER_LOW) {
+            sequence.remove(&key);
+            archived_below = archived_below.max(n + 1);
+            archived.push((key, n));
+        }
+    }
+    // Then by bytes: oldest first, until what is kept fits (the newest always stays).
+    let size = |key: &str| {
+        item.idempotency
+            .get(key)
+            .and_then(|e| serde_json::to_vec(e).ok())
+            .map_or(0, |b| b.len() + key.len())
+    };
+    let mut kept_bytes: usize = sequence.keys().map(|k| size(k)).sum();
+    if kept_bytes > ITEM_LEDGER_BYTES {
+        let mut by_age: Vec<(u64, String)> =
+            sequence.iter().map(|(k, n)| (*n, k.clone())).collect();
+        by_age.sort();
+        let last = by_age.len().saturating_sub(1);
+        for (n, key) in by_age.into_iter().take(last) {
+            if kept_bytes <= ITEM_LEDGER_BYTES {
+                break;
+            }
+            kept_bytes = kept_bytes.saturating_sub(size(&key));
             sequence.remove(&key);
             archived_below = archived_below.max(n + 1);
             archived.push((key, n));
@@ -723,6 +751,40 @@ pub(crate) mod tests {
         assert_eq!(item.next_seq, 300);
         // A read-only pass over the final state rewrites nothing.
         assert_eq!(split(&join("p", &shards).unwrap(), &shards), shards);
+    }
+
+    #[test]
+    fn an_item_ledger_of_large_results_stays_within_its_byte_budget() {
+        // Few results, each large: the count bound alone would keep them all and the
+        // BuildWorkItem would outgrow etcd's object limit.
+        let mut shards = split(&one_item(), &BTreeMap::new());
+        for n in 0..40 {
+            let mut state = join("p", &shards).unwrap();
+            let key = command(&mut state, "wi-1", n);
+            if let Some(e) = state.idempotency.get_mut(&key) {
+                e.result
+                    .fields
+                    .insert("payload".into(), Value::from("x".repeat(100 * 1024)));
+            }
+            let next = split(&state, &shards);
+            let item = item_of(&next);
+            let bytes = serde_json::to_vec(&item.idempotency).unwrap().len();
+            assert!(
+                bytes <= ITEM_LEDGER_BYTES + 4096,
+                "after {n}: {bytes} bytes kept"
+            );
+            assert!(
+                item.idempotency.contains_key(&key),
+                "the newest result stays"
+            );
+            let back = join("p", &next).unwrap();
+            assert_eq!(
+                back.idempotency, state.idempotency,
+                "nothing is lost after {n}"
+            );
+            shards = next;
+        }
+        assert!(claim_of(&shards, "renew-0000").is_archived());
     }
 
     #[test]

@@ -4,17 +4,10 @@
 
 use serde_json::Value;
 
-use super::volumes::decode_base64;
-use crate::{server::Shared, store::ObjectKey};
+use super::{backend::Lookup, volumes::decode_base64};
 
-fn source(shared: &Shared, plural: &str, namespace: &str, name: &str) -> Option<Value> {
-    let key = ObjectKey {
-        group: String::new(),
-        plural: plural.to_owned(),
-        namespace: namespace.to_owned(),
-        name: name.to_owned(),
-    };
-    shared.lock().object(&key).cloned()
+fn source(shared: &Lookup, plural: &str, namespace: &str, name: &str) -> Option<Value> {
+    shared.object(plural, namespace, name)
 }
 
 fn data(obj: &Value, secret: bool) -> Vec<(String, String)> {
@@ -95,7 +88,7 @@ fn expand(value: &str, env: &[(String, String)]) -> String {
 }
 
 fn key_ref(
-    shared: &Shared,
+    shared: &Lookup,
     namespace: &str,
     r: &Value,
     plural: &str,
@@ -120,7 +113,7 @@ fn key_ref(
 /// The container's environment, or why it cannot be built
 /// (`CreateContainerConfigError` on a real node).
 pub fn build(
-    shared: &Shared,
+    shared: &Lookup,
     pod: &Value,
     container: &Value,
 ) -> Result<Vec<(String, String)>, String> {

@@ -4,9 +4,12 @@
 //! `subPath` honoured), and reports phases, conditions, container states, exit
 //! codes, restarts, `activeDeadlineSeconds` kills and graceful deletion.
 //!
-//! It works directly on the store (as the real kubelet's status manager would
-//! through the API), writing status as field manager `kubelet`.
+//! It runs against the in-process double ([`Kubelet::start_with`], working on its
+//! store) or against any API server as a client ([`Kubelet::connect`]: it registers a
+//! Node, binds the watched namespaces' unscheduled pods through `pods/binding`, writes
+//! status through the status subresource and completes graceful deletions).
 
+mod backend;
 mod env;
 mod executor;
 pub(crate) mod logs;
@@ -15,7 +18,7 @@ mod volumes;
 
 use std::{collections::HashMap, sync::Arc};
 
-use serde_json::{Value, json};
+use serde_json::Value;
 use tokio::{
     sync::{Notify, watch},
     task::JoinHandle,
@@ -32,6 +35,17 @@ use crate::{server::ApiServer, store::ObjectKey};
 
 /// Directory of the kubelet's root holding `persistentVolumeClaim` volumes.
 pub(crate) const CLAIMS_DIR: &str = "claims";
+
+/// Why a kubelet could not connect to an API server.
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectError {
+    /// Its root directory could not be created.
+    #[error("creating the kubelet's root directory: {0}")]
+    Io(#[source] std::io::Error),
+    /// The Node could not be registered.
+    #[error("registering the Node: {0}")]
+    Api(#[source] kube::Error),
+}
 
 /// The default node name.
 pub const NODE_NAME: &str = "testkit-node";
@@ -70,19 +84,60 @@ impl Kubelet {
         );
         let shared = server.shared().clone();
         shared.lock().kubelet_attached = true;
+        Ok(Self::start_on(
+            backend::Backend::Double(shared),
+            executor,
+            node_name,
+            root,
+        ))
+    }
+
+    /// Start a kubelet that is a client of the API server behind `client`: it registers
+    /// Node `node_name` and runs the pods of `namespaces` that no other node holds. Must
+    /// be called inside a Tokio runtime. (It does not serve `pods/log`: an API server's
+    /// log requests to this node fail, and callers see no log.)
+    pub async fn connect(
+        client: kube::Client,
+        executor: Arc<dyn ContainerExecutor>,
+        node_name: &str,
+        namespaces: Vec<String>,
+    ) -> Result<Self, ConnectError> {
+        let root = Arc::new(
+            tempfile::Builder::new()
+                .prefix("testkit-kubelet-")
+                .tempdir()
+                .map_err(ConnectError::Io)?,
+        );
+        let node = backend::ApiNode::connect(client, node_name, namespaces)
+            .await
+            .map_err(ConnectError::Api)?;
+        Ok(Self::start_on(
+            backend::Backend::Api(node),
+            executor,
+            node_name,
+            root,
+        ))
+    }
+
+    fn start_on(
+        backend: backend::Backend,
+        executor: Arc<dyn ContainerExecutor>,
+        node_name: &str,
+        root: Arc<tempfile::TempDir>,
+    ) -> Self {
         let ctx = Arc::new(pod::NodeCtx {
-            shared,
+            backend,
             executor,
             node_name: node_name.to_owned(),
             root: root.path().to_owned(),
             wake: Notify::new(),
         });
         let task = tokio::spawn(run(ctx));
-        Ok(Self {
+        Self {
             task,
             node_name: node_name.to_owned(),
             _root: root,
-        })
+        }
     }
 
     /// This kubelet's node name.
@@ -114,25 +169,20 @@ fn str_at<'a>(obj: &'a Value, pointer: &str) -> Option<&'a str> {
 }
 
 async fn run(ctx: Arc<pod::NodeCtx>) {
-    let mut changed = ctx.shared.changed.subscribe();
+    let mut changed = ctx.backend.double_changes();
     let mut running: HashMap<ObjectKey, PodHandle> = HashMap::new();
     loop {
-        changed.borrow_and_update();
-        let pods: Vec<(ObjectKey, Value)> = {
-            let state = ctx.shared.lock();
-            state
-                .objects()
-                .filter(|(k, _)| k.group.is_empty() && k.plural == "pods")
-                .map(|(k, v)| (k.clone(), v.clone()))
-                .collect()
-        };
+        if let Some(c) = changed.as_mut() {
+            c.borrow_and_update();
+        }
+        let pods = ctx.backend.pods().await;
         let mut wrote = false;
         for (key, pod) in &pods {
             let uid = str_at(pod, "/metadata/uid").unwrap_or("").to_owned();
             let node = str_at(pod, "/spec/nodeName").unwrap_or("");
             let deleting = pod.pointer("/metadata/deletionTimestamp").is_some();
             if node.is_empty() && !deleting {
-                wrote |= schedule(&ctx, key, &uid);
+                wrote |= ctx.backend.bind(key, &uid, &ctx.node_name).await;
                 continue;
             }
             if node != ctx.node_name {
@@ -146,7 +196,7 @@ async fn run(ctx: Arc<pod::NodeCtx>) {
                     }
                     _ => {
                         running.remove(key);
-                        wrote |= finish_deletion(&ctx, key, &uid);
+                        wrote |= ctx.backend.finish_deletion(key, &uid).await;
                     }
                 }
                 continue;
@@ -176,49 +226,17 @@ async fn run(ctx: Arc<pod::NodeCtx>) {
             alive || !h.task.is_finished()
         });
         if wrote {
-            ctx.shared.notify();
+            ctx.backend.notify();
         }
-        tokio::select! {
-            r = changed.changed() => if r.is_err() { return },
-            () = ctx.wake.notified() => {}
+        match changed.as_mut() {
+            Some(c) => tokio::select! {
+                r = c.changed() => if r.is_err() { return },
+                () = ctx.wake.notified() => {}
+            },
+            None => tokio::select! {
+                () = ctx.backend.changed() => {}
+                () = ctx.wake.notified() => {}
+            },
         }
     }
-}
-
-/// Bind an unscheduled pod to this node.
-fn schedule(ctx: &pod::NodeCtx, key: &ObjectKey, uid: &str) -> bool {
-    let mut state = ctx.shared.lock();
-    let Some(mut pod) = state.object(key).cloned() else {
-        return false;
-    };
-    let bound = str_at(&pod, "/spec/nodeName").is_some_and(|n| !n.is_empty());
-    if str_at(&pod, "/metadata/uid") != Some(uid) || bound {
-        // Gone, replaced, or bound by another kubelet meanwhile (bindings are first-come).
-        return false;
-    }
-    pod["spec"]["nodeName"] = json!(ctx.node_name);
-    let now = crate::store::now();
-    pod["status"]["conditions"] = json!([{
-        "type": "PodScheduled", "status": "True", "lastProbeTime": null, "lastTransitionTime": now
-    }]);
-    state.internal_update(key, pod).is_some()
-}
-
-/// The containers are gone: complete a graceful deletion (the object goes once
-/// its finalizers are empty).
-fn finish_deletion(ctx: &pod::NodeCtx, key: &ObjectKey, uid: &str) -> bool {
-    let mut state = ctx.shared.lock();
-    let Some(mut pod) = state.object(key).cloned() else {
-        return false;
-    };
-    if str_at(&pod, "/metadata/uid") != Some(uid)
-        || pod
-            .pointer("/metadata/deletionGracePeriodSeconds")
-            .and_then(Value::as_i64)
-            == Some(0)
-    {
-        return false;
-    }
-    pod["metadata"]["deletionGracePeriodSeconds"] = json!(0);
-    state.internal_update(key, pod).is_some()
 }

@@ -10,15 +10,15 @@ use tokio::{
     time::{Instant, sleep, sleep_until},
 };
 
-use super::executor::{ContainerExecutor, ContainerLaunch, KillSignal, Mount};
-use crate::{
-    server::Shared,
-    store::{ObjectKey, now},
+use super::{
+    backend::{Backend, Lookup},
+    executor::{ContainerExecutor, ContainerLaunch, KillSignal, Mount},
 };
+use crate::store::{ObjectKey, now};
 
 /// What the node's pod workers share.
 pub(crate) struct NodeCtx {
-    pub shared: Arc<Shared>,
+    pub backend: Backend,
     pub executor: Arc<dyn ContainerExecutor>,
     pub node_name: String,
     pub root: PathBuf,
@@ -34,26 +34,13 @@ struct PodRun {
     volumes: BTreeMap<String, PathBuf>,
     log_dir: PathBuf,
     restart_policy: String,
+    /// The ConfigMaps and Secrets the pod reads.
+    lookup: Lookup,
 }
 
 /// Apply `f` to the pod's status if the pod (same uid) still exists.
-fn update_status(run: &PodRun, f: impl FnOnce(&mut Value)) {
-    let mut state = run.ctx.shared.lock();
-    let Some(mut pod) = state.object(&run.key).cloned() else {
-        return;
-    };
-    if pod.pointer("/metadata/uid").and_then(Value::as_str) != Some(run.uid.as_str()) {
-        return;
-    }
-    if !pod.get("status").is_some_and(Value::is_object) {
-        pod["status"] = json!({});
-    }
-    if let Some(status) = pod.get_mut("status") {
-        f(status);
-    }
-    state.internal_update(&run.key, pod);
-    drop(state);
-    run.ctx.shared.notify();
+async fn update_status(run: &PodRun, f: impl Fn(&mut Value)) {
+    run.ctx.backend.update_status(&run.key, &run.uid, f).await;
 }
 
 fn set_condition(status: &mut Value, ty: &str, value: bool, reason: Option<&str>) {
@@ -202,7 +189,7 @@ impl PodRun {
     /// Run one container (with restarts); returns its last exit code.
     async fn container(&self, c: Value, init: bool, mut kill: KillSignal) -> i32 {
         let launch =
-            super::env::build(&self.ctx.shared, &self.pod, &c).and_then(|env| self.launch(&c, env));
+            super::env::build(&self.lookup, &self.pod, &c).and_then(|env| self.launch(&c, env));
         let launch = match launch {
             Ok(launch) => launch,
             Err(message) => {
@@ -214,12 +201,12 @@ impl PodRun {
                         init,
                         container_status(&c, &self.uid, 0, waiting, json!({}), false),
                     );
-                });
+                }).await;
                 kill.killed().await;
                 return 137;
             }
         };
-        self.ctx.shared.set_log(
+        self.ctx.backend.set_log(
             &self.key.namespace,
             &self.key.name,
             &launch.container,
@@ -247,7 +234,8 @@ impl PodRun {
                     set_condition(s, "ContainersReady", true, None);
                     set_condition(s, "Ready", true, None);
                 }
-            });
+            })
+            .await;
             let (code, reason, message) =
                 match self.ctx.executor.run(launch.clone(), kill.clone()).await {
                     Ok(exit) => (
@@ -281,7 +269,8 @@ impl PodRun {
                     set_condition(s, "ContainersReady", false, Some("ContainersNotReady"));
                     set_condition(s, "Ready", false, Some("ContainersNotReady"));
                 }
-            });
+            })
+            .await;
             if kill.is_killed() || !self.should_restart(init, code) {
                 return code;
             }
@@ -341,12 +330,13 @@ pub(crate) async fn run_pod(
         volumes: BTreeMap::new(),
         log_dir: log_dir.clone(),
         restart_policy,
+        lookup: ctx.backend.lookup(&pod).await,
     };
     let prepared = std::fs::create_dir_all(&log_dir)
         .map_err(|e| format!("failed to create pod directory: {e}"))
         .and_then(|()| {
             super::volumes::prepare(
-                &ctx.shared,
+                &run.lookup,
                 &pod,
                 &pod_dir,
                 &ctx.root.join(super::CLAIMS_DIR),
@@ -364,7 +354,7 @@ pub(crate) async fn run_pod(
                         container_status(&c, &run.uid, 0, waiting, json!({}), false),
                     );
                 }
-            });
+            }).await;
             ctx.wake.notify_one();
             return;
         }
@@ -400,7 +390,7 @@ pub(crate) async fn run_pod(
                 container_status(c, &run.uid, 0, waiting, json!({}), false),
             );
         }
-    });
+    }).await;
     let deadline = pod
         .pointer("/spec/activeDeadlineSeconds")
         .and_then(Value::as_u64)
@@ -419,7 +409,8 @@ pub(crate) async fn run_pod(
             }
             update_status(&run, |s| {
                 set_condition(s, "Initialized", true, None);
-            });
+            })
+            .await;
             let futs = mains
                 .into_iter()
                 .map(|c| run.container(c, false, kill.clone()));
@@ -448,23 +439,33 @@ pub(crate) async fn run_pod(
         }
     };
     match outcome {
-        Outcome::Finished(codes) => update_status(&run, |s| {
-            let ok = codes.iter().all(|c| *c == 0);
-            s["phase"] = json!(if ok { "Succeeded" } else { "Failed" });
-            let reason = if ok { "PodCompleted" } else { "PodFailed" };
-            set_condition(s, "Ready", false, Some(reason));
-            set_condition(s, "ContainersReady", false, Some(reason));
-        }),
-        Outcome::InitFailed => update_status(&run, |s| {
-            s["phase"] = json!("Failed");
-            set_condition(s, "Ready", false, Some("PodFailed"));
-        }),
-        Outcome::Deadline => update_status(&run, |s| {
-            s["phase"] = json!("Failed");
-            s["reason"] = json!("DeadlineExceeded");
-            s["message"] = json!("Pod was active on the node longer than the specified deadline");
-            set_condition(s, "Ready", false, Some("PodFailed"));
-        }),
+        Outcome::Finished(codes) => {
+            update_status(&run, |s| {
+                let ok = codes.iter().all(|c| *c == 0);
+                s["phase"] = json!(if ok { "Succeeded" } else { "Failed" });
+                let reason = if ok { "PodCompleted" } else { "PodFailed" };
+                set_condition(s, "Ready", false, Some(reason));
+                set_condition(s, "ContainersReady", false, Some(reason));
+            })
+            .await
+        }
+        Outcome::InitFailed => {
+            update_status(&run, |s| {
+                s["phase"] = json!("Failed");
+                set_condition(s, "Ready", false, Some("PodFailed"));
+            })
+            .await
+        }
+        Outcome::Deadline => {
+            update_status(&run, |s| {
+                s["phase"] = json!("Failed");
+                s["reason"] = json!("DeadlineExceeded");
+                s["message"] =
+                    json!("Pod was active on the node longer than the specified deadline");
+                set_condition(s, "Ready", false, Some("PodFailed"));
+            })
+            .await
+        }
         Outcome::Killed => {}
     }
     ctx.wake.notify_one();

@@ -12,7 +12,7 @@ use std::{
 
 use serde_json::Value;
 
-use crate::{server::Shared, store::ObjectKey};
+use super::backend::Lookup;
 
 /// Decode standard base64 (Secret `data`); `None` on malformed input.
 pub fn decode_base64(input: &str) -> Option<Vec<u8>> {
@@ -52,20 +52,14 @@ pub fn decode_base64(input: &str) -> Option<Vec<u8>> {
 }
 
 fn project(
-    shared: &Shared,
+    shared: &Lookup,
     plural: &str,
     namespace: &str,
     name: &str,
     optional: bool,
     dir: &Path,
 ) -> Result<(), String> {
-    let key = ObjectKey {
-        group: String::new(),
-        plural: plural.to_owned(),
-        namespace: namespace.to_owned(),
-        name: name.to_owned(),
-    };
-    let obj = shared.lock().object(&key).cloned();
+    let obj = shared.object(plural, namespace, name);
     let Some(obj) = obj else {
         return if optional {
             Ok(())
@@ -135,7 +129,7 @@ pub fn sub_path(volume_dir: &Path, sub: Option<&str>) -> Result<PathBuf, String>
 
 /// Create the host directory of every volume; returns volume name → host path.
 pub fn prepare(
-    shared: &Shared,
+    shared: &Lookup,
     pod: &Value,
     pod_dir: &Path,
     claims_root: &Path,

@@ -1,0 +1,406 @@
+//! Preparing a real cluster for the scenarios: the CRDs from `crds/` installed (so
+//! structural schemas, CEL rules, formats, list-type keys and size limits are the
+//! server's), the chart's RBAC objects rendered by `helm template` and applied, and a
+//! client that authenticates as the chart's operator ServiceAccount.
+//!
+//! Knobs (environment):
+//! - `HELM`: the helm binary (default `.tools/helm` of the repository, else `helm` on PATH);
+//! - `PROTOBOT_E2E_CHART`: the chart directory (default `charts/protobot`);
+//! - `PROTOBOT_E2E_RELEASE_NAMESPACE`: the release namespace the ServiceAccount lives in
+//!   (default `protobot-system`).
+
+use std::{
+    path::{Path, PathBuf},
+    process::Command,
+    time::Duration,
+};
+
+use k8s_openapi::{
+    api::{
+        authentication::v1::TokenRequest,
+        authorization::v1::SelfSubjectAccessReview,
+        core::v1::{Namespace, ServiceAccount},
+    },
+    apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
+};
+use kube::{
+    Api, Client, Config, ResourceExt,
+    api::{ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams},
+    config::{AuthInfo, KubeConfigOptions, Kubeconfig},
+};
+
+/// The field manager the scenarios install with.
+const MANAGER: &str = "protobot-e2e";
+
+/// Why a cluster could not be prepared.
+#[derive(Debug, thiserror::Error)]
+pub enum PrepareError {
+    /// A file of the repository could not be read.
+    #[error("reading {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The cause.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A manifest did not parse.
+    #[error("{what} is not a valid manifest: {source}")]
+    Manifest {
+        /// Which manifest.
+        what: String,
+        /// The cause.
+        #[source]
+        source: serde_yaml_ng::Error,
+    },
+    /// helm could not render the chart.
+    #[error(
+        "helm template of {chart} failed ({detail}); install helm with `scripts/install-helm.sh .tools` or set HELM"
+    )]
+    Helm {
+        /// The chart.
+        chart: PathBuf,
+        /// What helm said.
+        detail: String,
+    },
+    /// The API server refused a call.
+    #[error("{verb} {object}: {source}")]
+    Api {
+        /// The verb.
+        verb: &'static str,
+        /// The object.
+        object: String,
+        /// The cause.
+        #[source]
+        source: kube::Error,
+    },
+    /// The chart renders no operator ServiceAccount.
+    #[error("the chart renders no operator ServiceAccount (serviceAccount.create=false?)")]
+    NoServiceAccount,
+    /// The kubeconfig could not be read.
+    #[error("reading the kubeconfig: {0}")]
+    Kubeconfig(#[source] kube::config::KubeconfigError),
+    /// A condition was not reached in time.
+    #[error("{0}")]
+    Timeout(String),
+}
+
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_default()
+}
+
+/// Installs the CRDs and the chart's RBAC; returns the operator's client.
+pub async fn prepare(admin: &Client) -> Result<Client, PrepareError> {
+    let version = admin
+        .apiserver_version()
+        .await
+        .map_err(|source| PrepareError::Api {
+            verb: "get",
+            object: "/version".into(),
+            source,
+        })?;
+    eprintln!(
+        "e2e: against a real API server, version {} (platform {})",
+        version.git_version, version.platform
+    );
+    install_crds(admin).await?;
+    let objects = chart_rbac()?;
+    let namespace = release_namespace();
+    ensure_namespace(admin, &namespace).await?;
+    let mut service_account = None;
+    for object in &objects {
+        apply(admin, object).await?;
+        if object
+            .types
+            .as_ref()
+            .is_some_and(|t| t.kind == "ServiceAccount")
+            && object.name_any() != SANDBOX_SERVICE_ACCOUNT
+        {
+            service_account = Some(object.name_any());
+        }
+    }
+    let service_account = service_account.ok_or(PrepareError::NoServiceAccount)?;
+    let operator = operator_client(admin, &namespace, &service_account).await?;
+    wait_for_rbac(&operator).await?;
+    Ok(operator)
+}
+
+/// The chart's sandbox ServiceAccount (bound to nothing), not the operator's.
+const SANDBOX_SERVICE_ACCOUNT: &str = "protobot-sandbox";
+
+/// The namespace the chart is "installed" in.
+pub fn release_namespace() -> String {
+    std::env::var("PROTOBOT_E2E_RELEASE_NAMESPACE").unwrap_or_else(|_| "protobot-system".into())
+}
+
+async fn ensure_namespace(admin: &Client, name: &str) -> Result<(), PrepareError> {
+    let api: Api<Namespace> = Api::all(admin.clone());
+    let ns: Namespace = serde_json::from_value(serde_json::json!({
+        "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name},
+    }))
+    .map_err(|e| PrepareError::Timeout(e.to_string()))?;
+    match api.create(&PostParams::default(), &ns).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
+        Err(source) => Err(PrepareError::Api {
+            verb: "create",
+            object: format!("namespace {name}"),
+            source,
+        }),
+    }
+}
+
+/// Server-side applies every CRD of `crds/` and waits until each is established.
+async fn install_crds(admin: &Client) -> Result<(), PrepareError> {
+    let dir = repo_root().join("crds");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .map_err(|source| PrepareError::Read {
+            path: dir.clone(),
+            source,
+        })?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
+        .collect();
+    files.sort();
+    let api: Api<CustomResourceDefinition> = Api::all(admin.clone());
+    let mut names = Vec::new();
+    for path in files {
+        let text = std::fs::read_to_string(&path).map_err(|source| PrepareError::Read {
+            path: path.clone(),
+            source,
+        })?;
+        let crd: CustomResourceDefinition =
+            serde_yaml_ng::from_str(&text).map_err(|source| PrepareError::Manifest {
+                what: path.display().to_string(),
+                source,
+            })?;
+        let name = crd.name_any();
+        api.patch(
+            &name,
+            &PatchParams::apply(MANAGER).force(),
+            &Patch::Apply(&crd),
+        )
+        .await
+        .map_err(|source| PrepareError::Api {
+            verb: "apply",
+            object: format!("customresourcedefinition {name}"),
+            source,
+        })?;
+        names.push(name);
+    }
+    for name in names {
+        let established = poll(Duration::from_secs(30), || {
+            let api = api.clone();
+            let name = name.clone();
+            async move {
+                api.get(&name).await.ok().is_some_and(|crd| {
+                    crd.status
+                        .and_then(|s| s.conditions)
+                        .unwrap_or_default()
+                        .iter()
+                        .any(|c| c.type_ == "Established" && c.status == "True")
+                })
+            }
+        })
+        .await;
+        if !established {
+            return Err(PrepareError::Timeout(format!(
+                "customresourcedefinition {name} was not established within 30 s"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// The helm binary: `HELM`, the repository's `.tools/helm`, else `helm` on PATH.
+fn helm() -> PathBuf {
+    if let Some(h) = std::env::var_os("HELM") {
+        return h.into();
+    }
+    let local = repo_root().join(".tools/helm");
+    if local.is_file() {
+        return local;
+    }
+    "helm".into()
+}
+
+/// The RBAC objects (ServiceAccounts, Roles, ClusterRoles and their bindings) the chart
+/// renders with its default values, in the release namespace.
+pub fn chart_rbac() -> Result<Vec<DynamicObject>, PrepareError> {
+    let chart = std::env::var_os("PROTOBOT_E2E_CHART")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo_root().join("charts/protobot"));
+    let out = Command::new(helm())
+        .args(["template", "protobot"])
+        .arg(&chart)
+        .args(["--namespace", &release_namespace()])
+        .output()
+        .map_err(|e| PrepareError::Helm {
+            chart: chart.clone(),
+            detail: e.to_string(),
+        })?;
+    if !out.status.success() {
+        return Err(PrepareError::Helm {
+            chart,
+            detail: String::from_utf8_lossy(&out.stderr).trim().to_owned(),
+        });
+    }
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let mut objects = Vec::new();
+    for doc in serde_yaml_ng::Deserializer::from_str(&text) {
+        let value =
+            <serde_json::Value as serde::Deserialize>::deserialize(doc).map_err(|source| {
+                PrepareError::Manifest {
+                    what: "the chart's rendered output".into(),
+                    source,
+                }
+            })?;
+        let kind = value["kind"].as_str().unwrap_or_default();
+        if !matches!(
+            kind,
+            "ServiceAccount" | "ClusterRole" | "ClusterRoleBinding" | "Role" | "RoleBinding"
+        ) {
+            continue;
+        }
+        let object: DynamicObject =
+            serde_json::from_value(value).map_err(|e| PrepareError::Timeout(e.to_string()))?;
+        objects.push(object);
+    }
+    Ok(objects)
+}
+
+fn resource_of(object: &DynamicObject) -> Option<(ApiResource, bool)> {
+    let types = object.types.as_ref()?;
+    let (group, version) = match types.api_version.split_once('/') {
+        Some((g, v)) => (g, v),
+        None => ("", types.api_version.as_str()),
+    };
+    let gvk = GroupVersionKind::gvk(group, version, &types.kind);
+    let (plural, namespaced) = match types.kind.as_str() {
+        "ServiceAccount" => ("serviceaccounts", true),
+        "Role" => ("roles", true),
+        "RoleBinding" => ("rolebindings", true),
+        "ClusterRole" => ("clusterroles", false),
+        "ClusterRoleBinding" => ("clusterrolebindings", false),
+        _ => return None,
+    };
+    Some((ApiResource::from_gvk_with_plural(&gvk, plural), namespaced))
+}
+
+async fn apply(admin: &Client, object: &DynamicObject) -> Result<(), PrepareError> {
+    let Some((resource, namespaced)) = resource_of(object) else {
+        return Ok(());
+    };
+    let name = object.name_any();
+    let api: Api<DynamicObject> = if namespaced {
+        let ns = object.namespace().unwrap_or_else(release_namespace);
+        ensure_namespace(admin, &ns).await?;
+        Api::namespaced_with(admin.clone(), &ns, &resource)
+    } else {
+        Api::all_with(admin.clone(), &resource)
+    };
+    api.patch(
+        &name,
+        &PatchParams::apply(MANAGER).force(),
+        &Patch::Apply(object),
+    )
+    .await
+    .map_err(|source| PrepareError::Api {
+        verb: "apply",
+        object: format!("{} {name}", resource.plural),
+        source,
+    })?;
+    Ok(())
+}
+
+/// A client with the admin's server and CA that authenticates with a fresh token of the
+/// operator's ServiceAccount (TokenRequest, one hour).
+async fn operator_client(
+    admin: &Client,
+    namespace: &str,
+    service_account: &str,
+) -> Result<Client, PrepareError> {
+    let accounts: Api<ServiceAccount> = Api::namespaced(admin.clone(), namespace);
+    let request: TokenRequest = serde_json::from_value(serde_json::json!({
+        "apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+        "spec": {"audiences": [], "expirationSeconds": 3600},
+    }))
+    .map_err(|e| PrepareError::Timeout(e.to_string()))?;
+    let issued: TokenRequest = accounts
+        .create_subresource("token", service_account, &PostParams::default(), &request)
+        .await
+        .map_err(|source| PrepareError::Api {
+            verb: "create",
+            object: format!("serviceaccounts/token {namespace}/{service_account}"),
+            source,
+        })?;
+    let token = issued.status.map(|s| s.token).unwrap_or_default();
+    let kubeconfig = Kubeconfig::read().map_err(PrepareError::Kubeconfig)?;
+    let mut config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .map_err(PrepareError::Kubeconfig)?;
+    config.auth_info = serde_json::from_value::<AuthInfo>(serde_json::json!({"token": token}))
+        .map_err(|e| PrepareError::Timeout(e.to_string()))?;
+    // With the operator's own API-error layer: every 4xx it meets is a warning naming the
+    // verb and the object, in the scenario's output.
+    let sink = protobot_controller::api_errors::ApiErrorSink::new();
+    protobot_controller::api_errors::client(config, &sink).map_err(|source| PrepareError::Api {
+        verb: "connect",
+        object: format!("as system:serviceaccount:{namespace}:{service_account}"),
+        source,
+    })
+}
+
+/// RBAC bindings take effect through the server's informers: wait until the operator may
+/// list BuildWorkItems.
+async fn wait_for_rbac(operator: &Client) -> Result<(), PrepareError> {
+    let reviews: Api<SelfSubjectAccessReview> = Api::all(operator.clone());
+    let allowed = poll(Duration::from_secs(30), || {
+        let reviews = reviews.clone();
+        async move {
+            let review: SelfSubjectAccessReview = match serde_json::from_value(serde_json::json!({
+                "apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
+                "spec": {"resourceAttributes": {
+                    "group": "protobot.dev", "resource": "buildworkitems", "verb": "list",
+                }},
+            })) {
+                Ok(r) => r,
+                Err(_) => return false,
+            };
+            reviews
+                .create(&PostParams::default(), &review)
+                .await
+                .ok()
+                .and_then(|r| r.status)
+                .is_some_and(|s| s.allowed)
+        }
+    })
+    .await;
+    if allowed {
+        Ok(())
+    } else {
+        Err(PrepareError::Timeout(
+            "the operator ServiceAccount may not list buildworkitems 30 s after the chart's RBAC was applied".into(),
+        ))
+    }
+}
+
+async fn poll<F, Fut>(limit: Duration, mut check: F) -> bool
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = tokio::time::Instant::now() + limit;
+    loop {
+        if check().await {
+            return true;
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return false;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
