@@ -30,6 +30,8 @@ pub struct Cluster {
     /// `helm template` renders from `charts/protobot` (applied by [`Cluster::connect`]), so a
     /// verb the chart does not grant fails the scenario. On the double it is `client`.
     pub operator: Client,
+    /// What the API server refused the operator (real clusters only).
+    pub refused: Option<protobot_controller::api_errors::ApiErrorSink>,
     /// The scenario's namespace.
     pub namespace: String,
     /// True against a real cluster.
@@ -62,7 +64,7 @@ impl Cluster {
             let client = Client::try_default()
                 .await
                 .expect("KUBECONFIG is set but the cluster is unreachable");
-            let operator = real::prepare(&client)
+            let (operator, refused) = real::prepare(&client)
                 .await
                 .unwrap_or_else(|e| panic!("preparing the cluster for e2e: {e}"));
             let nanos = SystemTime::now()
@@ -81,6 +83,7 @@ impl Cluster {
             return Cluster {
                 client,
                 operator,
+                refused: Some(refused),
                 namespace,
                 real: true,
                 _double: None,
@@ -97,6 +100,7 @@ impl Cluster {
         Cluster {
             client: double.client(),
             operator: double.client(),
+            refused: None,
             namespace: "default".into(),
             real: false,
             _double: Some(double),
@@ -108,12 +112,41 @@ impl Cluster {
         self._double.as_ref()
     }
 
-    /// Deletes a real cluster's scenario namespace (unless `PROTOBOT_E2E_KEEP=1`).
+    /// Fails the scenario if the API server refused the operator any call (403): a verb
+    /// the chart's RBAC does not grant, named with its resource and object. Then deletes a
+    /// real cluster's scenario namespace (unless `PROTOBOT_E2E_KEEP=1`).
     pub async fn cleanup(self) {
+        if let Some(sink) = &self.refused {
+            let refused = sink.forbidden();
+            assert!(
+                refused.is_empty(),
+                "the API server refused the operator's ServiceAccount (a verb charts/protobot/templates/rbac.yaml does not grant): {}",
+                refused
+                    .iter()
+                    .map(|c| format!("{} {} ({})", c.verb, c.resource, c.object))
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            );
+        }
         if self.real && std::env::var_os("PROTOBOT_E2E_KEEP").is_none() {
             let _ = Api::<Namespace>::all(self.client.clone())
                 .delete(&self.namespace, &DeleteParams::default())
                 .await;
+        }
+    }
+}
+
+impl Drop for Cluster {
+    /// A scenario that fails before [`Cluster::cleanup`] still says what the server refused
+    /// the operator, beside its own failure.
+    fn drop(&mut self) {
+        if let Some(sink) = &self.refused {
+            for c in sink.forbidden() {
+                eprintln!(
+                    "e2e: the API server refused the operator's ServiceAccount {} {} ({})",
+                    c.verb, c.resource, c.object
+                );
+            }
         }
     }
 }

@@ -92,8 +92,11 @@ fn repo_root() -> PathBuf {
         .unwrap_or_default()
 }
 
-/// Installs the CRDs and the chart's RBAC; returns the operator's client.
-pub async fn prepare(admin: &Client) -> Result<Client, PrepareError> {
+/// Installs the CRDs and the chart's RBAC; returns the operator's client and the sink that
+/// saw its refused calls.
+pub async fn prepare(
+    admin: &Client,
+) -> Result<(Client, protobot_controller::api_errors::ApiErrorSink), PrepareError> {
     let version = admin
         .apiserver_version()
         .await
@@ -123,9 +126,10 @@ pub async fn prepare(admin: &Client) -> Result<Client, PrepareError> {
         }
     }
     let service_account = service_account.ok_or(PrepareError::NoServiceAccount)?;
-    let operator = operator_client(admin, &namespace, &service_account).await?;
+    let sink = protobot_controller::api_errors::ApiErrorSink::new();
+    let operator = operator_client(admin, &namespace, &service_account, &sink).await?;
     wait_for_rbac(&operator).await?;
-    Ok(operator)
+    Ok((operator, sink))
 }
 
 /// The chart's sandbox ServiceAccount (bound to nothing), not the operator's.
@@ -322,6 +326,7 @@ async fn operator_client(
     admin: &Client,
     namespace: &str,
     service_account: &str,
+    sink: &protobot_controller::api_errors::ApiErrorSink,
 ) -> Result<Client, PrepareError> {
     let accounts: Api<ServiceAccount> = Api::namespaced(admin.clone(), namespace);
     let request: TokenRequest = serde_json::from_value(serde_json::json!({
@@ -346,8 +351,7 @@ async fn operator_client(
         .map_err(|e| PrepareError::Timeout(e.to_string()))?;
     // With the operator's own API-error layer: every 4xx it meets is a warning naming the
     // verb and the object, in the scenario's output.
-    let sink = protobot_controller::api_errors::ApiErrorSink::new();
-    protobot_controller::api_errors::client(config, &sink).map_err(|source| PrepareError::Api {
+    protobot_controller::api_errors::client(config, sink).map_err(|source| PrepareError::Api {
         verb: "connect",
         object: format!("as system:serviceaccount:{namespace}:{service_account}"),
         source,

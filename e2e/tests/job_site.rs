@@ -391,6 +391,35 @@ async fn scenario<E: protobot_jobsite::executor::Executor + 'static>(
     })
     .await;
     assert!(swept.is_ok(), "the deleted item's key claims stayed");
+    // Owner garbage collection (the kube-controller-manager's on a real server): the
+    // item's InspectionRuns and sandbox pods go with it.
+    let item_uid = kube::ResourceExt::uid(item).unwrap_or_default();
+    let owned_by_item = |refs: Option<
+        &Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference>,
+    >| { refs.is_some_and(|o| o.iter().any(|o| o.uid == item_uid)) };
+    let runs_api: Api<InspectionRun> = Api::namespaced(client.clone(), &ns);
+    let pods_api: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(client.clone(), &ns);
+    let collected = tokio::time::timeout(timeout() * 2, async {
+        loop {
+            let runs = runs_api.list(&Default::default()).await.unwrap().items;
+            let pods = pods_api.list(&Default::default()).await.unwrap().items;
+            if !runs
+                .iter()
+                .any(|r| owned_by_item(r.metadata.owner_references.as_ref()))
+                && !pods
+                    .iter()
+                    .any(|p| owned_by_item(p.metadata.owner_references.as_ref()))
+            {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    })
+    .await;
+    assert!(
+        collected.is_ok(),
+        "the deleted item's InspectionRuns or pods were not garbage-collected"
+    );
     assert_eq!(
         reservations().await,
         reserved,
@@ -531,6 +560,13 @@ async fn the_operator_runs_every_role_in_pods_from_the_sandbox_profile() {
     config.default_image = Some("registry.example.invalid/worker:e2e".into());
     // The double's kubelet runs containers as this test's uid.
     config.staging_ownership = StagingOwnership::Keep;
+    // As the operator configures it: a run's pod is owned by its BuildWorkItem.
+    config.work_item_owner = Some(protobot_kube_executor::WorkItemOwner {
+        api_version: "protobot.dev/v1alpha1".into(),
+        kind: "BuildWorkItem".into(),
+        plural: "buildworkitems".into(),
+        name_of: protobot_stores::kubernetes::item_name,
+    });
     // Worker B's class asks for egress: its runs get a session token.
     config.egress_session_secret = Some(protobot_egress::SessionSecret::new(vec![1u8; 32]));
     let profile = SandboxProfile::load(std::path::Path::new(concat!(
@@ -588,6 +624,13 @@ async fn the_operator_runs_every_role_in_pods_from_the_sandbox_profile() {
                 "{name}"
             );
         }
+        assert!(
+            pod.metadata
+                .owner_references
+                .as_ref()
+                .is_some_and(|o| o.iter().any(|o| o.kind == "BuildWorkItem")),
+            "{name} is not owned by its BuildWorkItem"
+        );
         let role = kube::ResourceExt::labels(pod)
             .get("protobot.dev/role")
             .cloned()

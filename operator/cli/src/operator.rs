@@ -93,6 +93,13 @@ async fn job_site(
     config.default_image = args.sandbox_image.clone();
     config.egress_session_secret = egress_secret;
     config.instance = identity.clone();
+    // Sandbox objects of an item in the sandbox namespace go with the item.
+    config.work_item_owner = Some(protobot_kube_executor::WorkItemOwner {
+        api_version: "protobot.dev/v1alpha1".into(),
+        kind: "BuildWorkItem".into(),
+        plural: "buildworkitems".into(),
+        name_of: protobot_stores::kubernetes::item_name,
+    });
     let executor =
         KubernetesExecutor::new(client, config, profile, report).map_err(|e| e.to_string())?;
     if let Err(refusal) = protobot_jobsite::executor::Executor::admit(&executor) {

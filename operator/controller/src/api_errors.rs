@@ -24,7 +24,12 @@ use prometheus::IntCounterVec;
 #[derive(Clone, Debug, Default)]
 pub struct ApiErrorSink {
     counter: Arc<OnceLock<IntCounterVec>>,
+    /// The first refused calls (403), for tests and diagnostics.
+    forbidden: Arc<std::sync::Mutex<Vec<ApiCall>>>,
 }
+
+/// How many refused calls a sink remembers.
+const FORBIDDEN_KEPT: usize = 64;
 
 impl ApiErrorSink {
     /// A sink that only logs until [`ApiErrorSink::count_into`] is called.
@@ -37,8 +42,23 @@ impl ApiErrorSink {
         let _ = self.counter.set(counter);
     }
 
+    /// The calls the server refused with 403 so far (the first 64, each once): a verb the
+    /// identity's RBAC does not grant.
+    pub fn forbidden(&self) -> Vec<ApiCall> {
+        self.forbidden.lock().map(|f| f.clone()).unwrap_or_default()
+    }
+
     fn record(&self, call: &ApiCall, status: StatusCode) {
         let category = category(status);
+        if status == StatusCode::FORBIDDEN
+            && let Ok(mut kept) = self.forbidden.lock()
+            && kept.len() < FORBIDDEN_KEPT
+            && !kept
+                .iter()
+                .any(|k| k.verb == call.verb && k.resource == call.resource)
+        {
+            kept.push(call.clone());
+        }
         if let Some(c) = self.counter.get() {
             c.with_label_values(&["kube-api", category]).inc();
         }
@@ -304,6 +324,7 @@ mod tests {
         .unwrap();
         let sink = ApiErrorSink::new();
         sink.count_into(counter.clone());
+        let layer = ApiErrorLayer::new(sink.clone());
         let inner = tower::service_fn(|req: Request<()>| async move {
             let status = if req.method() == Method::PATCH {
                 StatusCode::FORBIDDEN
@@ -312,7 +333,7 @@ mod tests {
             };
             Ok::<_, std::convert::Infallible>(Response::builder().status(status).body(()).unwrap())
         });
-        let mut svc = ApiErrorLayer::new(sink).layer(inner);
+        let mut svc = layer.layer(inner);
         for method in [Method::PATCH, Method::GET, Method::PATCH] {
             let req = Request::builder()
                 .method(method)

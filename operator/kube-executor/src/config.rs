@@ -75,6 +75,25 @@ pub struct KubeExecutorConfig {
     /// them with their owner. Set per executor with
     /// [`crate::KubernetesExecutor::with_owner`].
     pub owner: Option<OwnerReference>,
+    /// Without a fixed [`KubeExecutorConfig::owner`]: each run's pod and NetworkPolicy are
+    /// owned by the object this names for the run's work item, when that object lives in
+    /// the sandbox namespace (owner references never cross namespaces), so deleting a
+    /// `BuildWorkItem` garbage-collects its sandbox objects.
+    pub work_item_owner: Option<WorkItemOwner>,
+}
+
+/// The object that owns a work item's sandbox objects: its API version and kind, and the
+/// object name of a work item ID.
+#[derive(Clone, Debug)]
+pub struct WorkItemOwner {
+    /// E.g. `protobot.dev/v1alpha1`.
+    pub api_version: String,
+    /// E.g. `BuildWorkItem`.
+    pub kind: String,
+    /// Its plural, e.g. `buildworkitems`.
+    pub plural: String,
+    /// The object name of a work item ID.
+    pub name_of: fn(&str) -> String,
 }
 
 impl KubeExecutorConfig {
@@ -94,6 +113,7 @@ impl KubeExecutorConfig {
             staging_ownership: StagingOwnership::Auto,
             egress_session_secret: None,
             owner: None,
+            work_item_owner: None,
         }
     }
 }

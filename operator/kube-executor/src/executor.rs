@@ -421,6 +421,44 @@ impl KubernetesExecutor {
         })
     }
 
+    /// The owner reference of `work_item`'s object in the sandbox namespace, if the
+    /// configuration names one and it exists there.
+    async fn work_item_owner(&self, work_item: &str) -> Option<OwnerReference> {
+        let lookup = self.inner.config.work_item_owner.as_ref()?;
+        if work_item.is_empty() {
+            return None;
+        }
+        let (group, version) = lookup
+            .api_version
+            .split_once('/')
+            .unwrap_or(("", lookup.api_version.as_str()));
+        let resource = kube::api::ApiResource::from_gvk_with_plural(
+            &kube::api::GroupVersionKind::gvk(group, version, &lookup.kind),
+            &lookup.plural,
+        );
+        let api: Api<kube::api::DynamicObject> = Api::namespaced_with(
+            self.inner.client.clone(),
+            &self.inner.config.namespace,
+            &resource,
+        );
+        let name = (lookup.name_of)(work_item);
+        match api.get_opt(&name).await {
+            Ok(Some(object)) => Some(OwnerReference {
+                api_version: lookup.api_version.clone(),
+                kind: lookup.kind.clone(),
+                name,
+                uid: object.metadata.uid?,
+                controller: None,
+                block_owner_deletion: None,
+            }),
+            Ok(None) => None,
+            Err(e) => {
+                tracing::warn!(work_item, error = %e, "could not read the work item that owns this run; its pod is not garbage-collected with it");
+                None
+            }
+        }
+    }
+
     async fn run_checked(
         &self,
         spec: RunSpec,
@@ -433,7 +471,11 @@ impl KubernetesExecutor {
         };
         self.admit()?;
         let (profile, config) = (&self.inner.profile, &self.inner.config);
-        let owner = self.owner.as_ref();
+        let looked_up = match &self.owner {
+            Some(_) => None,
+            None => self.work_item_owner(&spec.audit.work_item).await,
+        };
+        let owner = self.owner.as_ref().or(looked_up.as_ref());
         let pod = manifest::build_pod(profile, config, &spec, owner)
             .map_err(|e| start_err(e.to_string()))?;
         let policy = manifest::build_network_policy(profile, config, &spec, owner);

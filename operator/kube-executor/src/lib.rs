@@ -86,7 +86,7 @@ pub mod profile;
 pub mod staging;
 pub mod status;
 
-pub use config::{KubeExecutorConfig, StagingOwnership, StagingVolume};
+pub use config::{KubeExecutorConfig, StagingOwnership, StagingVolume, WorkItemOwner};
 pub use executor::{
     ConfigError, GcError, GcReport, KubernetesExecutor, ReportError, read_report_configmap,
     read_report_file,
