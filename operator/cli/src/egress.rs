@@ -9,7 +9,9 @@ use std::{net::SocketAddr, path::PathBuf, process::ExitCode, time::Duration};
 use clap::Args;
 use protobot_egress::{
     Broker, CredentialStore, EgressMetrics, EgressPolicy, Limits, SessionRegistry, SessionSecret,
-    Upstream, decide::CredentialPresence, server::serve,
+    Upstream,
+    decide::CredentialPresence,
+    server::{ServeLimits, serve, serve_with},
 };
 use tokio::net::TcpListener;
 
@@ -142,16 +144,18 @@ async fn run(args: &EgressProxyArgs) -> Result<(), StartError> {
         credentials,
         sessions,
         upstream,
-        metrics,
+        metrics.clone(),
         Limits::default(),
     );
-    let proxy = serve(
+    let proxy = serve_with(
         proxy_listener,
         move |req| {
             let broker = broker.clone();
             async move { broker.handle(req).await }
         },
         shutdown_signal(),
+        ServeLimits::default(),
+        Some(metrics),
     );
     let admin = serve(
         admin_listener,

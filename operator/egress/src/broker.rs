@@ -24,7 +24,7 @@ use crate::{
     credentials::CredentialStore,
     decide::{Code, Decision, Denial, EgressRequest, Grant, Outcome, Reason, decide},
     form::{Target, parse_target},
-    metrics::EgressMetrics,
+    metrics::{EgressMetrics, LimitKind},
     policy::EgressPolicy,
     redact::{forwardable_request_headers, scrub_body, scrub_text, strip_response_headers},
     session::{
@@ -43,6 +43,8 @@ pub struct Limits {
     pub max_response_body: usize,
     /// Whole upstream exchange, body included.
     pub upstream_timeout: Duration,
+    /// How long the sandbox may take to send the whole request body.
+    pub body_timeout: Duration,
 }
 
 impl Default for Limits {
@@ -51,6 +53,7 @@ impl Default for Limits {
             max_request_body: 16 << 20,
             max_response_body: 64 << 20,
             upstream_timeout: Duration::from_secs(300),
+            body_timeout: Duration::from_secs(30),
         }
     }
 }
@@ -237,19 +240,48 @@ impl Broker {
     ) -> Forwarded {
         let limits = self.inner.limits;
         let (parts, body) = request.into_parts();
-        let body = match Limited::new(body, limits.max_request_body).collect().await {
-            Ok(collected) => collected.to_bytes(),
-            Err(_) => {
+        let too_large = || {
+            Forwarded::Refused(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                Denial::denied(
+                    Reason::RequestTooLarge,
+                    format!(
+                        "the request body could not be read or exceeds {} bytes",
+                        limits.max_request_body
+                    ),
+                ),
+            )
+        };
+        // A declared length over the limit is refused before any byte is read.
+        let declared =
+            header_str(&parts.headers, "content-length").and_then(|v| v.trim().parse::<u64>().ok());
+        if declared.is_some_and(|n| n > limits.max_request_body as u64) {
+            self.inner.metrics.limit_refused(LimitKind::RequestTooLarge);
+            return too_large();
+        }
+        let collected = tokio::time::timeout(
+            limits.body_timeout,
+            Limited::new(body, limits.max_request_body).collect(),
+        )
+        .await;
+        let body = match collected {
+            Ok(Ok(collected)) => collected.to_bytes(),
+            Err(_elapsed) => {
+                self.inner.metrics.limit_refused(LimitKind::BodyTimeout);
                 return Forwarded::Refused(
-                    StatusCode::PAYLOAD_TOO_LARGE,
+                    StatusCode::REQUEST_TIMEOUT,
                     Denial::denied(
-                        Reason::RequestTooLarge,
+                        Reason::RequestTimeout,
                         format!(
-                            "the request body could not be read or exceeds {} bytes",
-                            limits.max_request_body
+                            "the request body did not arrive within {} s",
+                            limits.body_timeout.as_secs()
                         ),
                     ),
                 );
+            }
+            Ok(Err(_)) => {
+                self.inner.metrics.limit_refused(LimitKind::RequestTooLarge);
+                return too_large();
             }
         };
         let path_and_query = match &target.query {

@@ -144,6 +144,8 @@ pub enum Reason {
     /// Broker: the upstream sent a compressed or otherwise encoded body,
     /// which could hide a credential from the scrubber.
     UpstreamEncoding,
+    /// Broker: the request body did not arrive within the body timeout (408).
+    RequestTimeout,
 }
 
 impl Reason {
@@ -169,6 +171,7 @@ impl Reason {
             Reason::RequestTooLarge => "request-too-large",
             Reason::UpstreamRedirect => "upstream-redirect",
             Reason::UpstreamEncoding => "upstream-encoding",
+            Reason::RequestTimeout => "request-timeout",
         }
     }
 }

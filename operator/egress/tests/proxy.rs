@@ -788,3 +788,170 @@ async fn decision_events_name_the_session_and_never_hold_credential_or_token() {
     assert_eq!(first["path"], "/v2/allowed");
     assert_eq!(first["outcome"], "allowed");
 }
+
+/// Issue #16: slow, stalled, oversized and too many connections are each refused with a
+/// clear status and counted.
+mod limits {
+    use super::*;
+    use protobot_egress::server::{ServeLimits, serve_with};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// Sends raw bytes and reads whatever comes back until the server closes (or 10 s).
+    async fn raw(addr: SocketAddr, bytes: &[u8]) -> String {
+        let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let _ = stream.write_all(bytes).await;
+        let mut out = Vec::new();
+        let _ = tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut out)).await;
+        String::from_utf8_lossy(&out).into_owned()
+    }
+
+    #[tokio::test]
+    async fn an_allowed_request_whose_body_never_arrives_gets_408_and_is_counted() {
+        let h = start_with(Limits {
+            body_timeout: Duration::from_millis(500),
+            upstream_timeout: Duration::from_secs(10),
+            ..Limits::default()
+        })
+        .await;
+        let head = format!(
+            "POST /{DEST}/v2/upload HTTP/1.1\r\nhost: proxy\r\nx-sandbox-session-token: {}\r\nx-sandbox-exec-digest: {APPROVED}\r\nx-sandbox-exec-token: {}\r\ncontent-length: 100\r\n\r\nonly part",
+            h.token,
+            exec_token(&h.token, APPROVED)
+        );
+        let started = std::time::Instant::now();
+        let answer = tokio::time::timeout(Duration::from_secs(5), async {
+            let mut stream = tokio::net::TcpStream::connect(h.proxy).await.unwrap();
+            stream.write_all(head.as_bytes()).await.unwrap();
+            let mut buf = vec![0u8; 4096];
+            let n = stream.read(&mut buf).await.unwrap();
+            String::from_utf8_lossy(&buf[..n]).into_owned()
+        })
+        .await
+        .expect("the proxy held a stalled body open");
+        assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+        assert!(answer.contains("request-timeout"), "{answer}");
+        assert!(started.elapsed() < Duration::from_secs(3));
+        assert_eq!(
+            h.metrics
+                .limit_refusals
+                .with_label_values(&["body-timeout"])
+                .get(),
+            1
+        );
+        assert!(upstream_paths(&h).is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_declared_body_over_the_limit_is_refused_before_it_is_read() {
+        let h = start_with(Limits {
+            max_request_body: 8,
+            body_timeout: Duration::from_secs(30),
+            ..Limits::default()
+        })
+        .await;
+        let head = format!(
+            "POST /{DEST}/v2/upload HTTP/1.1\r\nhost: proxy\r\nx-sandbox-session-token: {}\r\nx-sandbox-exec-digest: {APPROVED}\r\nx-sandbox-exec-token: {}\r\ncontent-length: 1000000000\r\n\r\n",
+            h.token,
+            exec_token(&h.token, APPROVED)
+        );
+        let answer = tokio::time::timeout(Duration::from_secs(5), async {
+            let mut stream = tokio::net::TcpStream::connect(h.proxy).await.unwrap();
+            stream.write_all(head.as_bytes()).await.unwrap();
+            let mut buf = vec![0u8; 4096];
+            let n = stream.read(&mut buf).await.unwrap();
+            String::from_utf8_lossy(&buf[..n]).into_owned()
+        })
+        .await
+        .expect("the proxy waited for a body it would refuse");
+        assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
+        assert_eq!(
+            h.metrics
+                .limit_refusals
+                .with_label_values(&["request-too-large"])
+                .get(),
+            1
+        );
+    }
+
+    async fn limited(limits: ServeLimits) -> (SocketAddr, EgressMetrics) {
+        let registry = Registry::new();
+        let metrics = EgressMetrics::register(&registry).unwrap();
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(serve_with(
+            listener,
+            |_req| async { Response::new(Full::new(Bytes::from_static(b"ok"))) },
+            std::future::pending(),
+            limits,
+            Some(metrics.clone()),
+        ));
+        (addr, metrics)
+    }
+
+    #[tokio::test]
+    async fn connections_over_the_cap_get_503_and_are_counted() {
+        let (addr, metrics) = limited(ServeLimits {
+            max_connections: 2,
+            header_timeout: Duration::from_secs(30),
+            ..ServeLimits::default()
+        })
+        .await;
+        // Two idle connections hold both slots.
+        let _a = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let _b = tokio::net::TcpStream::connect(addr).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let answer = raw(addr, b"GET / HTTP/1.1\r\nhost: x\r\n\r\n").await;
+        assert!(answer.starts_with("HTTP/1.1 503"), "{answer}");
+        assert!(answer.contains("too-many-connections"), "{answer}");
+        assert_eq!(
+            metrics
+                .limit_refusals
+                .with_label_values(&["connections"])
+                .get(),
+            1
+        );
+        // A slot freed is a slot served.
+        drop(_a);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let answer = raw(
+            addr,
+            b"GET / HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n",
+        )
+        .await;
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    }
+
+    #[tokio::test]
+    async fn a_head_that_never_completes_gets_408_and_an_oversized_head_431() {
+        let (addr, metrics) = limited(ServeLimits {
+            header_timeout: Duration::from_millis(500),
+            max_head_bytes: 16 * 1024,
+            ..ServeLimits::default()
+        })
+        .await;
+        let started = std::time::Instant::now();
+        let answer = raw(addr, b"GET / HTTP/1.1\r\nhost: x\r\nx-slow: ").await;
+        assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+        assert!(started.elapsed() < Duration::from_secs(5));
+        assert_eq!(
+            metrics
+                .limit_refusals
+                .with_label_values(&["header-timeout"])
+                .get(),
+            1
+        );
+        let big = format!(
+            "GET / HTTP/1.1\r\nhost: x\r\nx-big: {}\r\n\r\n",
+            "a".repeat(100 * 1024)
+        );
+        let answer = raw(addr, big.as_bytes()).await;
+        assert!(answer.starts_with("HTTP/1.1 431"), "{answer}");
+        assert_eq!(
+            metrics
+                .limit_refusals
+                .with_label_values(&["head-too-large"])
+                .get(),
+            1
+        );
+    }
+}

@@ -43,6 +43,7 @@ pub struct ApprovalRecord {
     /// The action it authorizes.
     pub action: String,
     /// Exclusive expiry.
+    #[serde(default, with = "crate::strict::timestamp_option")]
     pub expires_at: Option<Timestamp>,
     /// `unused`, `consumed`, `revoked` (anything else is not usable).
     pub status: String,

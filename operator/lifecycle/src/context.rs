@@ -30,6 +30,7 @@ pub struct AuthorizationContext {
     /// Refs granted, including `project:<id>` (no wildcards).
     pub allowed_refs: Vec<String>,
     /// Exclusive expiry.
+    #[serde(default, with = "crate::strict::timestamp_option")]
     pub expires_at: Option<Timestamp>,
     /// The Gate's policy version.
     pub policy_version: String,

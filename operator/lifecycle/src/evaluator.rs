@@ -1198,7 +1198,7 @@ impl Evaluator<'_> {
                         "merge_envelope",
                     ));
                 };
-                let completes_under = current.contract_version + 1;
+                let completes_under = next_version(current.contract_version)?;
                 if env.product_tree_digest.is_empty()
                     || env.inspection_run_id.is_empty()
                     || env.integration_head.is_empty()
@@ -1305,7 +1305,7 @@ impl Evaluator<'_> {
             next.state_since = self.inputs.now;
         }
         next.state = to;
-        next.contract_version = current.contract_version + 1;
+        next.contract_version = next_version(current.contract_version)?;
         if !self.rules.keeps_inspection_evidence(to) {
             next.inspection_run_sealed = false;
             next.findings_terminal = false;
@@ -1478,6 +1478,19 @@ struct Binding {
     approval_id: String,
     submission_id: String,
     human: String,
+}
+
+/// The version a write produces; at `u64::MAX` there is none, and the write is rejected
+/// (`PRECONDITION_FAILED`, `failed_precondition: contract_version_exhausted`) instead of
+/// panicking (debug) or wrapping to 0 (release).
+fn next_version(current: u64) -> Result<u64, Rejection> {
+    current.checked_add(1).ok_or_else(|| {
+        precondition(
+            "the contract version is at its maximum (2^64 - 1) and cannot advance; the item cannot be written again",
+            "contract_version_exhausted",
+        )
+        .with("contract_version", current)
+    })
 }
 
 fn precondition(message: &str, failed: &str) -> Rejection {

@@ -88,7 +88,7 @@ fn one_line(s: &str) -> String {
 
 /// Evaluates one input document (see the module docs).
 pub fn evaluate_document(text: &str) -> Result<Value, InputError> {
-    let doc: Value = serde_json::from_str(text)
+    let doc: Value = crate::strict::parse_document(text)
         .map_err(|e| InputError::NotAnObject(one_line(&e.to_string())))?;
     let Value::Object(map) = doc else {
         return Err(InputError::NotAnObject(
@@ -111,7 +111,12 @@ pub fn evaluate_document(text: &str) -> Result<Value, InputError> {
         field(&map, "operation")?.ok_or(InputError::Missing("operation"))?;
     let context: AuthorizationContext =
         field(&map, "context")?.ok_or(InputError::Missing("context"))?;
-    let now: Timestamp = field(&map, "now")?.ok_or(InputError::Missing("now"))?;
+    let now: String = field(&map, "now")?.ok_or(InputError::Missing("now"))?;
+    let now: Timestamp =
+        crate::strict::parse_timestamp(&now).map_err(|reason| InputError::Invalid {
+            field: "now".into(),
+            reason: one_line(&reason),
+        })?;
     let idempotency: Vec<IdempotencyEntry> = field(&map, "idempotency")?.unwrap_or_default();
     let project: String = field(&map, "project_id")?
         .or_else(|| record.as_ref().map(|r| r.project_id.clone()))
@@ -124,6 +129,14 @@ pub fn evaluate_document(text: &str) -> Result<Value, InputError> {
     let submission: Option<Submission> = field(&map, "submission")?;
     let planned: Option<State> = field(&map, "planned_dependency_state")?;
     let lease_seconds: i64 = field(&map, "lease_seconds")?.unwrap_or(0);
+    if lease_seconds < 0 {
+        return Err(InputError::Invalid {
+            field: "lease_seconds".into(),
+            reason: format!(
+                "{lease_seconds} is negative; pass a positive number of seconds, or omit it for the ruleset's default"
+            ),
+        });
+    }
     let next_fencing_token: Option<String> =
         field::<String>(&map, "next_fencing_token")?.or_else(|| {
             let (id, v) = record
@@ -131,7 +144,8 @@ pub fn evaluate_document(text: &str) -> Result<Value, InputError> {
                 .map_or((operation.work_item_id.as_str(), 0), |r| {
                     (r.id.as_str(), r.contract_version)
                 });
-            Some(format!("fence-{id}-{}", v + 1))
+            // At u64::MAX there is no next version: no token, and the evaluator rejects.
+            v.checked_add(1).map(|next| format!("fence-{id}-{next}"))
         });
     let entry = idempotency
         .iter()
@@ -253,5 +267,77 @@ mod tests {
             err.to_string().contains("`operation`") && err.to_string().contains("bogus"),
             "{err}"
         );
+    }
+
+    /// Issue #16: the version counter at its maximum (the claim would mint `u64::MAX + 1`)
+    /// is a rejection, never a panic (debug) or a wrap to 0 (release).
+    #[test]
+    fn a_contract_version_at_u64_max_is_rejected_not_wrapped() {
+        let at_max = json!({"record": {"id": "wi-1", "project_id": "p", "state": "ready-for-building",
+            "contract_version": u64::MAX, "readiness": Readiness::complete()},
+            "operation": {"operation": "claim", "actor_context_ref": "js", "work_item_id": "wi-1",
+                "expected_state": "ready-for-building", "expected_contract_version": u64::MAX,
+                "idempotency_key": "k1"}});
+        for extra in [at_max.clone(), {
+            let mut v = at_max.clone();
+            v["next_fencing_token"] = json!("fence-wi-1-x");
+            v
+        }] {
+            let out = evaluate_document(&input(extra)).unwrap();
+            assert_eq!(out["result"]["ok"], false, "{out}");
+            assert_eq!(
+                out["result"]["error"]["code"], "PRECONDITION_FAILED",
+                "{out}"
+            );
+            assert_eq!(out["record"]["contract_version"], u64::MAX);
+        }
+    }
+
+    /// Issue #16: duplicate keys, at the top and nested, are refused (the last would win
+    /// silently).
+    #[test]
+    fn duplicate_json_keys_are_refused() {
+        let doc = input(json!({}));
+        let dup_top = doc.replacen('{', r#"{"now": "2020-01-01T00:00:00Z", "#, 1);
+        assert!(
+            matches!(evaluate_document(&dup_top), Err(InputError::NotAnObject(e)) if e.contains("duplicate key"))
+        );
+        let dup_nested = doc.replacen(
+            r#""operation":{"#,
+            r#""operation":{"operation":"abandon","#,
+            1,
+        );
+        assert_ne!(dup_nested, doc, "the fixture has the shape the test edits");
+        assert!(evaluate_document(&dup_nested).is_err());
+    }
+
+    /// Issue #16: a `:60` seconds field is refused wherever a timestamp is read (jiff would
+    /// read it as `:59`).
+    #[test]
+    fn leap_second_timestamps_are_refused() {
+        let doc = input(json!({}));
+        let err = evaluate_document(&input(json!({"now": "2026-09-18T23:59:60Z"}))).unwrap_err();
+        assert!(
+            matches!(&err, InputError::Invalid { field, .. } if field == "now"),
+            "{err}"
+        );
+        let mut ctx = serde_json::from_str::<Value>(&doc).unwrap()["context"].clone();
+        ctx["expires_at"] = json!("2026-09-19T23:59:60Z");
+        let err = evaluate_document(&input(json!({"context": ctx}))).unwrap_err();
+        assert!(
+            matches!(&err, InputError::Invalid { field, .. } if field == "context"),
+            "{err}"
+        );
+    }
+
+    /// Issue #16: a negative lease length is refused, not silently replaced by the default.
+    #[test]
+    fn a_negative_lease_length_is_refused() {
+        let err = evaluate_document(&input(json!({"lease_seconds": -900}))).unwrap_err();
+        assert!(
+            matches!(&err, InputError::Invalid { field, .. } if field == "lease_seconds"),
+            "{err}"
+        );
+        assert!(evaluate_document(&input(json!({"lease_seconds": 60}))).is_ok());
     }
 }

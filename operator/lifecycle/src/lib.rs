@@ -15,6 +15,7 @@ pub mod fingerprint;
 pub mod inspect;
 pub mod record;
 pub mod ruleset;
+pub mod strict;
 pub mod vocab;
 
 pub use approval::{ApprovalRecord, ApprovalUse, Submission};

@@ -18,6 +18,7 @@ pub struct Lease {
     /// Opaque token minted by the WMS; every side effect presents it.
     pub fencing_token: String,
     /// The lease is live while `now < expires_at`.
+    #[serde(with = "crate::strict::timestamp")]
     pub expires_at: Timestamp,
 }
 
@@ -234,7 +235,11 @@ pub struct WorkItemRecord {
     pub attempts: Vec<AttemptRecord>,
     /// When the item entered its current state (trusted clock): dispatch takes
     /// older ready items first. `None` on records written before it was kept.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "crate::strict::timestamp_option"
+    )]
     pub state_since: Option<Timestamp>,
 }
 
@@ -258,9 +263,14 @@ pub struct AttemptRecord {
     #[serde(default, skip_serializing_if = "serde_json::Value::is_null")]
     pub feedback: serde_json::Value,
     /// When the attempt started (trusted clock), when known.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "crate::strict::timestamp_option"
+    )]
     pub started_at: Option<Timestamp>,
     /// When the attempt ended (trusted clock).
+    #[serde(with = "crate::strict::timestamp")]
     pub finished_at: Timestamp,
 }
 

@@ -84,15 +84,28 @@ pub struct ProjectionRecord {
 
 impl ProjectionRecord {
     /// Writes the record as JSON; keep it outside the projection directory.
+    ///
+    /// Never writes through a link: a symbolic link (or anything but a regular file) at
+    /// `path` is refused, and the text goes to a new file created exclusively (`O_EXCL`)
+    /// beside it, then renamed over `path` (a rename replaces a name, it follows nothing).
     pub fn write(&self, path: &Path) -> Result<(), ExportError> {
-        let text = serde_json::to_vec_pretty(self).map_err(|e| ExportError::Record {
+        let fail = |reason: String| ExportError::Record {
             path: path.to_owned(),
-            reason: e.to_string(),
-        })?;
-        fs::write(path, text).map_err(|e| ExportError::Record {
-            path: path.to_owned(),
-            reason: e.to_string(),
-        })
+            reason,
+        };
+        let text = serde_json::to_vec_pretty(self).map_err(|e| fail(e.to_string()))?;
+        check_record_target(path)?;
+        let dir = match path.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p,
+            _ => Path::new("."),
+        };
+        let mut temp = tempfile::Builder::new()
+            .prefix(".projection-record-")
+            .tempfile_in(dir)
+            .map_err(|e| fail(format!("unable to create the record exclusively: {e}")))?;
+        std::io::Write::write_all(&mut temp, &text).map_err(|e| fail(e.to_string()))?;
+        temp.persist(path).map_err(|e| fail(e.error.to_string()))?;
+        Ok(())
     }
 
     /// Reads a record written by [`ProjectionRecord::write`].
@@ -112,6 +125,17 @@ impl ProjectionRecord {
             });
         }
         Ok(record)
+    }
+}
+
+/// Refuses a record path that is a symbolic link or not a regular file.
+fn check_record_target(path: &Path) -> Result<(), ExportError> {
+    match fs::symlink_metadata(path) {
+        Ok(meta) if !meta.file_type().is_file() => Err(ExportError::Record {
+            path: path.to_owned(),
+            reason: "it exists and is a symbolic link or not a regular file; remove it or pick another destination".into(),
+        }),
+        _ => Ok(()),
     }
 }
 
@@ -287,6 +311,7 @@ pub fn load_manifest(
 /// Exports a role projection; see the module documentation for the guarantees. Also writes
 /// the [`ProjectionRecord`] to [`record_path_for`]`(dest)`.
 pub fn export_projection(request: &ExportRequest) -> Result<ExportReport, ExportError> {
+    check_record_target(&record_path_for(&request.dest))?;
     let source =
         Repository::open(&request.source_repo).map_err(|source| ExportError::OpenSource {
             path: request.source_repo.clone(),

@@ -679,7 +679,7 @@ pub enum ApprovedMergeError {
     NotApproved(String),
     /// The commit that added the manifest is not a merge commit.
     #[error(
-        "change set {change_set_id} reached the default branch in {commit}, which is not a merge commit; run the reconciler"
+        "change set {change_set_id} reached the default branch in {commit}, which is not a merge commit (a squash or rebase merge): approval is a merge commit on the default branch; revert {commit} and merge the change-set branch with a merge commit (`git merge --no-ff`, or your forge's \"Create a merge commit\")"
     )]
     NotAMergeCommit {
         /// Change set.

@@ -9,12 +9,15 @@
 //! One rule is not negotiable by the manifest: everything under `.protobot/attestations/` is
 //! `attestation-only` (seed: "always attestation-only").
 
-use std::{collections::BTreeMap, fmt};
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    fmt,
+};
 
 use serde::{Deserialize, Serialize};
 use serde_yaml_ng::Value;
 
-use crate::path::{check_project_path, is_under};
+use crate::path::{check_project_path, fold_key, is_under};
 
 /// Repository path of the projection manifest.
 pub const MANIFEST_PATH: &str = ".protobot/projection.yaml";
@@ -217,9 +220,78 @@ impl ProjectionManifest {
     }
 }
 
+/// The manifest's entries under their folded keys ([`fold_key`]): how a case-insensitive,
+/// normalizing or NTFS checkout would classify a path. Entries of different classes may fold
+/// together; a lookup then returns every class of the winning level.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FoldedManifest {
+    files: BTreeMap<String, BTreeSet<PathClass>>,
+    dirs: BTreeMap<String, BTreeSet<PathClass>>,
+    attestations: String,
+}
+
+impl FoldedManifest {
+    /// The classes a folded checkout could give `path`: the most specific folded entry
+    /// level (file entry, then directory entries from the path up); empty when unclassified.
+    pub fn classify(&self, path: &str) -> BTreeSet<PathClass> {
+        let key = fold_key(path);
+        if is_under(&key, &self.attestations) {
+            return BTreeSet::from([PathClass::AttestationOnly]);
+        }
+        if let Some(classes) = self.files.get(&key) {
+            return classes.clone();
+        }
+        let mut candidate = key.as_str();
+        loop {
+            if let Some(classes) = self.dirs.get(candidate) {
+                return classes.clone();
+            }
+            match candidate.rfind('/') {
+                Some(cut) => candidate = &candidate[..cut],
+                None => return BTreeSet::new(),
+            }
+        }
+    }
+}
+
+impl ProjectionManifest {
+    /// The entries under their folded keys, for look-alike checks.
+    pub fn folded(&self) -> FoldedManifest {
+        let mut out = FoldedManifest {
+            attestations: fold_key(ATTESTATIONS_DIR),
+            ..FoldedManifest::default()
+        };
+        for (path, class) in &self.files {
+            out.files.entry(fold_key(path)).or_default().insert(*class);
+        }
+        for (path, class) in &self.dirs {
+            out.dirs.entry(fold_key(path)).or_default().insert(*class);
+        }
+        out
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn folded_classification_sees_another_class_through_look_alike_spellings() {
+        let m = ProjectionManifest::parse(SAMPLE).unwrap().folded();
+        let test = BTreeSet::from([PathClass::Test]);
+        assert_eq!(m.classify("src/TestData/x.bin"), test);
+        assert_eq!(m.classify("src/testdata./x.bin"), test);
+        assert_eq!(m.classify("src/test\u{200c}data/x.bin"), test);
+        assert_eq!(
+            m.classify("SRC/lib.rs"),
+            BTreeSet::from([PathClass::Implementation])
+        );
+        assert_eq!(
+            m.classify(".Protobot/Attestations/x"),
+            BTreeSet::from([PathClass::AttestationOnly])
+        );
+        assert!(m.classify("README.md").is_empty());
+    }
 
     const SAMPLE: &str = "version: 1\nowner: humans\npaths:\n  - path: docs/\n    class: shared\n  - path: src/\n    class: implementation\n  - path: src/testdata/\n    class: test\n  - path: src/testdata/golden.txt\n    class: shared\n  - path: tests/\n    class: test\n  - path: ci/\n    class: integration-only\n";
 

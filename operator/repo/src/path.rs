@@ -23,10 +23,13 @@ pub enum PathProblem {
     ParentComponent,
     /// A component is empty or `.`.
     EmptyOrDotComponent,
-    /// The path has `\`, NUL or `:`.
+    /// The path has `\`, NUL, `:` or a control character (a newline, a tab, …).
     ForbiddenCharacter,
     /// A component resolves to `.git` on some filesystem (`.git`, `.GIT`, `.git.`, `git~1`).
     GitComponent,
+    /// A component is longer than [`MAX_COMPONENT_BYTES`] or the path longer than
+    /// [`MAX_PATH_BYTES`].
+    TooLong,
 }
 
 impl fmt::Display for PathProblem {
@@ -36,8 +39,11 @@ impl fmt::Display for PathProblem {
             PathProblem::Absolute => "the path is absolute",
             PathProblem::ParentComponent => "the path has a `..` component",
             PathProblem::EmptyOrDotComponent => "the path has an empty or `.` component",
-            PathProblem::ForbiddenCharacter => "the path has a `\\`, NUL or `:` character",
+            PathProblem::ForbiddenCharacter => "the path has a `\\`, NUL, `:` or control character",
             PathProblem::GitComponent => "the path has a component that resolves to `.git`",
+            PathProblem::TooLong => {
+                "the path has a component over 255 bytes or is over 1024 bytes long"
+            }
         };
         f.write_str(text)
     }
@@ -51,7 +57,7 @@ pub fn check_project_path(path: &str) -> Result<(), PathProblem> {
     if path.starts_with('/') {
         return Err(PathProblem::Absolute);
     }
-    if path.contains(['\\', '\0', ':']) {
+    if path.contains(['\\', '\0', ':']) || path.chars().any(char::is_control) {
         return Err(PathProblem::ForbiddenCharacter);
     }
     for component in path.split('/') {
@@ -92,6 +98,44 @@ pub fn names_the_same(component: &str, name: &str) -> bool {
     visible
         .trim_end_matches(['.', ' '])
         .eq_ignore_ascii_case(name)
+}
+
+/// Longest path component a bundle may write, in bytes (the `NAME_MAX` of common
+/// filesystems: a longer name cannot be checked out, exported or resumed).
+pub const MAX_COMPONENT_BYTES: usize = 255;
+/// Longest project path a bundle may write, in bytes. Far below `PATH_MAX` (4096) so that the
+/// path still fits below the scratch, export and checkout directories it is written into.
+pub const MAX_PATH_BYTES: usize = 1024;
+
+/// Checks the length limits of a project path: every component at most
+/// [`MAX_COMPONENT_BYTES`], the whole path at most [`MAX_PATH_BYTES`].
+pub fn check_path_length(path: &str) -> Result<(), PathProblem> {
+    if path.len() > MAX_PATH_BYTES || path.split('/').any(|c| c.len() > MAX_COMPONENT_BYTES) {
+        return Err(PathProblem::TooLong);
+    }
+    Ok(())
+}
+
+/// The one folded key under which two spellings name the same file on some checkout: per
+/// component, HFS+ ignorable code points removed and NTFS trailing dots and spaces dropped;
+/// then the whole path lower-cased and composed (NFC), as a case-insensitive,
+/// normalization-insensitive filesystem compares names. `.git` and `.protobot` get the same
+/// folding through [`names_the_same`].
+pub fn fold_key(path: &str) -> String {
+    let mut out = String::with_capacity(path.len());
+    for (i, component) in path.split('/').enumerate() {
+        if i > 0 {
+            out.push('/');
+        }
+        let visible: String = component
+            .chars()
+            .filter(|c| !is_hfs_ignorable(*c))
+            .collect();
+        let trimmed = visible.trim_end_matches(['.', ' ']);
+        // `...` or `. ` keeps one dot: never an empty component.
+        out.push_str(if trimmed.is_empty() { "." } else { trimmed });
+    }
+    case_fold_key(&out)
 }
 
 /// True when `path` is `dir` itself or lies below it (`dir` given without a trailing `/`).
@@ -204,10 +248,59 @@ mod tests {
             );
         }
         assert_eq!(check_project_path(".gitignore"), Ok(()));
+        for spelled in [
+            "a\nb",
+            "a\rb",
+            "tab\there",
+            "bell\u{7}",
+            "del\u{7f}",
+            "c1\u{85}",
+        ] {
+            assert_eq!(
+                check_project_path(spelled),
+                Err(PathProblem::ForbiddenCharacter),
+                "{spelled:?}"
+            );
+        }
         assert_eq!(
             check_project_path(".g\u{200B}it/x"),
             Ok(()),
             "U+200B is not ignored"
+        );
+    }
+
+    #[test]
+    fn fold_key_sees_through_case_normalization_ignorables_and_ntfs_trailers() {
+        let key = fold_key("tests/fixtures/impl_helper.rs");
+        for spelled in [
+            "tests/fixtures/Impl_Helper.rs",
+            "Tests/FIXTURES/impl_helper.rs",
+            "tests/fixtures./impl_helper.rs. ",
+            "tests/fixtures /impl_helper.rs",
+            "tests/fi\u{200c}xtures/impl_helper\u{feff}.rs",
+        ] {
+            assert_eq!(fold_key(spelled), key, "{spelled:?}");
+        }
+        assert_eq!(
+            fold_key("tests/caf\u{e9}.rs"),
+            fold_key("tests/CAFE\u{301}.rs")
+        );
+        assert_ne!(fold_key("tests/a.rs"), fold_key("tests/b.rs"));
+        assert_eq!(fold_key("a/.../b"), "a/./b");
+    }
+
+    #[test]
+    fn length_limits_bound_components_and_paths() {
+        assert_eq!(check_path_length(&"n".repeat(255)), Ok(()));
+        assert_eq!(
+            check_path_length(&"n".repeat(256)),
+            Err(PathProblem::TooLong)
+        );
+        let deep = "d/".repeat(512);
+        assert_eq!(check_path_length(&deep[..1023]), Ok(()));
+        assert_eq!(
+            check_path_length(&"d/".repeat(513)),
+            Err(PathProblem::TooLong)
         );
     }
 

@@ -48,6 +48,16 @@ pub enum PatchCheckError {
         #[source]
         source: std::io::Error,
     },
+    /// The bundle file is larger than any bundle within the limits can be.
+    #[error(
+        "unable to check bundle {path}: it is over {limit} bytes, more than a bundle within the limits can hold; the Worker must shrink its patch"
+    )]
+    TooLarge {
+        /// Path.
+        path: PathBuf,
+        /// Bytes read at most.
+        limit: u64,
+    },
     /// The bundle file is not a PatchBundle document.
     #[error("failed to decode bundle {path}: {source}")]
     DecodeBundle {
@@ -74,6 +84,15 @@ pub enum PatchCheckError {
     },
 }
 
+/// The largest bundle file worth reading: the content limit twice (hex) plus 16 MiB for
+/// paths, messages and JSON.
+pub fn max_bundle_file_bytes(limits: &Limits) -> u64 {
+    limits
+        .max_total_bytes
+        .saturating_mul(2)
+        .saturating_add(16 << 20)
+}
+
 /// `protobot patch check`: validates a bundle file against the projection it came from.
 pub fn patch_check(
     bundle_path: &Path,
@@ -81,10 +100,22 @@ pub fn patch_check(
     role: Role,
     limits: &Limits,
 ) -> Result<ValidationReport, PatchCheckError> {
-    let bytes = std::fs::read(bundle_path).map_err(|source| PatchCheckError::ReadBundle {
-        path: bundle_path.to_owned(),
-        source,
-    })?;
+    let limit = max_bundle_file_bytes(limits);
+    let mut bytes = Vec::new();
+    std::fs::File::open(bundle_path)
+        .and_then(|f| {
+            std::io::Read::read_to_end(&mut std::io::Read::take(f, limit + 1), &mut bytes)
+        })
+        .map_err(|source| PatchCheckError::ReadBundle {
+            path: bundle_path.to_owned(),
+            source,
+        })?;
+    if bytes.len() as u64 > limit {
+        return Err(PatchCheckError::TooLarge {
+            path: bundle_path.to_owned(),
+            limit,
+        });
+    }
     let bundle =
         PatchBundle::from_json(&bytes).map_err(|source| PatchCheckError::DecodeBundle {
             path: bundle_path.to_owned(),

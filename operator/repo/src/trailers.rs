@@ -80,16 +80,24 @@ pub fn value<'a>(trailers: &'a [(String, String)], key: &str) -> Option<&'a str>
 }
 
 /// Rewrites every line of untrusted text that starts like one of our trailers (`Key:`), so it
-/// can be quoted in a Job Site commit without being read back as a trailer.
+/// can be quoted in a Job Site commit without being read back as a trailer. Control characters
+/// other than newlines and tabs (NUL above all, which no commit message can hold) are dropped.
 pub fn neutralise(untrusted: &str) -> String {
-    untrusted
+    let visible: String = untrusted
+        .chars()
+        .filter(|c| !c.is_control() || matches!(c, '\n' | '\t'))
+        .collect();
+    visible
         .lines()
         .map(|line| {
             let head = line.trim_start();
+            // Compared as bytes: the keys are ASCII, and a byte offset inside a multi-byte
+            // character of Worker text must not panic.
+            let bytes = head.as_bytes();
             if OURS.iter().any(|k| {
-                head.len() > k.len()
-                    && head[..k.len()].eq_ignore_ascii_case(k)
-                    && head[k.len()..].starts_with(':')
+                bytes.len() > k.len()
+                    && bytes[..k.len()].eq_ignore_ascii_case(k.as_bytes())
+                    && bytes[k.len()] == b':'
             }) {
                 format!("> {line}")
             } else {
@@ -123,6 +131,19 @@ mod tests {
     #[test]
     fn a_paragraph_with_prose_has_no_trailers() {
         assert!(parse("subject\n\nWork-Item: WI-1\nsome prose").is_empty());
+    }
+
+    #[test]
+    fn multi_byte_worker_text_never_panics() {
+        for text in [
+            "Work-Ite\u{20ac}: x",
+            "Cycl\u{e9}: 1",
+            "\u{1F600}\u{1F600}\u{1F600}",
+        ] {
+            assert_eq!(neutralise(text), text);
+        }
+        assert_eq!(neutralise(" cycle: 2"), ">  cycle: 2");
+        assert_eq!(neutralise("a\0b\r\u{7}c\td"), "abc\td");
     }
 
     #[test]

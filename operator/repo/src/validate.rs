@@ -13,7 +13,7 @@ use crate::{
     bundle::{BUNDLE_FORMAT, ChangeOp, PatchBundle},
     export::ProjectionRecord,
     manifest::PathClass,
-    path::{PathProblem, case_fold_key, check_project_path, normalization_key},
+    path::{PathProblem, check_path_length, check_project_path, fold_key, normalization_key},
     role::Role,
 };
 
@@ -83,8 +83,16 @@ pub enum ViolationCode {
     /// Two paths are canonically equivalent Unicode (e.g. `café` precomposed, NFC, and
     /// decomposed, NFD): one name on a normalization-insensitive filesystem (APFS, HFS+).
     NormalizationCollision,
-    /// A file and a directory would share a name.
+    /// A file and a directory would share a name (in any commit of the history, under the
+    /// folded key).
     PathConflict,
+    /// The path is its class as spelled, but another class's path (or below another class's
+    /// directory) on a case-insensitive, normalizing or NTFS checkout.
+    LookAlikePath,
+    /// A component is over 255 bytes or the path over 1024 bytes.
+    PathTooLong,
+    /// The bundle writes a `.gitattributes` file (policy decision, `docs/worker-output.md`).
+    AttributesFile,
     /// Content is missing, not hex, or present where it must not be; or the op contradicts the
     /// tree (adding an existing path, modifying or deleting a missing one, touching a path twice
     /// in one commit).
@@ -256,15 +264,23 @@ pub fn check_bundle(
         expected_parent = commit.id.clone();
     }
 
-    // Per change, replaying the tree state of the projection.
+    // Per change, replaying the tree state of the projection. The integration side holds
+    // the projection's files plus the withheld ones, and integration replays every commit,
+    // so collisions and file/directory conflicts are checked on every commit's tree, not
+    // only on the final one.
     let role_class = record.role.writable_class();
+    let folded_manifest = record.manifest.folded();
     let mut present: BTreeSet<String> = record.exported.clone();
+    let mut tree = FoldedTree::default();
+    for path in record.exported.iter().chain(record.withheld.iter()) {
+        tree.insert_original(path);
+    }
     let mut touched: BTreeSet<String> = BTreeSet::new();
     let mut total_bytes: u64 = 0;
     for commit in &bundle.commits {
         let mut in_commit = BTreeSet::new();
+        let c = Some(commit.id.as_str());
         for change in &commit.changes {
-            let c = Some(commit.id.as_str());
             let p = Some(change.path.as_str());
             touched.insert(change.path.clone());
             if !in_commit.insert(change.path.clone()) {
@@ -280,12 +296,16 @@ pub fn check_bundle(
                     PathProblem::ParentComponent => ViolationCode::PathTraversal,
                     PathProblem::Absolute => ViolationCode::AbsolutePath,
                     PathProblem::GitComponent => ViolationCode::GitPath,
+                    PathProblem::TooLong => ViolationCode::PathTooLong,
                     PathProblem::Empty
                     | PathProblem::EmptyOrDotComponent
                     | PathProblem::ForbiddenCharacter => ViolationCode::InvalidPath,
                 };
                 push(code, c, p, problem.to_string());
             } else {
+                if let Err(problem) = check_path_length(&change.path) {
+                    push(ViolationCode::PathTooLong, c, p, problem.to_string());
+                }
                 let first = change.path.split('/').next().unwrap_or_default();
                 // Same folding as `.git`: case-insensitive, NTFS trailing dots and spaces,
                 // HFS+ ignorable code points.
@@ -297,7 +317,17 @@ pub fn check_bundle(
                         "writes under .protobot/".into(),
                     );
                 }
-                match record.manifest.classify(&change.path) {
+                let last = change.path.rsplit('/').next().unwrap_or_default();
+                if crate::path::names_the_same(last, ".gitattributes") {
+                    push(
+                        ViolationCode::AttributesFile,
+                        c,
+                        p,
+                        "writes a .gitattributes file (attributes change how other files are checked out, diffed and reviewed; they are reviewed policy)".into(),
+                    );
+                }
+                let exact = record.manifest.classify(&change.path);
+                match exact {
                     None => push(
                         ViolationCode::UnclassifiedPath,
                         c,
@@ -311,6 +341,26 @@ pub fn check_bundle(
                         format!("class {class} is not writable by {}", record.role),
                     ),
                     Some(_) => {}
+                }
+                if let Some(exact) = exact {
+                    let folded = folded_manifest.classify(&change.path);
+                    let others: Vec<&str> = folded
+                        .iter()
+                        .filter(|class| **class != exact)
+                        .map(|class| class.as_str())
+                        .collect();
+                    if !others.is_empty() {
+                        push(
+                            ViolationCode::LookAlikePath,
+                            c,
+                            p,
+                            format!(
+                                "`{}` is class {exact} as spelled but class {} on a case-insensitive, normalizing or NTFS checkout",
+                                change.path.escape_default(),
+                                others.join(", ")
+                            ),
+                        );
+                    }
                 }
                 if record.withheld.contains(&change.path) {
                     push(
@@ -326,7 +376,12 @@ pub fn check_bundle(
                     "100644" | "100755" => {}
                     "120000" => push(ViolationCode::Symlink, c, p, "symlink".into()),
                     "160000" => push(ViolationCode::Submodule, c, p, "submodule".into()),
-                    other => push(ViolationCode::ModeNotAllowed, c, p, format!("mode {other}")),
+                    other => push(
+                        ViolationCode::ModeNotAllowed,
+                        c,
+                        p,
+                        format!("mode {}", other.escape_default()),
+                    ),
                 }
             }
             match (change.op, &change.content_hex) {
@@ -377,9 +432,17 @@ pub fn check_bundle(
                 _ => {}
             }
             if change.op == ChangeOp::Delete {
-                present.remove(&change.path);
-            } else {
-                present.insert(change.path.clone());
+                if present.remove(&change.path) {
+                    tree.remove(&change.path);
+                }
+            } else if present.insert(change.path.clone()) {
+                tree.insert(&change.path);
+            }
+        }
+        // This commit's tree: every path it writes against everything alive after it.
+        for change in commit.changes.iter().filter(|ch| ch.op != ChangeOp::Delete) {
+            for (code, detail) in tree.conflicts(&change.path) {
+                push(code, c, Some(&change.path), detail);
             }
         }
     }
@@ -400,98 +463,6 @@ pub fn check_bundle(
         );
     }
 
-    // Collisions in the tree the integration side will hold: final projection state plus the
-    // withheld paths (which integration still has).
-    let mut all: BTreeSet<&str> = present.iter().map(String::as_str).collect();
-    all.extend(record.withheld.iter().map(String::as_str));
-    let mut folded: BTreeMap<String, Vec<&str>> = BTreeMap::new();
-    let mut normalized: BTreeMap<String, Vec<&str>> = BTreeMap::new();
-    for path in &all {
-        folded.entry(case_fold_key(path)).or_default().push(path);
-        normalized
-            .entry(normalization_key(path))
-            .or_default()
-            .push(path);
-    }
-    for path in &touched {
-        if !present.contains(path) {
-            continue;
-        }
-        let key = normalization_key(path);
-        let equivalent: Vec<&str> = normalized
-            .get(&key)
-            .map(|group| group.iter().copied().filter(|o| o != path).collect())
-            .unwrap_or_default();
-        if !equivalent.is_empty() {
-            push(
-                ViolationCode::NormalizationCollision,
-                None,
-                Some(path),
-                format!(
-                    "`{}` is the same name as {} under Unicode normalization (NFC `{}`)",
-                    path.escape_default(),
-                    equivalent
-                        .iter()
-                        .map(|o| format!("`{}`", o.escape_default()))
-                        .collect::<Vec<_>>()
-                        .join(", "),
-                    key.escape_default()
-                ),
-            );
-        }
-        // Paths that fold together only through case (possibly with a different
-        // normalization too); pure normalization variants are reported above.
-        let others: Vec<&str> = folded
-            .get(&case_fold_key(path))
-            .map(|group| {
-                group
-                    .iter()
-                    .copied()
-                    .filter(|o| o != path && normalization_key(o) != key)
-                    .collect()
-            })
-            .unwrap_or_default();
-        if !others.is_empty() {
-            push(
-                ViolationCode::CaseFoldCollision,
-                None,
-                Some(path),
-                format!("collides with {}", others.join(", ")),
-            );
-        }
-        let mut prefix = String::new();
-        for component in path.split('/') {
-            if !prefix.is_empty() {
-                if all.contains(prefix.as_str()) {
-                    push(
-                        ViolationCode::PathConflict,
-                        None,
-                        Some(path),
-                        format!("`{prefix}` is a file"),
-                    );
-                }
-                prefix.push('/');
-            }
-            prefix.push_str(component);
-        }
-        let dir = format!("{path}/");
-        if all
-            .range::<str, _>((
-                std::ops::Bound::Excluded(dir.as_str()),
-                std::ops::Bound::Unbounded,
-            ))
-            .next()
-            .is_some_and(|next| next.starts_with(&dir))
-        {
-            push(
-                ViolationCode::PathConflict,
-                None,
-                Some(path),
-                "a directory has this name".into(),
-            );
-        }
-    }
-
     v.sort();
     v.dedup();
     ValidationReport {
@@ -502,6 +473,146 @@ pub fn check_bundle(
         paths_touched: touched.len(),
         violations: v,
     }
+}
+
+/// The paths alive in the integration tree, indexed by their folded key ([`fold_key`]) and
+/// by the folded keys of their directories, maintained commit by commit.
+#[derive(Debug, Default)]
+struct FoldedTree {
+    /// Folded path → the exact spellings alive under it.
+    files: BTreeMap<String, BTreeSet<String>>,
+    /// Folded directory → exact spelling → number of alive paths below it.
+    dirs: BTreeMap<String, BTreeMap<String, usize>>,
+    /// Directories of the tree the bundle started from: a look-alike spelling that was
+    /// already there is not the Worker's doing.
+    original_dirs: BTreeSet<String>,
+}
+
+/// The directory prefixes of `path` (`a`, `a/b` for `a/b/c`).
+fn directories(path: &str) -> impl Iterator<Item = &str> {
+    path.match_indices('/').map(move |(i, _)| &path[..i])
+}
+
+impl FoldedTree {
+    fn insert_original(&mut self, path: &str) {
+        self.insert(path);
+        self.original_dirs
+            .extend(directories(path).map(str::to_owned));
+    }
+
+    fn insert(&mut self, path: &str) {
+        self.files
+            .entry(fold_key(path))
+            .or_default()
+            .insert(path.to_owned());
+        for dir in directories(path) {
+            *self
+                .dirs
+                .entry(fold_key(dir))
+                .or_default()
+                .entry(dir.to_owned())
+                .or_default() += 1;
+        }
+    }
+
+    fn remove(&mut self, path: &str) {
+        let key = fold_key(path);
+        if let Some(group) = self.files.get_mut(&key) {
+            group.remove(path);
+            if group.is_empty() {
+                self.files.remove(&key);
+            }
+        }
+        for dir in directories(path) {
+            let key = fold_key(dir);
+            if let Some(spellings) = self.dirs.get_mut(&key) {
+                if let Some(count) = spellings.get_mut(dir) {
+                    *count = count.saturating_sub(1);
+                    if *count == 0 {
+                        spellings.remove(dir);
+                    }
+                }
+                if spellings.is_empty() {
+                    self.dirs.remove(&key);
+                }
+            }
+        }
+    }
+
+    /// Every collision and conflict `path` (alive in the tree) has with the rest of it.
+    fn conflicts(&self, path: &str) -> Vec<(ViolationCode, String)> {
+        let mut out = Vec::new();
+        let key = fold_key(path);
+        let normal = normalization_key(path);
+        let others = self
+            .files
+            .get(&key)
+            .into_iter()
+            .flatten()
+            .filter(|o| *o != path);
+        let (equivalent, folded): (Vec<&String>, Vec<&String>) =
+            others.partition(|o| normalization_key(o) == normal);
+        if !equivalent.is_empty() {
+            out.push((
+                ViolationCode::NormalizationCollision,
+                format!(
+                    "`{}` is the same name as {} under Unicode normalization (NFC `{}`)",
+                    path.escape_default(),
+                    quoted(&equivalent),
+                    normal.escape_default()
+                ),
+            ));
+        }
+        // Paths that fold together through case, ignorable code points or NTFS trailing dots
+        // and spaces (pure normalization variants are reported above).
+        if !folded.is_empty() {
+            out.push((
+                ViolationCode::CaseFoldCollision,
+                format!("collides with {}", quoted(&folded)),
+            ));
+        }
+        if self.dirs.contains_key(&key) {
+            out.push((
+                ViolationCode::PathConflict,
+                "a directory has this name".into(),
+            ));
+        }
+        for dir in directories(path) {
+            let dir_key = fold_key(dir);
+            if let Some(files) = self.files.get(&dir_key) {
+                out.push((
+                    ViolationCode::PathConflict,
+                    format!("{} is a file", quoted(&files.iter().collect::<Vec<_>>())),
+                ));
+            }
+            let spellings: Vec<&String> = self
+                .dirs
+                .get(&dir_key)
+                .into_iter()
+                .flat_map(|s| s.keys())
+                .filter(|s| *s != dir)
+                .collect();
+            if !spellings.is_empty() && !self.original_dirs.contains(dir) {
+                out.push((
+                    ViolationCode::CaseFoldCollision,
+                    format!(
+                        "directory `{}` is also spelled {}",
+                        dir.escape_default(),
+                        quoted(&spellings)
+                    ),
+                ));
+            }
+        }
+        out
+    }
+}
+
+fn quoted(paths: &[&String]) -> String {
+    paths
+        .iter()
+        .map(|o| format!("`{}`", o.escape_default()))
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// Helper for callers that hold a class, not a role: may `role` write `class`?

@@ -8,6 +8,8 @@
 //! - `integration`: accepted bundles land on integration branches and merge into `wi/`.
 //! - `landing`: digests, attestation snapshot, merge to main, push guard, crash-rerun.
 //! - `seams`: the CLI entry points over files.
+//! - `fuzz`: issue #16 fuzz targets (bundle validation, path folding, trailers).
+//! - `hostile`: issue #16, one corpus per class of hostile worker output.
 //! - `golden_scm`: replays the `approved_merge` lines of the upstream SCM golden fixture.
 
 // Fixture helpers outside #[test] fns unwrap too: a panic there is a failed setup with a location
@@ -15,7 +17,9 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod bundles;
+mod fuzz;
 mod golden_scm;
+mod hostile;
 mod integration;
 mod landing;
 mod projection;

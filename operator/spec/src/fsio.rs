@@ -134,6 +134,13 @@ pub fn read_dir(root: &Path, rel: &str) -> DirState {
 
 /// Reads every governed file of the project rooted at `root`.
 pub fn load_vfs(root: &Path) -> Result<Vfs, Failure> {
+    // Readers share the project lock, so a load never sees another writer's half-finished
+    // transaction (a record written, its manifest or digests not yet).
+    let _shared = StoreLock::shared(root, LOCK_WAIT)?;
+    load_vfs_unlocked(root)
+}
+
+fn load_vfs_unlocked(root: &Path) -> Result<Vfs, Failure> {
     let protobot = root.join(".protobot");
     let protobot_is_dir = match fs::symlink_metadata(&protobot) {
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
@@ -220,14 +227,198 @@ pub struct Faults {
     pub fail_branch_restore: bool,
 }
 
+/// One step of a rollback. Each names the bytes this transaction wrote, so a rollback only
+/// restores a file that still holds them: it undoes its own change, never another writer's.
 enum Undo {
     Restore {
         path: PathBuf,
         bytes: Vec<u8>,
         perms: fs::Permissions,
+        written: Vec<u8>,
     },
-    Delete(PathBuf),
+    Delete {
+        path: PathBuf,
+        written: Vec<u8>,
+    },
     RemoveDir(PathBuf),
+}
+
+/// How long a write waits for another writer's lock before giving up.
+pub const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(20);
+
+/// The project's write lock: an advisory `flock` on a lock file in the Git directory (or,
+/// without one, beside `.protobot`). The kernel drops it when the process ends, so a killed
+/// writer never leaves a stale lock.
+pub struct StoreLock {
+    _file: Option<fs::File>,
+    exclusive: bool,
+}
+
+thread_local! {
+    /// Whether this thread holds a project's exclusive lock (its post-write reload must not
+    /// wait for itself).
+    static HOLDS_LOCK: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+impl Drop for StoreLock {
+    fn drop(&mut self) {
+        if self.exclusive {
+            HOLDS_LOCK.with(|h| h.set(false));
+        }
+    }
+}
+
+impl StoreLock {
+    /// A shared lock for reading (best effort: without a writable lock file, reads go
+    /// unlocked; inside this thread's own write, no second lock is taken).
+    pub fn shared(root: &Path, wait: std::time::Duration) -> Result<Self, Failure> {
+        let none = Self {
+            _file: None,
+            exclusive: false,
+        };
+        if HOLDS_LOCK.with(std::cell::Cell::get) {
+            return Ok(none);
+        }
+        let Ok(file) = fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(Self::path(root))
+        else {
+            return Ok(none);
+        };
+        match lock_within(file, true, wait) {
+            Ok(Some(file)) => Ok(Self {
+                _file: Some(file),
+                exclusive: false,
+            }),
+            Ok(None) => Err(held_too_long(wait)),
+            Err(_) => Ok(none),
+        }
+    }
+
+    /// The lock file of the project at `root`.
+    pub fn path(root: &Path) -> PathBuf {
+        let git = root.join(".git");
+        match fs::symlink_metadata(&git) {
+            Ok(m) if m.is_dir() => git.join("ears-manager.lock"),
+            _ => root.join(".ears-manager.lock"),
+        }
+    }
+
+    /// Takes the lock, waiting at most `wait` for another writer to finish.
+    pub fn acquire(root: &Path, wait: std::time::Duration) -> Result<Self, Failure> {
+        let path = Self::path(root);
+        let file = fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .map_err(|e| {
+                write_failed(&format!(
+                    "The project lock could not be opened ({})",
+                    e.kind()
+                ))
+            })?;
+        match lock_within(file, false, wait) {
+            Ok(Some(file)) => {
+                HOLDS_LOCK.with(|h| h.set(true));
+                Ok(Self {
+                    _file: Some(file),
+                    exclusive: true,
+                })
+            }
+            Ok(None) => Err(held_too_long(wait)),
+            Err(e) => Err(write_failed(&format!(
+                "The project lock could not be taken ({})",
+                e.kind()
+            ))),
+        }
+    }
+}
+
+fn held_too_long(wait: std::time::Duration) -> Failure {
+    Failure::new(
+        Exit::Conflict,
+        "change_set.concurrent_update",
+        format!(
+            "Another ears-manager write held the project lock for {} s; rerun the command when it has finished.",
+            wait.as_secs()
+        ),
+    )
+}
+
+/// Locks `file` (shared or exclusive), waiting at most `wait`; `None` when the wait ran out.
+/// The blocking `flock` runs on a helper thread; if the wait runs out first, that thread
+/// drops the file (and with it the lock) as soon as it gets it.
+fn lock_within(
+    file: fs::File,
+    shared: bool,
+    wait: std::time::Duration,
+) -> io::Result<Option<fs::File>> {
+    let now = if shared {
+        file.try_lock_shared()
+    } else {
+        file.try_lock()
+    };
+    match now {
+        Ok(()) => return Ok(Some(file)),
+        Err(fs::TryLockError::WouldBlock) => {}
+        Err(fs::TryLockError::Error(e)) => return Err(e),
+    }
+    let (sender, receiver) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let locked = if shared {
+            file.lock_shared()
+        } else {
+            file.lock()
+        };
+        let _ = sender.send(locked.map(|()| file));
+    });
+    match receiver.recv_timeout(wait) {
+        Ok(Ok(file)) => Ok(Some(file)),
+        Ok(Err(e)) => Err(e),
+        Err(_) => Ok(None),
+    }
+}
+
+/// Refuses a write over a store whose recorded digest does not match its content (a
+/// direct edit): recomputing the digests would re-seal the edit (§17 Writes, §23.3).
+fn verify_recorded_digests(observed: &Vfs) -> Result<(), Failure> {
+    if !matches!(observed.project_yaml, FileState::Bytes(_)) {
+        return Ok(());
+    }
+    // An undecodable project is reported by the staged validation.
+    let Ok(snap) = snapshot::open(observed.clone()) else {
+        return Ok(());
+    };
+    let mut diags = Vec::new();
+    for kind in StoreKind::ALL {
+        let recorded = snap
+            .project
+            .store_digests
+            .as_ref()
+            .and_then(|s| s.get(kind));
+        let computed = snap.digests.get(&kind).cloned().flatten();
+        if let (Some(recorded), Some(computed)) = (recorded, computed)
+            && crate::digest::is_digest(recorded)
+            && *recorded != computed
+        {
+            diags.push(
+                Diagnostic::new(
+                    "project.store_digest_mismatch",
+                    "The store content does not match its recorded digest.",
+                )
+                .at(PROJECT_YAML)
+                .field(format!("store_digests.{}", kind.key()))
+                .hint("Undo direct edits to the store or make them through ears-manager."),
+            );
+        }
+    }
+    match crate::outcome::wrap(diags, false) {
+        None => Ok(()),
+        Some(failure) => Err(failure),
+    }
 }
 
 static SEQ: AtomicU64 = AtomicU64::new(0);
@@ -298,6 +489,10 @@ pub fn commit(
     faults: Faults,
     post_check: impl FnOnce() -> Result<(), Failure>,
 ) -> Result<(), Failure> {
+    // One writer at a time: the checks below and the writes, post-check and rollback after
+    // them all happen under the project's lock, so a concurrent writer either sees this
+    // write complete or fails its own check (`change_set.concurrent_update`).
+    let _lock = StoreLock::acquire(root, LOCK_WAIT)?;
     for (rel, _) in writes {
         if has_symlink_component(root, rel) {
             return Err(write_not_allowed(rel));
@@ -320,6 +515,10 @@ pub fn commit(
             ));
         }
     }
+    // The observed state is what is on disk now (every target was checked above, and
+    // `project.yaml`, which records the digests, is a target of every governed write): a
+    // digest mismatch in it is a direct edit, not another writer's half-finished write.
+    verify_recorded_digests(observed)?;
     let mut undo: Vec<Undo> = Vec::new();
     let mut outcome = Ok(());
     for (step, (rel, bytes)) in writes.iter().enumerate() {
@@ -392,11 +591,15 @@ fn apply_one(
                 path: path.to_path_buf(),
                 bytes: original,
                 perms,
+                written: bytes.to_vec(),
             });
         }
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
             replace_file(path, bytes, None)?;
-            undo.push(Undo::Delete(path.to_path_buf()));
+            undo.push(Undo::Delete {
+                path: path.to_path_buf(),
+                written: bytes.to_vec(),
+            });
         }
         Err(e) => return Err(e),
     }
@@ -404,11 +607,27 @@ fn apply_one(
 }
 
 fn rollback(undo: Vec<Undo>) -> io::Result<()> {
+    // A file that no longer holds what this transaction wrote was changed by someone else:
+    // leave it, and report the rollback as unconfirmed.
+    let ours = |path: &Path, written: &[u8]| -> io::Result<()> {
+        match fs::read(path) {
+            Ok(now) if now == written => Ok(()),
+            Ok(_) => Err(io::Error::other("changed by another writer")),
+            Err(e) => Err(e),
+        }
+    };
     let mut result = Ok(());
     for step in undo.into_iter().rev() {
         let r = match step {
-            Undo::Restore { path, bytes, perms } => replace_file(&path, &bytes, Some(&perms)),
-            Undo::Delete(path) => fs::remove_file(path),
+            Undo::Restore {
+                path,
+                bytes,
+                perms,
+                written,
+            } => ours(&path, &written).and_then(|()| replace_file(&path, &bytes, Some(&perms))),
+            Undo::Delete { path, written } => {
+                ours(&path, &written).and_then(|()| fs::remove_file(path))
+            }
             Undo::RemoveDir(path) => fs::remove_dir(path),
         };
         if r.is_err() {

@@ -118,11 +118,11 @@ impl Git {
     pub fn approval_refs(&self, project: &Project) -> Result<Vec<Oid>, Failure> {
         let branch = project.default_branch();
         if !rules::is_valid_branch_name(&branch) {
-            return Err(Failure::new(
-                Exit::Project,
-                "project.invalid_configuration",
-                "The default branch is not a valid branch name; correct .protobot/project.yaml.",
-            ));
+            // No ref can be named: nothing is approved. Every command validates the project
+            // next, which reports `project.invalid_configuration` on the field
+            // `repository.default_branch` alongside every other finding (§18, §22.2), and
+            // refuses any write.
+            return Ok(Vec::new());
         }
         let mut out = Vec::new();
         if let Some(oid) = self.local_branch(&branch) {

@@ -70,11 +70,9 @@
 //!   `show --at` test); otherwise the usual §18 manifest-path rule applies,
 //!   so sets merged long ago stay approved on an unmerged commit. (`show
 //!   --at` keeps the contract's commit-only test.)
-//! - **`change-set compare --against X`** (deferred upstream): X must be a
-//!   full 40-hex local commit object, else `change_set.invalid_base` (4); it
-//!   replaces the recorded base as `against_commit` (lowercase), and the
-//!   recorded base is then not consulted. The findings are computed on the
-//!   working tree as without `--against`.
+//! - **`change-set compare --against X`** is deferred upstream and refused
+//!   as the contract says: `change_set.invalid_base` (4) for every X (issue
+//!   #16; it used to report X as a base the findings ignored).
 //! - **The YAML writer** is our own: 2-space indentation, block sequences,
 //!   plain scalars only where unambiguous, JSON-style double quotes otherwise,
 //!   the managed header first. Only self-consistency is pinned (§4); files

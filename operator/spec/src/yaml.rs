@@ -23,12 +23,72 @@ mod canonical;
 /// First line of every record file the tool writes.
 pub const MANAGED_HEADER: &str = "# managed by ears-manager; do not edit by hand";
 
+/// Deepest nesting a governed file may have (records nest four or five levels).
+pub const MAX_DEPTH: usize = 64;
+
+/// Refuses text nested deeper than [`MAX_DEPTH`] before any parser sees it, in one linear
+/// pass: block nesting (a stack of increasing indentations, plus compact `- - ` items) and
+/// flow nesting (`[`/`{` outside quotes and comments). Either would otherwise cost a
+/// recursive parser its stack, or a quadratic one its time.
+pub fn check_depth(text: &str) -> Result<(), String> {
+    let too_deep = || format!("the file nests deeper than {MAX_DEPTH} levels");
+    let mut indents: Vec<usize> = Vec::new();
+    let mut flow = 0usize;
+    for line in text.lines() {
+        let indent = line.len() - line.trim_start_matches(' ').len();
+        let rest = &line[indent..];
+        if flow == 0 && !rest.is_empty() && !rest.starts_with('#') {
+            while indents.last().is_some_and(|top| *top >= indent) {
+                indents.pop();
+            }
+            indents.push(indent);
+            let mut compact = 0;
+            let mut item = rest;
+            while let Some(next) = item.strip_prefix("- ").or_else(|| item.strip_prefix("? ")) {
+                compact += 1;
+                item = next.trim_start_matches(' ');
+            }
+            if indents.len() + compact > MAX_DEPTH {
+                return Err(too_deep());
+            }
+        }
+        let mut quote: Option<char> = None;
+        let mut escaped = false;
+        let mut previous = ' ';
+        for c in rest.chars() {
+            match quote {
+                Some('"') if escaped => escaped = false,
+                Some('"') if c == '\\' => escaped = true,
+                Some(q) if c == q => quote = None,
+                Some(_) => {}
+                None => match c {
+                    '#' if previous == ' ' || previous == '\t' => break,
+                    '"' | '\'' if matches!(previous, ' ' | '\t' | '[' | '{' | ',' | ':') => {
+                        quote = Some(c)
+                    }
+                    '[' | '{' => {
+                        flow += 1;
+                        if indents.len() + flow > MAX_DEPTH {
+                            return Err(too_deep());
+                        }
+                    }
+                    ']' | '}' => flow = flow.saturating_sub(1),
+                    _ => {}
+                },
+            }
+            previous = c;
+        }
+    }
+    Ok(())
+}
+
 /// Parses bytes into a checked YAML value, or says why it cannot.
 pub fn parse(bytes: &[u8]) -> Result<Value, String> {
     if bytes.starts_with(&[0xEF, 0xBB, 0xBF]) {
         return Err("the file starts with a byte-order mark".to_owned());
     }
     let text = std::str::from_utf8(bytes).map_err(|_| "the file is not valid UTF-8".to_owned())?;
+    check_depth(text)?;
     check_anchors(text)?;
     // Canonical record files take a fast line-based path; anything else (or
     // anything it is unsure about) goes through the full parser.
@@ -52,6 +112,7 @@ pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, String> {
     // lexical scan is not repeated here.
     if !bytes.starts_with(&[0xEF, 0xBB, 0xBF])
         && let Ok(text) = std::str::from_utf8(bytes)
+        && check_depth(text).is_ok()
         && let Some(record) = canonical::decode(text)
     {
         return Ok(record);
@@ -413,6 +474,23 @@ mod tests {
         assert_eq!(back["maps"][0]["c"].as_bool(), Some(true));
         assert_eq!(back["nested"]["k"].as_i64(), Some(1));
         assert_eq!(emit_managed(&node), text);
+    }
+
+    #[test]
+    fn deep_nesting_is_refused_in_linear_time() {
+        let block: String = (0..200).map(|i| format!("{}a:\n", " ".repeat(i))).collect();
+        assert!(parse(block.as_bytes()).is_err());
+        let flow = format!("x: {}{}\n", "[".repeat(100_000), "]".repeat(100_000));
+        let started = std::time::Instant::now();
+        assert!(parse(flow.as_bytes()).unwrap_err().contains("nests deeper"));
+        assert!(started.elapsed() < std::time::Duration::from_secs(2));
+        let compact = format!("x:\n{}a\n", "- ".repeat(100));
+        assert!(parse(compact.as_bytes()).is_err());
+        // Brackets inside quotes and comments are text.
+        let quoted = format!("x: \"{}\" # {}\n", "[".repeat(100), "{".repeat(100));
+        assert!(parse(quoted.as_bytes()).is_ok());
+        let ok = "a:\n  b:\n    - c: [1, {d: 2}]\n";
+        assert!(parse(ok.as_bytes()).is_ok());
     }
 
     #[test]

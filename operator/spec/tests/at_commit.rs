@@ -218,7 +218,7 @@ fn unreadable_commit_tree_is_revision_read_failed_for_check_list_and_impact() {
 }
 
 #[test]
-fn compare_against_a_commit() {
+fn compare_against_is_invalid_base_as_the_contract_defers_it() {
     let (repo, c1, base) = committed_change_set();
     let root = repo.root();
     let compare = |extra: &[&str]| {
@@ -232,13 +232,21 @@ fn compare_against_a_commit() {
         plain.json_value()["data"]["against_commit"],
         base.to_ascii_lowercase()
     );
+    // `--against` is deferred upstream (§17): every value, a real commit included, is
+    // `change_set.invalid_base` (issue #16; it used to report a base the findings ignored).
     let upper = c1.to_ascii_uppercase();
-    let against = compare(&["--against", &upper]);
-    assert_eq!(against.status, 0, "{}", against.stdout);
-    let data = &against.json_value()["data"];
-    assert_eq!(data["against_commit"], c1.to_ascii_lowercase());
-    assert_eq!(data["change_set_id"], "CS-00001");
-    assert_eq!(data["changed"], serde_json::json!([]));
+    assert_fails(
+        &compare(&["--against", &upper]),
+        4,
+        "change_set.invalid_base",
+        None,
+    );
+    assert_fails(
+        &compare(&["--against", &c1]),
+        4,
+        "change_set.invalid_base",
+        None,
+    );
 
     let tree = repo
         .git()
