@@ -31,18 +31,32 @@ crds-check: crds ## fail when crds/ differs from the generated output
 
 ## Run
 .PHONY: demo
-demo: ## the whole Job Site on one machine on the bundled cli-sync example (needs bubblewrap and git)
+demo: ## the whole Job Site on one machine on the bundled cli-sync example (installs bubblewrap and git when missing)
+	@scripts/ensure-tools.sh git bwrap
 	$(CARGO) run --quiet -p protobot-cli --bin protobot -- demo
 
 ## Test
 .PHONY: test
-test: ## run every test of the workspace (unit, conformance, golden replays)
-	$(CARGO) nextest run --workspace --no-fail-fast
+test: ## run every test of the workspace (unit, conformance, golden replays; installs bubblewrap, git and cargo-nextest when missing)
+	@scripts/ensure-tools.sh git bwrap nextest
+	@# With bubblewrap here, sandbox tests must run, never skip.
+	PROTOBOT_REQUIRE_BWRAP=1 $(CARGO) nextest run --workspace --no-fail-fast
 	$(CARGO) test --workspace --doc --quiet
 
 .PHONY: test-crate
 test-crate: ## run the tests of one crate: make test-crate CRATE=protobot-lifecycle
 	$(CARGO) nextest run -p $(CRATE)
+
+# Fuzz targets (issue #16) are proptest strategies run as `fuzz_*` tests: `make test` runs each
+# for PROTOBOT_FUZZ_CASES (default 256) cases from a fixed seed; `make fuzz` runs each for
+# FUZZ_SECONDS with a random seed, in release, and prints its execution count. No nightly.
+FUZZ_SECONDS ?= 600
+.PHONY: fuzz
+fuzz: ## long fuzz runs, FUZZ_SECONDS (default 600) per target: bundles, paths, trailers, spec YAML, evaluator JSON, proxy requests
+	PROTOBOT_FUZZ_SECONDS=$(FUZZ_SECONDS) $(CARGO) test --release -p protobot-repo --test integration fuzz:: -- --nocapture --test-threads 1
+	PROTOBOT_FUZZ_SECONDS=$(FUZZ_SECONDS) $(CARGO) test --release -p protobot-spec --test fuzz -- --nocapture --test-threads 1
+	PROTOBOT_FUZZ_SECONDS=$(FUZZ_SECONDS) $(CARGO) test --release -p protobot-lifecycle --test fuzz -- --nocapture --test-threads 1
+	PROTOBOT_FUZZ_SECONDS=$(FUZZ_SECONDS) $(CARGO) test --release -p protobot-egress --test fuzz -- --nocapture --test-threads 1
 
 ## Bench
 .PHONY: bench
@@ -56,6 +70,10 @@ bench: ## run the benchmarks (demo wall time; projection export vs git archive a
 	@# 10,000 BuildWorkItems in the operator's state cache (RSS). Takes a few minutes: the
 	@# double, not the operator, does most of the work.
 	$(CARGO) run --release -q -p protobot-e2e --example bench_operator -- 1000 10000
+	@# The same figures against the real kube-apiserver (make kube-up), beside the double's.
+	@test -x "$(HELM)" || scripts/install-helm.sh .tools
+	kubeconfig=$$(scripts/kube-test-env up | tail -1); \
+	  KUBECONFIG=$${kubeconfig#KUBECONFIG=} HELM=$(abspath $(HELM)) $(CARGO) run --release -q -p protobot-e2e --example bench_operator -- 1000 10000
 
 ## End to end
 .PHONY: e2e
@@ -76,7 +94,7 @@ kube-down: ## stop what kube-up started
 e2e-real: ## the e2e scenarios against the real API server, the operator under the chart's RBAC (starts it when needed)
 	@test -x "$(HELM)" || scripts/install-helm.sh .tools
 	kubeconfig=$$(scripts/kube-test-env up | tail -1); \
-	  KUBECONFIG=$${kubeconfig#KUBECONFIG=} PROTOBOT_E2E_REQUIRE_CLUSTER=1 HELM=$(HELM) \
+	  KUBECONFIG=$${kubeconfig#KUBECONFIG=} PROTOBOT_E2E_REQUIRE_CLUSTER=1 HELM=$(abspath $(HELM)) \
 	  $(CARGO) nextest run -p protobot-e2e --no-fail-fast
 
 ## Lint

@@ -222,7 +222,13 @@ async fn install_crds(admin: &Client) -> Result<(), PrepareError> {
 /// The helm binary: `HELM`, the repository's `.tools/helm`, else `helm` on PATH.
 fn helm() -> PathBuf {
     if let Some(h) = std::env::var_os("HELM") {
-        return h.into();
+        // A relative path is the repository's (tests run in their crate's directory).
+        let h = PathBuf::from(h);
+        return if h.is_relative() && h.components().count() > 1 {
+            repo_root().join(h)
+        } else {
+            h
+        };
     }
     let local = repo_root().join(".tools/helm");
     if local.is_file() {

@@ -11,7 +11,13 @@
 //!    sandbox (or, only with `--insecure-no-sandbox` and no bubblewrap, as
 //!    plain processes). Worker B's first attempt fails a test, so the demo
 //!    shows a real triage cycle.
-//! 5. Verify that `origin/main` contains the merge and print the report.
+//! 5. Verify that `origin/main` contains the merge, bring the demo's working
+//!    clone up to date (`git pull --ff-only`: the Job Site builds in a clone of
+//!    its own, `<dir>/jobsite`, so it never moves a checked-out branch) and
+//!    print the report.
+//!
+//! A demo stopped during authoring (before `contract.json` exists) restarts
+//! cleanly in the same `--dir`; one stopped later resumes from its store.
 //!
 //! Exit status 0 only if the item is `completed` and `main` contains the merge.
 
@@ -151,6 +157,19 @@ async fn run(
             source: std::io::Error::other(e),
         })?
     } else {
+        // Stopped during authoring: nothing was registered yet, so start over.
+        for partial in [&work, &origin] {
+            if partial.exists() {
+                progress(&format!(
+                    "restarting: removing {} left by a demo stopped during authoring",
+                    partial.display()
+                ));
+                std::fs::remove_dir_all(partial).map_err(|source| DemoError::Io {
+                    path: partial.clone(),
+                    source,
+                })?;
+            }
+        }
         progress("authoring: cli-sync project and change set CS-00001 with ears-manager");
         let merge = author(&work, &origin)?;
         progress(&format!(
@@ -175,6 +194,14 @@ async fn run(
         })?;
         contract
     };
+    // The Job Site's own clone: its int/ and wi/ branches and the landed
+    // merge never touch the working clone `work`.
+    let jobsite = crate::clone::prepare(&work, &root.join("jobsite"), "main")
+        .map_err(|e| DemoError::Io {
+            path: root.join("jobsite"),
+            source: std::io::Error::other(e.to_string()),
+        })?
+        .path;
     let store = Arc::new(SqliteStore::open(
         &db,
         PROJECT,
@@ -202,7 +229,10 @@ async fn run(
             code: result
                 .code()
                 .map(|c| c.as_str().to_string())
-                .unwrap_or_else(|| format!("{state:?}")),
+                .unwrap_or_else(|| match state {
+                    Some(s) => format!("the item is {s}, not ready-for-building"),
+                    None => "no resulting state".into(),
+                }),
         });
     }
     progress(&format!(
@@ -278,7 +308,7 @@ async fn run(
                 .into_iter()
                 .collect(),
         )),
-        repo_dir: work.clone(),
+        repo_dir: jobsite,
         wip_limit: 1,
         materializer: Some(context(
             "materializer",
@@ -309,7 +339,7 @@ async fn run(
                     code: error,
                 });
             }
-            other => progress(&format!("job site: {other:?}")),
+            other => progress(&format!("job site: {}", describe(&other))),
         }
     }
     let record = store.get(&contract.work_item_id).await?;
@@ -348,6 +378,15 @@ async fn run(
         Some(m) => git(&origin, &["merge-base", "--is-ancestor", m, "main"]).is_ok(),
         None => false,
     };
+    if contains {
+        // The working clone is the demo's own: bring its main (and work tree) up to date.
+        if let Err(e) = git(&work, &["pull", "-q", "--ff-only", "origin", "main"]) {
+            progress(&format!(
+                "note: {} was not fast-forwarded: {e}",
+                work.display()
+            ));
+        }
+    }
     progress(&format!(
         "{}: {}",
         report.state,
@@ -383,6 +422,53 @@ async fn run(
     })
 }
 
+/// Why Workers cannot run here (bubblewrap missing and no explicit insecure
+/// mode), as the one line to print before any work; `None` when they can.
+pub(crate) fn sandbox_refusal(insecure_no_sandbox: bool, command: &str) -> Option<String> {
+    let found = protobot_executors::BubblewrapExecutor::new(BubblewrapConfig::default())
+        .bwrap_path()
+        .is_some();
+    (!found && !insecure_no_sandbox).then(|| {
+        format!(
+            "protobot: bubblewrap (the Workers' sandbox) is not installed: run `sudo apt-get install -y bubblewrap`, then run protobot {command} again (or pass --insecure-no-sandbox to run Workers as plain processes)"
+        )
+    })
+}
+
+/// One line for a Job Site action, for people.
+fn describe(action: &SiteAction) -> String {
+    match action {
+        SiteAction::RecoveredLease { work_item_id } => {
+            format!("{work_item_id}: recovered an expired lease (back to ready-for-building)")
+        }
+        SiteAction::RecordedMerge {
+            work_item_id,
+            merge_commit,
+        } => format!("{work_item_id}: recorded the landed merge {merge_commit}"),
+        SiteAction::MergeNotApplied { work_item_id } => {
+            format!("{work_item_id}: a merge that never landed was returned to ready-for-building")
+        }
+        SiteAction::Built { report } => {
+            format!("{}: built ({})", report.work_item_id, report.state)
+        }
+        SiteAction::Claimed { work_item_id } => format!("{work_item_id}: claimed"),
+        SiteAction::LostClaim { work_item_id, code } => {
+            format!("{work_item_id}: claim refused ({code})")
+        }
+        SiteAction::DependenciesRefreshed { work_item_id } => {
+            format!("{work_item_id}: dependencies completed, ready-for-building")
+        }
+        SiteAction::Revalidated {
+            work_item_id,
+            reason,
+        } => format!("{work_item_id}: blocked: {reason}"),
+        SiteAction::Failed {
+            work_item_id,
+            error,
+        } => format!("{work_item_id}: the build stopped: {error}"),
+    }
+}
+
 fn lock_dir(root: &Path) -> std::io::Result<std::fs::File> {
     std::fs::create_dir_all(root)?;
     let file = std::fs::OpenOptions::new()
@@ -409,7 +495,9 @@ pub fn demo(args: DemoArgs) -> ExitCode {
             Timestamp::now().as_second()
         )),
     };
-    let earlier_run = root.join("contract.json").exists();
+    // A demo directory holds the demo's lock file from its first moment on.
+    let earlier_run =
+        root.join("contract.json").exists() || root.join(".protobot-demo.lock").exists();
     if root.exists()
         && !earlier_run
         && std::fs::read_dir(&root)
@@ -420,6 +508,11 @@ pub fn demo(args: DemoArgs) -> ExitCode {
             "protobot: unable to run the demo in {}: the directory is not empty and holds no earlier demo run to resume; pass an empty or new --dir",
             root.display()
         );
+        return ExitCode::from(2);
+    }
+    // Refuse before any work (authoring, approval) when Workers could not run.
+    if let Some(refusal) = sandbox_refusal(args.insecure_no_sandbox, "demo") {
+        eprintln!("{refusal}");
         return ExitCode::from(2);
     }
     // One Job Site per work store: the lock makes adopting our own lease after a
@@ -460,45 +553,47 @@ pub fn demo(args: DemoArgs) -> ExitCode {
     match runtime.block_on(run(&args, &root, progress)) {
         Ok(report) => {
             let ok = report.state == State::Completed && report.main_contains_merge;
-            if human {
-                println!(
+            let text = if human {
+                let mut lines = vec![format!(
                     "work item      {} ({}, contract version {})",
                     report.work_item, report.state, report.contract_version
-                );
+                )];
                 for c in &report.cycles {
-                    println!(
+                    lines.push(format!(
                         "cycle {}        {} ({} redactions)",
                         c.cycle, c.decision, c.redactions
-                    );
+                    ));
                 }
-                println!("findings       {}", report.findings);
-                println!(
+                lines.push(format!("findings       {}", report.findings));
+                lines.push(format!(
                     "merge commit   {}",
                     report.merge_commit.as_deref().unwrap_or("-")
-                );
-                println!("main contains  {}", report.main_contains_merge);
-                println!("sandbox        {}", report.sandbox);
-                println!(
+                ));
+                lines.push(format!("main contains  {}", report.main_contains_merge));
+                lines.push(format!("sandbox        {}", report.sandbox));
+                lines.push(format!(
                     "evidence       {} (origin: {}, store: {})",
                     report.evidence.attestations,
                     report.evidence.origin.display(),
                     report.evidence.work_store.display()
-                );
-                println!("time           {:.1}s", report.seconds);
+                ));
+                lines.push(format!("time           {:.1}s", report.seconds));
+                lines.join("\n")
             } else {
                 match serde_json::to_string_pretty(&report) {
-                    Ok(s) => println!("{s}"),
+                    Ok(s) => s,
                     Err(e) => {
                         eprintln!("protobot: failed to encode the report: {e}");
                         return ExitCode::from(1);
                     }
                 }
-            }
-            if ok {
+            };
+            let status = if ok {
                 ExitCode::SUCCESS
             } else {
                 ExitCode::from(1)
-            }
+            };
+            crate::output::print_line_with(&text, status)
         }
         Err(e) => {
             eprintln!("protobot: demo failed: {e}");

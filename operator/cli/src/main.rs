@@ -6,10 +6,14 @@ use std::{error::Error as StdError, process::ExitCode};
 
 use clap::{Parser, Subcommand};
 
+mod clone;
 mod crd;
 mod demo;
 mod egress;
+mod init;
+mod lifecycle;
 mod operator;
+mod output;
 mod repo;
 mod rules;
 mod run;
@@ -34,6 +38,12 @@ enum Command {
     Demo(demo::DemoArgs),
     /// Build an approved change set of your own repository with your worker harness, on one machine.
     Run(run::RunArgs),
+    /// Move a blocked work item on after fixing its cause on the default branch, then build it (same arguments as `run`).
+    Retry(run::RunArgs),
+    /// Abandon a work item (blocked or not yet merged): it ends `abandoned`, nothing is merged.
+    Abandon(lifecycle::AbandonArgs),
+    /// Prepare a repository for the Job Site: projection policy, test catalog and the docs ears-manager needs.
+    Init(init::InitArgs),
     /// Generate the CustomResourceDefinitions of protobot.dev from the Rust types.
     Crd {
         #[command(subcommand)]
@@ -69,11 +79,52 @@ enum RulesCommand {
     Evaluate,
 }
 
+/// Invoked as `ears-manager` (a link to this binary): the spec store CLI,
+/// exactly as the `ears-manager` binary of protobot-spec runs it. One
+/// installed binary then gives both commands.
+fn ears_manager() -> ExitCode {
+    use std::io::Write;
+    // Raw arguments: one that is not UTF-8 gets the usage envelope, not a panic.
+    let raw: Vec<std::ffi::OsString> = std::env::args_os().skip(1).collect();
+    let args: Vec<String> = raw
+        .iter()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    let not_utf8 = raw.iter().position(|a| a.to_str().is_none());
+    let cwd = std::env::current_dir().unwrap_or_else(|_| std::path::PathBuf::from("."));
+    let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        if let Some(index) = not_utf8 {
+            return protobot_spec::cli::non_utf8_argument(&args, index);
+        }
+        let mut stdin = std::io::stdin();
+        let mut env = protobot_spec::cli::Env {
+            cwd: &cwd,
+            stdin: &mut stdin,
+            faults: Default::default(),
+        };
+        protobot_spec::cli::run(&args, &mut env)
+    }))
+    .unwrap_or_else(|_| protobot_spec::cli::internal_failure(&args));
+    let _ = std::io::stdout().write_all(ran.stdout.as_bytes());
+    let _ = std::io::stderr().write_all(ran.stderr.as_bytes());
+    ExitCode::from(u8::try_from(ran.status).unwrap_or(70))
+}
+
 fn main() -> ExitCode {
+    let invoked_as = std::env::args_os()
+        .next()
+        .map(std::path::PathBuf::from)
+        .and_then(|p| p.file_stem().map(|s| s.to_string_lossy().into_owned()));
+    if invoked_as.as_deref() == Some("ears-manager") {
+        return ears_manager();
+    }
     let cli = Cli::parse();
     match cli.command {
         Command::Demo(args) => demo::demo(args),
-        Command::Run(args) => run::run(args),
+        Command::Run(args) => run::run(args, run::Mode::Run),
+        Command::Retry(args) => run::run(args, run::Mode::Retry),
+        Command::Abandon(args) => lifecycle::abandon(args),
+        Command::Init(args) => init::init(args),
         Command::Status(args) => status::status(args),
         Command::Operator(args) => operator::operator(args),
         Command::EgressProxy(args) => egress::egress_proxy(args),
@@ -100,8 +151,27 @@ fn main() -> ExitCode {
     }
 }
 
-/// Prints `error` and its sources as one line on stderr and returns exit status 1.
-fn fail(error: &dyn StdError) -> ExitCode {
+/// Whether `error` (or a source of it) is a closed pipe on stdout: the reader
+/// (`| head`) has what it wanted, so the command ends quietly.
+fn is_broken_pipe(error: &(dyn StdError + 'static)) -> bool {
+    let mut current = Some(error);
+    while let Some(e) = current {
+        if e.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+        {
+            return true;
+        }
+        current = e.source();
+    }
+    false
+}
+
+/// Prints `error` and its sources as one line on stderr and returns exit
+/// status 1 (0, silently, for a closed pipe).
+fn fail(error: &(dyn StdError + 'static)) -> ExitCode {
+    if is_broken_pipe(error) {
+        return ExitCode::SUCCESS;
+    }
     eprintln!("protobot: {}", one_line(error));
     ExitCode::from(1)
 }
@@ -129,6 +199,21 @@ mod tests {
     #[test]
     fn command_line_definition_is_consistent() {
         Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn a_closed_pipe_anywhere_in_the_chain_is_quiet_and_other_errors_are_not() {
+        #[derive(Debug, thiserror::Error)]
+        #[error("failed to write to stdout")]
+        struct Outer(#[source] io::Error);
+        assert!(is_broken_pipe(&Outer(io::Error::from(
+            io::ErrorKind::BrokenPipe
+        ))));
+        assert!(!is_broken_pipe(&Outer(io::Error::other("disk full"))));
+        assert_eq!(
+            fail(&Outer(io::Error::from(io::ErrorKind::BrokenPipe))),
+            ExitCode::SUCCESS
+        );
     }
 
     #[test]

@@ -7,7 +7,12 @@
 //! rerun rebuilds the same contract.
 //!
 //! The repository is a working clone whose `origin` is where the merge lands
-//! (a bare repository or a remote the machine can push to). The harness
+//! (a bare repository or a remote the machine can push to). The Job Site
+//! builds in a private clone next to the work store (`crate::clone`), never in
+//! yours: your checked-out branch and work tree are left as they are, its
+//! `int/` and `wi/` branches stay out of your branch namespace, and after the
+//! run only your `origin/<branch>` tracking ref moves (`git pull --ff-only`
+//! brings the merge in). The change set must be approved on `origin`. The harness
 //! directory holds `worker-a.sh`, `worker-b.sh` and `integration.sh` (and
 //! optionally `inspector.sh`), each run with `sh -c` inside the bubblewrap
 //! sandbox under the execution contract of `docs/worker-harnesses.md`. State
@@ -82,8 +87,18 @@ pub struct RunArgs {
     pub output: Output,
 }
 
+/// `protobot run` or `protobot retry` (a run that first moves a blocked item
+/// on through `crate::lifecycle::resolve_block`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// Build, or resume, the item.
+    Run,
+    /// Resolve the item's block, then build it.
+    Retry,
+}
+
 #[derive(Debug, thiserror::Error)]
-enum RunError {
+pub(crate) enum RunError {
     #[error("{0}")]
     Input(String),
     #[error("{0}")]
@@ -129,7 +144,7 @@ fn context(project: &str, role: &str, subject: &str, actions: &[&str]) -> Author
 }
 
 /// The project id the spec store declares on the default branch.
-fn project_id_at(repo: &Path, branch: &str) -> Result<String, RunError> {
+pub(crate) fn project_id_at(repo: &Path, branch: &str) -> Result<String, RunError> {
     let bad = |what: String| {
         RunError::Input(format!(
             "{} is not a protobot project on {branch}: {what}",
@@ -150,7 +165,7 @@ fn project_id_at(repo: &Path, branch: &str) -> Result<String, RunError> {
         .ok_or_else(|| bad("project.yaml has no project id".into()))
 }
 
-fn lock(store: &Path) -> Result<std::fs::File, RunError> {
+pub(crate) fn lock(store: &Path) -> Result<std::fs::File, RunError> {
     let dir = store.parent().unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir)
         .map_err(|e| RunError::Input(format!("cannot create {}: {e}", dir.display())))?;
@@ -169,7 +184,7 @@ fn lock(store: &Path) -> Result<std::fs::File, RunError> {
     Ok(file)
 }
 
-async fn run_inner(args: &RunArgs) -> Result<serde_json::Value, RunError> {
+async fn run_inner(args: &RunArgs, mode: Mode) -> Result<serde_json::Value, RunError> {
     let worker_a = required(&args.harness, "worker-a.sh")?;
     let worker_b = required(&args.harness, "worker-b.sh")?;
     let integration = required(&args.harness, "integration.sh")?;
@@ -183,8 +198,30 @@ async fn run_inner(args: &RunArgs) -> Result<serde_json::Value, RunError> {
         .clone()
         .unwrap_or_else(|| repo.join(".git").join("protobot").join("wms.sqlite"));
     let _lock = lock(&store_path)?;
+    let user_clone = repo;
+    let prepared = crate::clone::prepare(
+        &user_clone,
+        &store_path.parent().unwrap_or(Path::new(".")).join("clone"),
+        &args.default_branch,
+    )
+    .map_err(|e| match e {
+        crate::clone::CloneError::Git { .. } => RunError::Failed(e.to_string()),
+        _ => RunError::Input(e.to_string()),
+    })?;
+    let repo = prepared.path.clone();
+    let unpushed_hint = |message: String| {
+        if prepared.local_differs {
+            format!(
+                "{message} (protobot builds what origin has, and your local {branch} differs from origin/{branch}: push the approval first with `git push origin {branch}`)",
+                branch = args.default_branch
+            )
+        } else {
+            message
+        }
+    };
     // The project id is the one the repository's spec store declares.
-    let project_id = project_id_at(&repo, &args.default_branch)?;
+    let project_id = project_id_at(&repo, &args.default_branch)
+        .map_err(|e| RunError::Input(unpushed_hint(e.to_string())))?;
     let intakes = IntakeFiles::new(
         store_path
             .parent()
@@ -201,8 +238,8 @@ async fn run_inner(args: &RunArgs) -> Result<serde_json::Value, RunError> {
                 depends_on: vec![],
                 priority: args.priority.clone(),
             };
-            let facts =
-                read_facts(&repo, &registration).map_err(|e| RunError::Input(e.to_string()))?;
+            let facts = read_facts(&repo, &registration)
+                .map_err(|e| RunError::Input(unpushed_hint(e.to_string())))?;
             build(&Intake::ChangeSet(facts)).map_err(|e| RunError::Input(e.to_string()))?
         }
         (None, Some(bug)) => {
@@ -225,10 +262,14 @@ async fn run_inner(args: &RunArgs) -> Result<serde_json::Value, RunError> {
                 }
                 Some(f) => {
                     return Err(RunError::Input(format!(
-                        "bug {bug} was registered at {} violating {} (scopes {:?}); a report with other requirements or scopes needs another bug id",
+                        "bug {bug} was registered at {} violating {} (scopes: {}); a report with other requirements or scopes needs another bug id",
                         f.spec_commit,
                         f.violated_requirement_ids.join(","),
-                        f.scopes
+                        if f.scopes.is_empty() {
+                            "none".to_owned()
+                        } else {
+                            f.scopes.join(",")
+                        }
                     )));
                 }
                 None => read_bug_facts(
@@ -286,6 +327,69 @@ async fn run_inner(args: &RunArgs) -> Result<serde_json::Value, RunError> {
             "materialize was rejected: {}",
             result.code().map(|c| c.as_str()).unwrap_or("unknown")
         )));
+    }
+    let mut retried = None;
+    if mode == Mode::Retry {
+        let record = store
+            .get(&contract.work_item_id)
+            .await
+            .map_err(|e| RunError::Failed(e.to_string()))?
+            .ok_or_else(|| {
+                RunError::Failed(format!("work item {} vanished", contract.work_item_id))
+            })?;
+        let Some(change_set) = args.change_set.as_deref() else {
+            return Err(RunError::Input(format!(
+                "retry resolves a change set's block; a bug's item ({}) can only be abandoned: `protobot abandon --repo {} --work-item {}`, then report the bug under a new id",
+                record.id,
+                user_clone.display(),
+                record.id
+            )));
+        };
+        let version = crate::lifecycle::resolve_block(
+            store.as_ref(),
+            &project_id,
+            &record,
+            change_set,
+            &crate::lifecycle::local_human(),
+            Timestamp::now(),
+        )
+        .await
+        .map_err(RunError::Input)?;
+        // The next cycle starts afresh from the default branch as origin has
+        // it now: the blocked attempts' commits are dropped from the
+        // work-item branch (internal to the Job Site's clone; nothing of it
+        // was merged), so a fix there is what the Workers see.
+        let wi = protobot_repo::integrate::WorkItemRef {
+            id: record.id.clone(),
+            slug: "build".into(),
+        };
+        git2::Repository::open(&repo)
+            .and_then(|clone| {
+                clone
+                    .reference(
+                        &wi.branch_ref(),
+                        prepared.origin_head,
+                        true,
+                        "protobot retry: restart from the default branch",
+                    )
+                    .map(|_| ())
+            })
+            .map_err(|e| {
+                RunError::Failed(format!(
+                    "failed to restart {} from origin/{}: {e}",
+                    wi.branch_ref(),
+                    args.default_branch
+                ))
+            })?;
+        if args.output == Output::Human {
+            eprintln!(
+                "  ▸ retry: {} resolved (contract version {version}); building on origin/{} at {}",
+                record.id,
+                args.default_branch,
+                &prepared.origin_head.to_string()[..12]
+            );
+        }
+        retried = Some(version);
     }
     let scratch = store_path
         .parent()
@@ -361,6 +465,16 @@ async fn run_inner(args: &RunArgs) -> Result<serde_json::Value, RunError> {
         SiteAction::Built { report } => Some(report.clone()),
         _ => None,
     });
+    // Your clone: only its remote-tracking ref moves, as `git fetch` would.
+    let tracking = crate::clone::sync_tracking_ref(&user_clone, &args.default_branch)
+        .map(|oid| oid.to_string())
+        .map_err(|e| {
+            tracing::warn!(
+                "failed to update origin/{} in your clone: {e}",
+                args.default_branch
+            )
+        })
+        .ok();
     Ok(serde_json::json!({
         "project": project_id,
         "change_set": args.change_set,
@@ -375,11 +489,23 @@ async fn run_inner(args: &RunArgs) -> Result<serde_json::Value, RunError> {
         "cycles": built.as_ref().map(|b| b.cycles.clone()).unwrap_or_default(),
         "work_store": store_path,
         "traces": scratch.join("traces"),
+        "job_site_clone": prepared.path,
+        "retried_at_contract_version": retried,
+        "your_clone": {
+            "path": user_clone,
+            "tracking_ref": format!("origin/{}", args.default_branch),
+            "tracking_head": tracking,
+        },
     }))
 }
 
-/// Runs `protobot run`.
-pub fn run(args: RunArgs) -> ExitCode {
+/// Runs `protobot run` (or, with [`Mode::Retry`], `protobot retry`).
+pub fn run(args: RunArgs, mode: Mode) -> ExitCode {
+    let command = if mode == Mode::Run { "run" } else { "retry" };
+    if let Some(refusal) = crate::demo::sandbox_refusal(args.insecure_no_sandbox, command) {
+        eprintln!("{refusal}");
+        return ExitCode::from(2);
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -391,27 +517,20 @@ pub fn run(args: RunArgs) -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    match runtime.block_on(run_inner(&args)) {
+    match runtime.block_on(run_inner(&args, mode)) {
         Ok(report) => {
             let completed = report["state"] == serde_json::json!(State::Completed);
-            if args.output == Output::Json {
-                println!("{report}");
+            let text = if args.output == Output::Json {
+                report.to_string()
             } else {
-                println!(
-                    "work item {} is {} (merge {})",
-                    report["work_item"].as_str().unwrap_or_default(),
-                    report["state"].as_str().unwrap_or("unknown"),
-                    report["merge_commit"].as_str().unwrap_or("none")
-                );
-                if let Some(reason) = report["block_reason"].as_str() {
-                    println!("blocked: {reason}");
-                }
-            }
-            if completed {
+                human_report(&report, &args)
+            };
+            let status = if completed {
                 ExitCode::SUCCESS
             } else {
                 ExitCode::from(1)
-            }
+            };
+            crate::output::print_line_with(&text, status)
         }
         Err(RunError::Input(e)) => {
             eprintln!("protobot: {e}");
@@ -422,4 +541,38 @@ pub fn run(args: RunArgs) -> ExitCode {
             ExitCode::from(1)
         }
     }
+}
+
+/// The human report: the outcome, and for a blocked item its reason and the
+/// two ways on.
+fn human_report(report: &serde_json::Value, args: &RunArgs) -> String {
+    let text = |key: &str| report[key].as_str().unwrap_or_default().to_owned();
+    let mut lines = vec![format!(
+        "work item {} is {} (merge {})",
+        text("work_item"),
+        report["state"].as_str().unwrap_or("unknown"),
+        report["merge_commit"].as_str().unwrap_or("none")
+    )];
+    if let Some(reason) = report["block_reason"].as_str() {
+        lines.push(format!("blocked: {reason}"));
+        let target = match (&args.change_set, &args.bug) {
+            (Some(cs), _) => format!("--change-set {cs}"),
+            (None, Some(bug)) => format!("--bug {bug}"),
+            (None, None) => String::new(),
+        };
+        lines.push(format!(
+            "next: fix the cause on {branch} and push it, then `protobot retry --repo {repo} {target} --harness {harness}`; or drop the item with `protobot abandon --repo {repo} --work-item {wi}`",
+            branch = args.default_branch,
+            repo = args.repo.display(),
+            harness = args.harness.display(),
+            wi = text("work_item"),
+        ));
+    }
+    if report["state"] == serde_json::json!(State::Completed) {
+        lines.push(format!(
+            "your clone is untouched; `git pull --ff-only` brings the merge into {}",
+            args.default_branch
+        ));
+    }
+    lines.join("\n")
 }

@@ -4,7 +4,7 @@
 //! report passes; the Job Site refuses to run work on a profile whose report
 //! fails.
 
-use std::{io::Write, process::ExitCode};
+use std::process::ExitCode;
 
 use clap::{Args, Subcommand};
 use protobot_executors::{BubblewrapConfig, LocalExecutor, run_conformance};
@@ -32,7 +32,7 @@ pub struct ConformanceArgs {
 pub fn conformance(args: ConformanceArgs) -> ExitCode {
     if args.profile != "local" {
         eprintln!(
-            "protobot: unable to check profile {:?} here: only the local profile runs on this machine; cluster profiles are checked by the operator",
+            "protobot: unable to check profile `{}` here: only the local profile runs on this machine; cluster profiles are checked by the operator",
             args.profile
         );
         return ExitCode::from(2);
@@ -50,15 +50,16 @@ pub fn conformance(args: ConformanceArgs) -> ExitCode {
     };
     let executor = LocalExecutor::new(BubblewrapConfig::default(), args.insecure_no_sandbox);
     let report = runtime.block_on(run_conformance(&executor, &args.profile));
-    let mut out = std::io::stdout().lock();
-    let printed = serde_json::to_writer_pretty(&mut out, &report).map(|()| writeln!(out));
-    if !matches!(printed, Ok(Ok(()))) {
-        eprintln!("protobot: failed to write the conformance report");
-        return ExitCode::from(1);
-    }
-    if report.passed() {
+    let status = if report.passed() {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)
+    };
+    match serde_json::to_string_pretty(&report) {
+        Ok(text) => crate::output::print_line_with(&text, status),
+        Err(e) => {
+            eprintln!("protobot: failed to encode the conformance report: {e}");
+            ExitCode::from(1)
+        }
     }
 }

@@ -6,6 +6,8 @@ use std::{path::PathBuf, process::ExitCode};
 use clap::Args;
 use protobot_stores::{AdapterConfig, ItemFilter, SqliteStore, WorkStore};
 
+use crate::demo::Output;
+
 /// Arguments of `protobot status`.
 #[derive(Debug, Args)]
 pub struct StatusArgs {
@@ -15,9 +17,9 @@ pub struct StatusArgs {
     /// The project the store serves.
     #[arg(long)]
     pub project: String,
-    /// Print the records as JSON instead of a table.
-    #[arg(long)]
-    pub json: bool,
+    /// `human` (a table) or `json` (the records).
+    #[arg(long, value_enum, default_value = "human")]
+    pub output: Output,
 }
 
 /// Runs the command.
@@ -53,29 +55,38 @@ pub fn status(args: StatusArgs) -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    if args.json {
+    let text = if args.output == Output::Json {
         match serde_json::to_string_pretty(&items) {
-            Ok(s) => println!("{s}"),
+            Ok(s) => s,
             Err(e) => {
                 eprintln!("protobot: failed to encode the work items: {e}");
                 return ExitCode::from(1);
             }
         }
     } else {
-        println!(
-            "{:<32} {:<20} {:>7}  HOLDER",
-            "WORK ITEM", "STATE", "VERSION"
-        );
-        for r in &items {
-            let holder = r.lease.as_ref().map(|l| l.owner.as_str()).unwrap_or("-");
-            println!(
-                "{:<32} {:<20} {:>7}  {}",
-                r.id,
-                r.state.as_str(),
-                r.contract_version,
-                holder
-            );
+        table(&items)
+    };
+    crate::output::print_line(&text)
+}
+
+/// The human table: one line per item, the block reason under a blocked one.
+fn table(items: &[protobot_lifecycle::WorkItemRecord]) -> String {
+    let mut lines = vec![format!(
+        "{:<32} {:<20} {:>7}  HOLDER",
+        "WORK ITEM", "STATE", "VERSION"
+    )];
+    for r in items {
+        let holder = r.lease.as_ref().map(|l| l.owner.as_str()).unwrap_or("-");
+        lines.push(format!(
+            "{:<32} {:<20} {:>7}  {}",
+            r.id,
+            r.state.as_str(),
+            r.contract_version,
+            holder
+        ));
+        if !r.block_reason.is_empty() {
+            lines.push(format!("  blocked: {}", r.block_reason));
         }
     }
-    ExitCode::SUCCESS
+    lines.join("\n")
 }

@@ -623,3 +623,96 @@ fn egress_proxy_refuses_a_bad_policy_with_one_line_naming_the_field() {
     let stdout = String::from_utf8(output.stdout).unwrap();
     assert!(!stdout.contains("egress proxy started"), "{stdout}");
 }
+
+#[test]
+fn without_bubblewrap_the_demo_and_run_refuse_before_any_work_with_the_command_to_run() {
+    let tmp = tempfile::tempdir().unwrap();
+    let empty_path = tmp.path().join("no-tools");
+    std::fs::create_dir_all(&empty_path).unwrap();
+    let dir = tmp.path().join("demo");
+    let demo = Command::new(env!("CARGO_BIN_EXE_protobot"))
+        .args(["demo", "--dir", dir.to_str().unwrap()])
+        .env("PATH", &empty_path)
+        .output()
+        .unwrap();
+    assert_eq!(demo.status.code(), Some(2), "{demo:?}");
+    let stderr = String::from_utf8_lossy(&demo.stderr);
+    assert!(
+        stderr.contains("sudo apt-get install -y bubblewrap"),
+        "{stderr}"
+    );
+    assert!(!dir.exists(), "nothing was authored: {}", dir.display());
+    let run = Command::new(env!("CARGO_BIN_EXE_protobot"))
+        .args([
+            "run",
+            "--repo",
+            ".",
+            "--change-set",
+            "CS-00001",
+            "--harness",
+            ".",
+        ])
+        .env("PATH", &empty_path)
+        .output()
+        .unwrap();
+    assert_eq!(run.status.code(), Some(2), "{run:?}");
+    assert!(String::from_utf8_lossy(&run.stderr).contains("protobot run again"));
+}
+
+#[test]
+fn status_prints_json_with_output_json_and_a_closed_pipe_ends_quietly() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = tmp.path().join("wms.sqlite");
+    // An empty store: `status` lists nothing, in either format.
+    protobot_stores::SqliteStore::open(&store, "p", protobot_stores::AdapterConfig::default())
+        .unwrap();
+    let json = protobot(&[
+        "status",
+        "--store",
+        store.to_str().unwrap(),
+        "--project",
+        "p",
+        "--output",
+        "json",
+    ]);
+    assert!(json.status.success(), "{json:?}");
+    assert_eq!(
+        serde_json::from_slice::<serde_json::Value>(&json.stdout).unwrap(),
+        serde_json::json!([])
+    );
+    let old = protobot(&[
+        "status",
+        "--store",
+        store.to_str().unwrap(),
+        "--project",
+        "p",
+        "--json",
+    ]);
+    assert_eq!(
+        old.status.code(),
+        Some(2),
+        "--json is gone: one convention, --output json"
+    );
+    // A reader that is gone before anything is written (`| head` after its
+    // lines, `| true`): no panic, status 0, nothing on stderr.
+    for args in [
+        format!(
+            "status --store '{}' --project p --output json",
+            store.display()
+        ),
+        "crd print".to_owned(),
+    ] {
+        let out = Command::new("bash")
+            .arg("-c")
+            .arg(format!(
+                "(sleep 0.3; exec '{}' {args}) | true; echo \"${{PIPESTATUS[0]}}\"",
+                env!("CARGO_BIN_EXE_protobot")
+            ))
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!stderr.contains("panicked"), "{args}: {stderr}");
+        assert_eq!(stderr.trim(), "", "{args}");
+        assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "0", "{args}");
+    }
+}

@@ -300,6 +300,14 @@ pub enum EngineError {
         /// Its state.
         state: State,
     },
+    /// A Worker's patch was refused for a gap in the projection policy (a path
+    /// no entry classifies): another cycle cannot help, so the item blocks with
+    /// this reason (`crate::triage::policy_gap`).
+    #[error("{reason}")]
+    PolicyGap {
+        /// The block reason: the paths, their class and the fix.
+        reason: String,
+    },
     /// Fault injection stopped the engine at a boundary (tests only).
     #[error("interrupted at effect boundary {boundary}")]
     Interrupted {
@@ -420,6 +428,17 @@ pub fn scan_projection(dir: &Path, role: Role) -> Result<usize, EngineError> {
 }
 
 /// Maps a persisted attempt outcome to its escalation class.
+/// The attempt outcome that marks where an item was blocked.
+pub const BLOCKED_OUTCOME: &str = "blocked";
+
+/// The attempts after the last block marker (all of them when there is none).
+pub fn since_last_block(attempts: &[AttemptRecord]) -> &[AttemptRecord] {
+    match attempts.iter().rposition(|a| a.outcome == BLOCKED_OUTCOME) {
+        Some(at) => &attempts[at + 1..],
+        None => attempts,
+    }
+}
+
 fn outcome_of(label: &str) -> Outcome {
     match label {
         "passed" => Outcome::Succeeded,
@@ -685,6 +704,7 @@ impl<S: WorkStore, E: Executor> Engine<S, E> {
         };
         let started = Instant::now();
         let out = self.executor.run(spec, claim.lost_signal()).await?;
+        let failure = crate::triage::harness_failure(&out.termination, &out.stderr_tail);
         // The chain itself stays private; its head ties the session to this trace.
         self.trace(
             &work_item,
@@ -695,9 +715,20 @@ impl<S: WorkStore, E: Executor> Engine<S, E> {
                 "termination": out.termination,
                 "audit_events": out.audit.len(),
                 "audit_head": out.audit.last().map(|e| e.event_digest.as_str()),
+                "stderr_tail": failure.as_ref().map(|_| crate::triage::sanitized_stderr_tail(&out.stderr_tail)),
             }),
             started,
         );
+        // A Worker that did not exit 0 failed, even when it committed: its
+        // output is never imported.
+        if let (Some(reason), SandboxRole::WorkerA | SandboxRole::WorkerB) = (failure, role) {
+            // A run cancelled because the lease was lost reports that instead.
+            claim.check()?;
+            return Err(EngineError::Output {
+                role: role.as_str(),
+                reason,
+            });
+        }
         Ok(out)
     }
 
@@ -847,6 +878,32 @@ impl<S: WorkStore, E: Executor> Engine<S, E> {
         }
     }
 
+    /// Records that the item blocks at `cycle` (an attempt with outcome
+    /// [`BLOCKED_OUTCOME`]): attempts before it no longer count against the
+    /// budget once the block is resolved, and the next cycle gets a new number.
+    async fn record_block_marker(
+        &self,
+        claim: &Claim,
+        item: &Item<'_>,
+        cycle: u32,
+    ) -> Result<(), EngineError> {
+        let now = self.clock.now();
+        self.record_attempt(
+            claim,
+            item,
+            AttemptRecord {
+                cycle,
+                tier: tier_label(self.config.start_tier),
+                outcome: BLOCKED_OUTCOME.into(),
+                candidate_commit: String::new(),
+                feedback: json!([]),
+                started_at: Some(now),
+                finished_at: now,
+            },
+        )
+        .await
+    }
+
     async fn raise_question(&self, claim: &Claim, question: String) -> Result<(), EngineError> {
         self.stage(&format!("blocked: {question}"));
         self.command(
@@ -885,21 +942,31 @@ impl<S: WorkStore, E: Executor> Engine<S, E> {
             .await?;
             return Ok(());
         }
-        let genuine = attempts
+        // Only the attempts since the item was last blocked count: a
+        // resolved block (`protobot retry`) starts a fresh budget.
+        let recent = since_last_block(attempts);
+        let genuine = recent
             .iter()
             .filter(|a| outcome_of(&a.outcome).is_genuine_failure())
             .count();
         if genuine >= self.config.max_cycles as usize {
+            let next = attempts.last().map_or(1, |a| a.cycle + 1);
+            self.record_block_marker(claim, item, next).await?;
             return self
                 .raise_question(
                     claim,
                     format!(
-                        "no passing candidate after {genuine} cycles; the requirements may be contradictory or underspecified"
+                        "no passing candidate after {genuine} cycles (the last triage found a {} fault); the Job Site traces say what failed in each cycle. Fix the cause (tests, implementation, harness or requirements) on the default branch, then run `protobot retry` (or `protobot abandon`)",
+                        attempts
+                            .iter()
+                            .rev()
+                            .find(|a| outcome_of(&a.outcome).is_genuine_failure())
+                            .map_or("build", |a| a.outcome.as_str())
                     ),
                 )
                 .await;
         }
-        let escalation = escalation_from(self.config.start_tier, attempts);
+        let escalation = escalation_from(self.config.start_tier, recent);
         let cycle = match attempts.last() {
             Some(a) if a.outcome == "transient" => a.cycle,
             Some(a) => a.cycle + 1,
@@ -973,6 +1040,10 @@ impl<S: WorkStore, E: Executor> Engine<S, E> {
                     .await?;
                 }
                 Ok(())
+            }
+            Err(EngineError::PolicyGap { reason }) => {
+                self.record_block_marker(claim, item, cycle).await?;
+                self.raise_question(claim, reason).await
             }
             Err(EngineError::Executor(
                 e @ (crate::executor::ExecutorError::Start { .. }
@@ -1086,13 +1157,28 @@ impl<S: WorkStore, E: Executor> Engine<S, E> {
             let record = ProjectionRecord::read(&record_path_for(proj))
                 .map_err(|e| git_err("read the projection record")(e.to_string()))?;
             let worker_repo = out.out_dir.join("worker");
-            let bundle =
-                collect_bundle(&worker_repo, &record, &BundleLimits::default()).map_err(|e| {
-                    EngineError::Output {
-                        role: role.as_str(),
-                        reason: e.to_string(),
-                    }
-                })?;
+            // Worker output is untrusted: a refusal or failure anywhere on the import path
+            // (collection, apply, merge) ends this cycle for that Worker with a sanitized
+            // reason (a stable category, never the Worker's text) and counts against the
+            // retry budget; it never stops the build with the lease held.
+            let refused = |stage: &str, category: &str| {
+                (
+                    side,
+                    vec![RawDiagnostic {
+                        artifact: String::new(),
+                        origin: Origin::Build,
+                        message: format!("{stage}: {category}"),
+                    }],
+                )
+            };
+            let bundle = match collect_bundle(&worker_repo, &record, &BundleLimits::default()) {
+                Ok(bundle) => bundle,
+                Err(e) => {
+                    tracing::warn!(work_item = id, cycle, role = role.as_str(), category = e.category(), error = %e, "worker output refused");
+                    raw_for.push(refused("output-refused", e.category()));
+                    continue;
+                }
+            };
             if bundle.commits.is_empty() {
                 // The Worker changed nothing this cycle.
                 continue;
@@ -1105,13 +1191,58 @@ impl<S: WorkStore, E: Executor> Engine<S, E> {
                         when: self.now_secs(),
                     };
                     claim.check()?;
-                    let applied = apply_bundle(item.repo, &accepted, &item.wi, &info)
-                        .map_err(|e| git_err("apply a patch bundle")(e.to_string()))?;
-                    merge_into_work_item(item.repo, &item.wi, &applied, &accepted, &info)
-                        .map_err(|e| git_err("merge into the work-item branch")(e.to_string()))?;
+                    let imported = apply_bundle(item.repo, &accepted, &item.wi, &info)
+                        .map_err(|e| ("apply-failed", e.category(), e.to_string()))
+                        .and_then(|applied| {
+                            merge_into_work_item(item.repo, &item.wi, &applied, &accepted, &info)
+                                .map_err(|e| ("merge-failed", e.category(), e.to_string()))
+                        });
+                    if let Err((stage, category, error)) = imported {
+                        // A lost lease is not the Worker's fault.
+                        claim.check()?;
+                        tracing::warn!(
+                            work_item = id,
+                            cycle,
+                            role = role.as_str(),
+                            category,
+                            error,
+                            "worker output failed to import"
+                        );
+                        raw_for.push(refused(stage, category));
+                        continue;
+                    }
                     self.boundary(id, &format!("after:import-{}-{cycle}", role.as_str()))?;
                 }
                 Err(report) => {
+                    let refused: Vec<crate::triage::RefusedPath> = report
+                        .violations
+                        .iter()
+                        .filter_map(|v| {
+                            v.path.as_ref().map(|path| crate::triage::RefusedPath {
+                                path: path.clone(),
+                                class: record.manifest.classify(path).map(PathClass::as_str),
+                                code: serde_json::to_value(v.code)
+                                    .ok()
+                                    .and_then(|c| c.as_str().map(str::to_string))
+                                    .unwrap_or_default(),
+                            })
+                        })
+                        .collect();
+                    self.stage(&format!(
+                        "building: cycle {cycle}: {}",
+                        crate::triage::describe_refusal(side, &refused)
+                    ));
+                    self.trace(
+                        id,
+                        "refused-patch",
+                        Some(cycle),
+                        json!({"role": role.as_str()}),
+                        json!({"violations": report.violations}),
+                        Instant::now(),
+                    );
+                    if let Some(reason) = crate::triage::policy_gap(side, &refused) {
+                        return Err(EngineError::PolicyGap { reason });
+                    }
                     let diags = report
                         .violations
                         .iter()
@@ -1186,7 +1317,11 @@ impl<S: WorkStore, E: Executor> Engine<S, E> {
             Err(e) => {
                 return Err(EngineError::Output {
                     role: "integration-runner",
-                    reason: format!("no results.json ({e}); termination {:?}", out.termination),
+                    reason: format!(
+                        "no results.json ({e}); {}",
+                        crate::triage::harness_failure(&out.termination, &out.stderr_tail)
+                            .unwrap_or_else(|| "the harness exited 0".into())
+                    ),
                 });
             }
         };
@@ -1208,10 +1343,18 @@ impl<S: WorkStore, E: Executor> Engine<S, E> {
                 },
                 assignments: rejected
                     .iter()
-                    .map(|(s, _)| Assignment {
+                    .map(|(s, diags)| Assignment {
                         side: *s,
                         requirement_ids: item.approved.clone(),
-                        reason: "your patch touched paths your role does not own".into(),
+                        reason: if diags.iter().any(|d| {
+                            ["output-refused:", "apply-failed:", "merge-failed:"]
+                                .iter()
+                                .any(|stage| d.message.starts_with(stage))
+                        }) {
+                            "your output could not be imported: return a plain repository whose commits build linearly on the projection root and only reference objects you were given or wrote".into()
+                        } else {
+                            "your patch touched paths your role does not own".into()
+                        },
                     })
                     .collect(),
             }
@@ -1287,13 +1430,13 @@ impl<S: WorkStore, E: Executor> Engine<S, E> {
     ) -> Result<(), EngineError> {
         let id = item.id;
         let next_cycle = record.attempts.last().map_or(1, |a| a.cycle + 1);
-        let genuine = record
-            .attempts
+        let recent = since_last_block(&record.attempts);
+        let genuine = recent
             .iter()
             .filter(|a| outcome_of(&a.outcome).is_genuine_failure())
             .count() as u32;
         let budget = self.config.max_cycles.saturating_sub(genuine + 1);
-        let tier = escalation_from(self.config.start_tier, &record.attempts).current_tier();
+        let tier = escalation_from(self.config.start_tier, recent).current_tier();
         let attempt_started = self.clock.now();
         // Pre-merge revalidation: merge the current default branch in; when it
         // moved, every gate reruns on the refreshed candidate.

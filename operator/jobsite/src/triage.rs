@@ -208,6 +208,157 @@ impl Triage for HeuristicTriage {
     }
 }
 
+/// One path of a Worker patch the ownership policy refused, with the class the
+/// work item's `.protobot/projection.yaml` gives it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RefusedPath {
+    /// The path the patch wrote.
+    pub path: String,
+    /// Its projection class (`shared`, `test`, …); `None`: no entry covers it.
+    pub class: Option<&'static str>,
+    /// The validator's code (`unclassified-path`, `not-writable-by-role`, …).
+    pub code: String,
+}
+
+/// The projection class a Worker may write.
+pub fn writable_class(side: Side) -> &'static str {
+    match side {
+        Side::Tests => "test",
+        Side::Implementation => "implementation",
+    }
+}
+
+fn side_name(side: Side) -> &'static str {
+    match side {
+        Side::Tests => "worker-a",
+        Side::Implementation => "worker-b",
+    }
+}
+
+/// Paths shown in one message (the trace keeps them all).
+const PATHS_SHOWN: usize = 5;
+
+fn listed(paths: &[&str]) -> String {
+    let mut out = paths
+        .iter()
+        .take(PATHS_SHOWN)
+        .copied()
+        .collect::<Vec<_>>()
+        .join(", ");
+    if paths.len() > PATHS_SHOWN {
+        out.push_str(&format!(" and {} more", paths.len() - PATHS_SHOWN));
+    }
+    out
+}
+
+/// A one-line account of a refused patch for people (the stage line and the
+/// trace; never a Worker): each path with its class or `unclassified`.
+pub fn describe_refusal(side: Side, refused: &[RefusedPath]) -> String {
+    let mut seen = BTreeSet::new();
+    let parts: Vec<String> = refused
+        .iter()
+        .filter(|r| !r.path.is_empty() && seen.insert(r.path.as_str()))
+        .map(|r| match r.class {
+            Some(class) => format!("{} (class {class}, {})", r.path, r.code),
+            None => format!("{} (unclassified)", r.path),
+        })
+        .collect();
+    let shown: Vec<&str> = parts.iter().map(String::as_str).collect();
+    format!(
+        "{}'s patch was refused: {}; {} may write only `{}` paths",
+        side_name(side),
+        if shown.is_empty() {
+            "the bundle itself is invalid".to_owned()
+        } else {
+            listed(&shown)
+        },
+        side_name(side),
+        writable_class(side)
+    )
+}
+
+/// The top-level entry that would classify `path`: its first directory
+/// (`src/`), or the file itself at the root.
+fn suggested_entry(path: &str) -> String {
+    match path.split_once('/') {
+        Some((dir, _)) if !dir.is_empty() => format!("{dir}/"),
+        _ => path.to_owned(),
+    }
+}
+
+/// When a refused patch is a gap in the projection policy rather than a Worker
+/// mistake, the block reason: the unclassified paths, the class the Worker may
+/// write, and the fix. Another cycle cannot help (the Worker that owns the
+/// implementation must write it somewhere), so the build stops at once instead
+/// of spending its cycles and blaming the requirements. `None` when every
+/// refused path is classified (a Worker wrote another role's files: rework).
+pub fn policy_gap(side: Side, refused: &[RefusedPath]) -> Option<String> {
+    let mut seen = BTreeSet::new();
+    let gaps: Vec<&str> = refused
+        .iter()
+        .filter(|r| r.class.is_none() && !r.path.is_empty() && seen.insert(r.path.as_str()))
+        .map(|r| r.path.as_str())
+        .collect();
+    let first = gaps.first()?;
+    Some(format!(
+        "{side}'s patch was refused by the projection policy: {paths} {verb} not classified in .protobot/projection.yaml, and {side} may write only `{class}` paths. Fix: add an entry such as `- path: {entry}` with `class: {class}` to .protobot/projection.yaml on the default branch, then run `protobot retry` (or `protobot abandon` to drop this work item)",
+        side = side_name(side),
+        paths = listed(&gaps),
+        verb = if gaps.len() == 1 { "is" } else { "are" },
+        class = writable_class(side),
+        entry = suggested_entry(first),
+    ))
+}
+
+/// Characters of a harness's stderr kept in an error message.
+pub const STDERR_TAIL_CHARS: usize = 800;
+
+/// The last [`STDERR_TAIL_CHARS`] characters of a harness's stderr, made safe
+/// for a one-line error and a trace: control characters (terminal escapes
+/// included) removed, line breaks shown as ` | `, surrounding blank space
+/// trimmed. For people only; never forwarded to a Worker.
+pub fn sanitized_stderr_tail(stderr: &str) -> String {
+    let lines: Vec<String> = stderr
+        .lines()
+        .map(|l| {
+            l.chars()
+                .filter(|c| !c.is_control() || *c == '\t')
+                .collect::<String>()
+                .replace('\t', " ")
+                .trim_end()
+                .to_owned()
+        })
+        .filter(|l| !l.trim().is_empty())
+        .collect();
+    let joined = lines.join(" | ");
+    let count = joined.chars().count();
+    if count <= STDERR_TAIL_CHARS {
+        return joined;
+    }
+    let tail: String = joined.chars().skip(count - STDERR_TAIL_CHARS).collect();
+    format!("…{tail}")
+}
+
+/// Why a Worker's run failed when its harness did not exit 0, or `None` when
+/// it did. A non-zero exit is a failed run even when the harness committed:
+/// its commits are never imported.
+pub fn harness_failure(termination: &crate::executor::Termination, stderr: &str) -> Option<String> {
+    use crate::executor::Termination;
+    let how = match termination {
+        Termination::Exited { code: 0 } => return None,
+        Termination::Exited { code } => format!("exited with code {code}"),
+        Termination::Signaled { signal } => format!("was killed by signal {signal}"),
+        Termination::LimitExceeded { limit } => format!("exceeded its {limit} limit"),
+        Termination::Cancelled => "was cancelled".to_owned(),
+    };
+    let tail = sanitized_stderr_tail(stderr);
+    Some(if tail.is_empty() {
+        format!("the harness {how} (no stderr); its output was not imported")
+    } else {
+        format!("the harness {how}; its output was not imported; stderr ends: {tail}")
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -321,5 +472,103 @@ mod tests {
             results: vec![],
         };
         assert_eq!(fault(&HeuristicTriage.decide(&both)), Some(Fault::Both));
+    }
+
+    fn refused(path: &str, class: Option<&'static str>, code: &str) -> RefusedPath {
+        RefusedPath {
+            path: path.into(),
+            class,
+            code: code.into(),
+        }
+    }
+
+    #[test]
+    fn an_unclassified_path_is_a_policy_gap_that_names_the_path_and_the_fix() {
+        let reason = policy_gap(
+            Side::Implementation,
+            &[
+                refused("src/sync.sh", None, "unclassified-path"),
+                refused("src/sync.sh", None, "unclassified-path"),
+            ],
+        )
+        .unwrap_or_default();
+        assert!(reason.contains("worker-b"), "{reason}");
+        assert!(reason.contains("src/sync.sh is not classified"), "{reason}");
+        assert!(
+            reason.contains("`- path: src/` with `class: implementation`"),
+            "{reason}"
+        );
+        assert!(reason.contains("protobot retry"), "{reason}");
+        assert!(!reason.contains("contradictory"), "{reason}");
+        assert_eq!(
+            reason.matches("src/sync.sh").count(),
+            1,
+            "listed once: {reason}"
+        );
+        let root = policy_gap(
+            Side::Tests,
+            &[refused("check.sh", None, "unclassified-path")],
+        )
+        .unwrap_or_default();
+        assert!(
+            root.contains("`- path: check.sh` with `class: test`"),
+            "{root}"
+        );
+    }
+
+    #[test]
+    fn a_classified_path_of_another_role_is_rework_not_a_policy_gap() {
+        let paths = [refused("tests/t.sh", Some("test"), "not-writable-by-role")];
+        assert_eq!(policy_gap(Side::Implementation, &paths), None);
+        let told = describe_refusal(Side::Implementation, &paths);
+        assert!(
+            told.contains("tests/t.sh (class test, not-writable-by-role)"),
+            "{told}"
+        );
+        assert!(told.contains("`implementation`"), "{told}");
+    }
+
+    #[test]
+    fn long_refusals_are_cut_with_a_count() {
+        let many: Vec<RefusedPath> = (0..8)
+            .map(|i| refused(&format!("lib/f{i}.rs"), None, "unclassified-path"))
+            .collect();
+        let reason = policy_gap(Side::Implementation, &many).unwrap_or_default();
+        assert!(reason.contains("and 3 more are not classified"), "{reason}");
+        assert!(reason.contains("`- path: lib/`"), "{reason}");
+    }
+
+    #[test]
+    fn a_nonzero_exit_is_a_failure_naming_the_code_and_the_stderr_tail() {
+        use crate::executor::Termination;
+        assert_eq!(
+            harness_failure(&Termination::Exited { code: 0 }, "noise"),
+            None
+        );
+        let failed = harness_failure(
+            &Termination::Exited { code: 3 },
+            "starting\n\u{1b}[31mmodel quota exceeded\u{1b}[0m\n\n",
+        )
+        .unwrap_or_default();
+        assert!(failed.contains("exited with code 3"), "{failed}");
+        assert!(
+            failed.contains("starting | [31mmodel quota exceeded[0m"),
+            "{failed}"
+        );
+        assert!(!failed.contains('\u{1b}'), "{failed}");
+        let silent = harness_failure(&Termination::Signaled { signal: 9 }, "").unwrap_or_default();
+        assert!(
+            silent.contains("killed by signal 9 (no stderr)"),
+            "{silent}"
+        );
+    }
+
+    #[test]
+    fn the_stderr_tail_keeps_the_end() {
+        let long = format!("{}END", "x".repeat(5000));
+        let tail = sanitized_stderr_tail(&long);
+        assert!(tail.ends_with("END"));
+        assert!(tail.starts_with('…'));
+        assert_eq!(tail.chars().count(), STDERR_TAIL_CHARS + 1);
     }
 }

@@ -36,7 +36,7 @@ fn help_and_version_succeed_without_a_project() {
     let out = json(dir.path(), &["--version"]);
     assert_eq!(out.status, 0);
     assert_eq!(out.json_value()["command"], "version");
-    let out = json(dir.path(), &["requirement", "add", "--help"]);
+    let out = json(dir.path(), &["--help"]);
     assert_eq!(out.status, 0);
     assert!(
         out.json_value()["data"]["text"]
@@ -44,6 +44,25 @@ fn help_and_version_succeed_without_a_project() {
             .unwrap()
             .contains("change-set create")
     );
+    // A subcommand's help lists its own options, the required ones marked.
+    let out = json(dir.path(), &["requirement", "add", "--help"]);
+    assert_eq!(out.status, 0);
+    let text = out.json_value()["data"]["text"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(text.contains("requirement add [options]"), "{text}");
+    assert!(text.contains("--provenance VALUE"), "{text}");
+    assert!(
+        text.lines()
+            .any(|l| l.contains("--change-set VALUE") && l.ends_with("required")),
+        "{text}"
+    );
+    assert!(
+        text.contains("--created VALUE") && text.contains("default: now"),
+        "{text}"
+    );
+    assert!(!text.contains("change-set create"), "{text}");
 }
 
 #[test]

@@ -1,6 +1,8 @@
 //! Replays the upstream golden fixture
-//! (`shared/upstream-fixtures/ears-manager-cli-golden.jsonl`, jerry-ng2
-//! `49f5730d`, the authoritative copy per contract §26) against the real
+//! (`tests/fixtures/upstream/ears-manager-cli-golden.jsonl`, copied byte for
+//! byte from jerry-ng2/ProtoBot `49f5730d`, the authoritative copy per
+//! contract §26; its SHA-256 is the one `tests/fixtures/upstream/SOURCES`
+//! records, checked before the replay) against the real
 //! `ears-manager` binary in a temporary Git repository, following the driver
 //! procedure of §26: base files committed, `project init`, then the
 //! base-state requirements seeded as canonical YAML with the recomputed store
@@ -32,11 +34,39 @@ use protobot_spec::{
 };
 use support::{Ordered, Repo};
 
-const FIXTURE: &str = concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/../../../shared/upstream-fixtures/ears-manager-cli-golden.jsonl"
-);
+const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../tests/fixtures/upstream");
+const FIXTURE_NAME: &str = "ears-manager-cli-golden.jsonl";
 const FIXTURE_SHA256: &str = "fe1d809d219a1d22a8eb1b8364b9cb28efecd5f5a8b7c2a93b0b26ccff316e0a";
+
+/// The SHA-256 `SOURCES` lists for `file` (`file | repository | commit | path | sha256`).
+fn listed_sha256(sources: &str, file: &str) -> Option<String> {
+    sources
+        .lines()
+        .filter(|l| !l.trim_start().starts_with('#'))
+        .map(|l| l.split(" | ").map(str::trim).collect::<Vec<_>>())
+        .find(|f| f.len() == 5 && f[0] == file)
+        .map(|f| f[4].to_owned())
+}
+
+#[test]
+fn sources_records_the_fixtures_upstream_commit_and_digest() {
+    let sources = std::fs::read_to_string(Path::new(FIXTURES).join("SOURCES")).unwrap();
+    assert_eq!(
+        listed_sha256(&sources, FIXTURE_NAME).as_deref(),
+        Some(FIXTURE_SHA256),
+        "SOURCES and the contract (§26) disagree on the fixture's digest"
+    );
+    let line = sources
+        .lines()
+        .find(|l| l.starts_with(FIXTURE_NAME))
+        .unwrap();
+    assert!(
+        line.contains("49f5730d151023afba5f26cb6b51aba9f7b05ec1"),
+        "{line}"
+    );
+    assert!(line.contains("redhat-et/ProtoBot"), "{line}");
+    assert_eq!(listed_sha256(&sources, "absent.jsonl"), None);
+}
 const PLACEHOLDER_BASE: &str = "0000000000000000000000000000000000000001";
 
 /// Steps whose expected output cannot be matched exactly, and why.
@@ -188,13 +218,12 @@ fn seed_records(repo: &Repo, base: &serde_json::Value) {
 
 #[test]
 fn golden_fixture_replays_against_the_real_binary() {
-    let raw = std::fs::read(FIXTURE).expect(
-        "fixture present at ../../../shared/upstream-fixtures (shared/ is a sibling of the clone)",
-    );
+    let raw = std::fs::read(Path::new(FIXTURES).join(FIXTURE_NAME))
+        .expect("the fixture is in the repository at tests/fixtures/upstream");
     assert_eq!(
         digest::sha256(&raw),
         format!("sha256:{FIXTURE_SHA256}"),
-        "fixture bytes changed"
+        "fixture bytes changed: restore them from the commit tests/fixtures/upstream/SOURCES names"
     );
     let lines: Vec<&str> = std::str::from_utf8(&raw).unwrap().lines().collect();
     assert_eq!(lines.len(), 15);

@@ -1,5 +1,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
-//! Replays `shared/upstream-fixtures/drafting-table-wms-golden.jsonl` line for
+//! Replays `tests/fixtures/upstream/drafting-table-wms-golden.jsonl` (the
+//! upstream fixture copied byte for byte; provenance and SHA-256 in
+//! `tests/fixtures/upstream/SOURCES`, checked before the replay) line for
 //! line against every WorkStore backend (memory and SQLite) (procedure: contracts/lifecycle.md §19).
 //!
 //! Seeds the fixture does not carry but the upstream test assumes: `wi-001`'s
@@ -21,15 +23,70 @@ use protobot_stores::{
 };
 use serde_json::Value;
 
-fn fixture() -> Vec<Value> {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../../shared/upstream-fixtures/drafting-table-wms-golden.jsonl");
-    let text = std::fs::read_to_string(&path)
+const FIXTURE: &str = "drafting-table-wms-golden.jsonl";
+
+fn fixtures_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/upstream")
+}
+
+/// The SHA-256 `SOURCES` lists for `file` (`file | repository | commit | path | sha256`).
+fn listed_sha256(sources: &str, file: &str) -> Option<String> {
+    sources
+        .lines()
+        .filter(|l| !l.trim_start().starts_with('#'))
+        .map(|l| l.split(" | ").map(str::trim).collect::<Vec<_>>())
+        .find(|f| f.len() == 5 && f[0] == file)
+        .map(|f| f[4].to_owned())
+}
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::{Digest, Sha256};
+    hex::encode(Sha256::digest(bytes))
+}
+
+/// The fixture's bytes, after checking them against the digest in `SOURCES`.
+fn fixture_bytes() -> Vec<u8> {
+    let dir = fixtures_dir();
+    let sources = std::fs::read_to_string(dir.join("SOURCES"))
+        .unwrap_or_else(|e| panic!("{}/SOURCES is missing: {e}", dir.display()));
+    let listed = listed_sha256(&sources, FIXTURE)
+        .unwrap_or_else(|| panic!("SOURCES lists no digest for {FIXTURE}"));
+    let path = dir.join(FIXTURE);
+    let raw = std::fs::read(&path)
         .unwrap_or_else(|e| panic!("golden fixture {} is missing: {e}", path.display()));
-    text.lines()
+    assert_eq!(
+        sha256_hex(&raw),
+        listed,
+        "{FIXTURE} differs from the upstream bytes SOURCES records: restore it from the listed commit"
+    );
+    raw
+}
+
+fn fixture() -> Vec<Value> {
+    let raw = fixture_bytes();
+    std::str::from_utf8(&raw)
+        .unwrap()
+        .lines()
         .filter(|l| !l.trim().is_empty())
         .map(|l| serde_json::from_str(l).unwrap())
         .collect()
+}
+
+#[test]
+fn the_fixture_is_in_the_repository_and_matches_its_recorded_digest() {
+    let raw = fixture_bytes();
+    assert_eq!(raw.len(), 29_721, "the upstream file is 29,721 bytes");
+    assert_eq!(fixture().len(), 48, "the upstream file has 48 lines");
+}
+
+#[test]
+fn a_changed_fixture_byte_fails_the_digest_check() {
+    let sources = std::fs::read_to_string(fixtures_dir().join("SOURCES")).unwrap();
+    let listed = listed_sha256(&sources, FIXTURE).unwrap();
+    let mut raw = fixture_bytes();
+    raw[0] ^= 1;
+    assert_ne!(sha256_hex(&raw), listed);
+    assert_eq!(listed_sha256(&sources, "not-listed.jsonl"), None);
 }
 
 fn strings(v: &Value) -> Vec<String> {

@@ -167,6 +167,21 @@ impl Opts {
         }
     }
 
+    /// `--created`, or the current time when it is not given (RFC 3339,
+    /// UTC, whole seconds: the form the records store).
+    pub fn created_or_now(&self) -> Result<String, Failure> {
+        match self.get("created").map(str::trim) {
+            Some(v) if !v.is_empty() => Ok(v.to_owned()),
+            Some(_) => Err(Failure::usage("Option --created needs a non-empty value.")),
+            None => {
+                let secs = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_secs());
+                Ok(rfc3339_utc(secs))
+            }
+        }
+    }
+
     /// All values of a list option (empty when not given).
     pub fn list(&self, name: &str) -> Vec<String> {
         self.values.get(name).cloned().unwrap_or_default()
@@ -193,6 +208,24 @@ impl Opts {
             ))),
         }
     }
+}
+
+/// `secs` since the Unix epoch as `YYYY-MM-DDTHH:MM:SSZ` (proleptic
+/// Gregorian calendar; days-from-civil inverse, H. Hinnant's algorithm).
+pub fn rfc3339_utc(secs: u64) -> String {
+    let days = secs / 86_400;
+    let rem = secs % 86_400;
+    let (h, m, s) = (rem / 3600, (rem % 3600) / 60, rem % 60);
+    let z = days + 719_468;
+    let era = z / 146_097;
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + u64::from(month <= 2);
+    format!("{year:04}-{month:02}-{day:02}T{h:02}:{m:02}:{s:02}Z")
 }
 
 #[cfg(test)]
@@ -256,5 +289,13 @@ mod tests {
             parse(&v(&["--id=--x"]), &spec).unwrap().get("id"),
             Some("--x")
         );
+    }
+
+    #[test]
+    fn rfc3339_utc_formats_known_instants() {
+        assert_eq!(super::rfc3339_utc(0), "1970-01-01T00:00:00Z");
+        assert_eq!(super::rfc3339_utc(951_782_400), "2000-02-29T00:00:00Z");
+        assert_eq!(super::rfc3339_utc(1_790_640_000), "2026-09-29T00:00:00Z");
+        assert_eq!(super::rfc3339_utc(1_790_643_723), "2026-09-29T01:02:03Z");
     }
 }

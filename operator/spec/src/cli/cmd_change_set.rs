@@ -46,7 +46,7 @@ pub fn create(opts: &Opts, env: &mut Env<'_>) -> Result<Success, Failure> {
     let required = opts
         .boolean("implementation-required")?
         .ok_or_else(|| Failure::usage("Option --implementation-required is required."))?;
-    let created = opts.required("created")?;
+    let created = opts.created_or_now()?;
     let rationale = opts
         .get("implementation-rationale")
         .map(str::trim)
@@ -381,17 +381,16 @@ pub fn compare(opts: &Opts, env: &mut Env<'_>) -> Result<Success, Failure> {
     let Some(rec) = session.snap.change_set(&id) else {
         return Err(not_found(&id));
     };
-    let mut cs = rec.record.clone();
-    match opts.get("against") {
-        // `--against X` compares against X instead of the recorded base: X
-        // must be a full 40-hex local commit (`change_set.invalid_base`).
-        Some(against) => {
-            let against = against.trim();
-            session.base_oid(against)?;
-            cs.base_commit = against.to_owned();
-        }
-        None => check_local_base(&session.git, &cs)?,
+    let cs = rec.record.clone();
+    // `--against` is deferred (§17, §25): always `change_set.invalid_base`.
+    if opts.get("against").is_some() {
+        return Err(Failure::new(
+            Exit::Validation,
+            "change_set.invalid_base",
+            "change-set compare --against is not supported; compare against the recorded base.",
+        ));
     }
+    check_local_base(&session.git, &cs)?;
     let reqs: Vec<_> = session
         .snap
         .requirements

@@ -34,6 +34,21 @@ fn invalid_path(field: &str, message: &str) -> Failure {
     ])
 }
 
+/// [`invalid_path`] for a named project file (the diagnostic points at it).
+fn invalid_path_at(field: &str, message: &str, path: &str) -> Failure {
+    Failure::new(
+        Exit::Validation,
+        "project.invalid_path",
+        "A selected project path is not usable.",
+    )
+    .with_diagnostics(vec![
+        Diagnostic::new("project.invalid_path", message)
+            .at(path)
+            .field(field)
+            .hint("Select a committed, unmodified regular file."),
+    ])
+}
+
 /// `project init`.
 pub fn init(opts: &Opts, env: &mut Env<'_>) -> Result<Success, Failure> {
     let id = opts.required("id")?;
@@ -106,7 +121,7 @@ pub fn init(opts: &Opts, env: &mut Env<'_>) -> Result<Success, Failure> {
         return Err(Failure::new(
             Exit::Project,
             "project.invalid_configuration",
-            "HEAD has no commit; commit the Vision and Architecture first.",
+            "HEAD has no commit; write the Vision (docs/vision.md) and the Architecture (docs/architecture.md), commit them, then run project init.",
         ));
     };
     if vision.eq_ignore_ascii_case(&architecture) {
@@ -125,17 +140,35 @@ pub fn init(opts: &Opts, env: &mut Env<'_>) -> Result<Success, Failure> {
         }
         let bytes = match fsio::read_file(&root, path) {
             FileState::Bytes(b) => b,
-            _ => {
-                return Err(invalid_path(
+            FileState::Absent => {
+                return Err(invalid_path_at(
                     field,
-                    "The path is not a regular file reached without symlinks.",
+                    &format!(
+                        "{path} does not exist: project init needs the project's {} there, committed (write it and commit it, or pass --{field} PATH).",
+                        if field == "vision" {
+                            "Vision"
+                        } else {
+                            "Architecture"
+                        }
+                    ),
+                    path,
+                ));
+            }
+            _ => {
+                return Err(invalid_path_at(
+                    field,
+                    &format!("{path} is not a regular file reached without symlinks."),
+                    path,
                 ));
             }
         };
         if !committed_unmodified(&git, head, path, &bytes) {
-            return Err(invalid_path(
+            return Err(invalid_path_at(
                 field,
-                "The file must be committed at HEAD and unmodified.",
+                &format!(
+                    "{path} must be committed at HEAD and unmodified: `git add {path} && git commit`."
+                ),
+                path,
             ));
         }
         if let Err(e) = digest::canonical_text(&bytes) {

@@ -143,7 +143,7 @@ pub fn requirement_add(opts: &Opts, env: &mut Env<'_>) -> Result<Success, Failur
     let text = opts.required("text")?;
     let mode = opts.required("verification-mode")?;
     let provenance = opts.required("provenance")?;
-    let created = opts.required("created")?;
+    let created = opts.created_or_now()?;
     let rationale = opts
         .get("verification-rationale")
         .map(str::trim)
@@ -465,7 +465,7 @@ pub fn interface_add(opts: &Opts, env: &mut Env<'_>) -> Result<Success, Failure>
     let id = opts.required("id")?;
     let name = opts.required("name")?;
     let kind = opts.required("type")?;
-    let created = opts.required("created")?;
+    let created = opts.created_or_now()?;
     if !ids::is_kebab_id(&id) {
         return Err(Failure::new(
             Exit::Validation,

@@ -64,7 +64,11 @@ type Handler = fn(&Opts, &mut Env<'_>) -> Result<Success, Failure>;
 
 struct Command {
     name: &'static str,
+    /// One line for `--help`.
+    about: &'static str,
     spec: &'static [(&'static str, Kind)],
+    /// Options the command cannot run without (all are reported at once).
+    required: &'static [&'static str],
     run: Handler,
 }
 
@@ -73,6 +77,7 @@ use Kind::{Flag, List, Value};
 const COMMANDS: &[Command] = &[
     Command {
         name: "project init",
+        about: "Register the Vision and Architecture and write .protobot/project.yaml and projection.yaml. Needs docs/vision.md and docs/architecture.md (or --vision/--architecture) committed at HEAD, and the default branch.",
         spec: &[
             ("id", Value),
             ("name", Value),
@@ -83,10 +88,12 @@ const COMMANDS: &[Command] = &[
             ("vision", Value),
             ("architecture", Value),
         ],
+        required: &["id", "name", "canonical-remote", "review-mode"],
         run: cmd_project::init,
     },
     Command {
         name: "artifact put",
+        about: "Add or replace a governed artifact in a change set.",
         spec: &[
             ("change-set", Value),
             ("id", Value),
@@ -97,20 +104,26 @@ const COMMANDS: &[Command] = &[
             ("content-stdin", Flag),
             ("validator", Value),
         ],
+        required: &["change-set", "id", "kind", "path", "owner"],
         run: cmd_artifact::put,
     },
     Command {
         name: "artifact list",
+        about: "List governed artifacts.",
         spec: &[("kind", Value), ("owner", Value)],
+        required: &[],
         run: cmd_artifact::list,
     },
     Command {
         name: "artifact get",
+        about: "Show one governed artifact (by --id or --kind).",
         spec: &[("at", Value), ("id", Value), ("kind", Value)],
+        required: &[],
         run: cmd_artifact::get,
     },
     Command {
         name: "interface add",
+        about: "Add an interface record to a change set (--created defaults to now).",
         spec: &[
             ("change-set", Value),
             ("id", Value),
@@ -120,15 +133,19 @@ const COMMANDS: &[Command] = &[
             ("spec-approach", Value),
             ("description", Value),
         ],
+        required: &["change-set", "id", "name", "type"],
         run: cmd_records::interface_add,
     },
     Command {
         name: "interface list",
+        about: "List interface records.",
         spec: &[("at", Value), ("type", Value), ("status", Value)],
+        required: &[],
         run: cmd_records::interface_list,
     },
     Command {
         name: "interface update",
+        about: "Update an interface record in a change set.",
         spec: &[
             ("change-set", Value),
             ("id", Value),
@@ -140,15 +157,19 @@ const COMMANDS: &[Command] = &[
             ("created", Value),
             ("new-id", Value),
         ],
+        required: &["change-set", "id"],
         run: cmd_records::interface_update,
     },
     Command {
         name: "interface show",
+        about: "Show one interface record.",
         spec: &[("at", Value), ("id", Value)],
+        required: &["id"],
         run: cmd_records::interface_show,
     },
     Command {
         name: "requirement add",
+        about: "Add an EARS requirement to a change set (--created defaults to now).",
         spec: &[
             ("change-set", Value),
             ("id", Value),
@@ -162,10 +183,19 @@ const COMMANDS: &[Command] = &[
             ("scope", List),
             ("relationship", List),
         ],
+        required: &[
+            "change-set",
+            "id",
+            "type",
+            "text",
+            "verification-mode",
+            "provenance",
+        ],
         run: cmd_records::requirement_add,
     },
     Command {
         name: "requirement list",
+        about: "List requirements.",
         spec: &[
             ("at", Value),
             ("interface", Value),
@@ -174,15 +204,19 @@ const COMMANDS: &[Command] = &[
             ("status", Value),
             ("relationship", Value),
         ],
+        required: &[],
         run: cmd_records::requirement_list,
     },
     Command {
         name: "requirement show",
+        about: "Show one requirement.",
         spec: &[("at", Value), ("id", Value)],
+        required: &["id"],
         run: cmd_records::requirement_show,
     },
     Command {
         name: "requirement update",
+        about: "Update a requirement in a change set.",
         spec: &[
             ("change-set", Value),
             ("id", Value),
@@ -198,15 +232,19 @@ const COMMANDS: &[Command] = &[
             ("created", Value),
             ("new-id", Value),
         ],
+        required: &["change-set", "id"],
         run: cmd_records::requirement_update,
     },
     Command {
         name: "requirement retire",
+        about: "Retire a requirement in a change set.",
         spec: &[("change-set", Value), ("id", Value)],
+        required: &["change-set", "id"],
         run: cmd_records::requirement_retire,
     },
     Command {
         name: "change-set create",
+        about: "Create a change set and check out its branch (--created defaults to now).",
         spec: &[
             ("intent", Value),
             ("implementation-required", Value),
@@ -215,25 +253,31 @@ const COMMANDS: &[Command] = &[
             ("affected-interface", List),
             ("affected-scope", List),
         ],
+        required: &["intent", "implementation-required"],
         run: cmd_change_set::create,
     },
     Command {
         name: "change-set list",
+        about: "List change sets.",
         spec: &[
             ("status", Value),
             ("interface", Value),
             ("scope", Value),
             ("at", Value),
         ],
+        required: &[],
         run: cmd_change_set::list,
     },
     Command {
         name: "change-set show",
+        about: "Show one change set.",
         spec: &[("change-set", Value), ("at", Value)],
+        required: &["change-set"],
         run: cmd_change_set::show,
     },
     Command {
         name: "change-set update",
+        about: "Update a change set.",
         spec: &[
             ("change-set", Value),
             ("intent", Value),
@@ -244,21 +288,28 @@ const COMMANDS: &[Command] = &[
             ("implementation-rationale", Value),
             ("impact-file", Value),
         ],
+        required: &["change-set"],
         run: cmd_change_set::update,
     },
     Command {
         name: "change-set compare",
+        about: "Compare a change set against a commit.",
         spec: &[("change-set", Value), ("against", Value)],
+        required: &["change-set"],
         run: cmd_change_set::compare,
     },
     Command {
         name: "check",
+        about: "Validate the spec store (optionally one change set).",
         spec: &[("change-set", Value), ("at", Value)],
+        required: &[],
         run: cmd_check::check,
     },
     Command {
         name: "impact",
+        about: "Impact analysis of a change set.",
         spec: &[("change-set", Value), ("at", Value)],
+        required: &["change-set"],
         run: cmd_check::impact,
     },
 ];
@@ -276,6 +327,52 @@ fn usage_text() -> String {
         s.push('\n');
     }
     s
+}
+
+/// `ears-manager <command> --help`: what the command does and every option,
+/// the required ones marked.
+fn command_help(cmd: &Command) -> String {
+    let mut s = format!(
+        "usage: ears-manager [--output human|json] {} [options]\n\n{}\n\noptions:\n",
+        cmd.name, cmd.about
+    );
+    for (name, kind) in cmd.spec {
+        let shape = match kind {
+            Kind::Flag => format!("--{name}"),
+            Kind::Value => format!("--{name} VALUE"),
+            Kind::List => format!("--{name} VALUE (repeatable)"),
+        };
+        let note = if cmd.required.contains(name) {
+            "  required"
+        } else if *name == "created" {
+            "  default: now (RFC 3339, UTC)"
+        } else {
+            ""
+        };
+        s.push_str(format!("  {shape:<40}{note}").trim_end());
+        s.push('\n');
+    }
+    s.push_str("  --output human|json\n  --help\n");
+    s
+}
+
+/// Reports every missing required option at once when more than one is
+/// missing (a single one is reported by the command, as before).
+fn missing_required(cmd: &Command, opts: &Opts) -> Result<(), Failure> {
+    let missing: Vec<String> = cmd
+        .required
+        .iter()
+        .filter(|n| !opts.has(n))
+        .map(|n| format!("--{n}"))
+        .collect();
+    if missing.len() < 2 {
+        return Ok(());
+    }
+    Err(Failure::usage(format!(
+        "Options {} are required; 'ears-manager {} --help' lists every option.",
+        missing.join(", "),
+        cmd.name
+    )))
 }
 
 /// Runs one invocation.
@@ -318,19 +415,18 @@ pub fn run(args: &[String], env: &mut Env<'_>) -> Ran {
         );
     }
     if g.help {
+        let text = found.map_or_else(usage_text, command_help);
         if g.output == Output::Human {
             return Ran {
                 status: 0,
-                stdout: usage_text(),
+                stdout: text,
                 stderr: String::new(),
             };
         }
         return render(
             g.output,
             "help",
-            Ok(Success::read(
-                Node::map().with("text", Node::s(usage_text())),
-            )),
+            Ok(Success::read(Node::map().with("text", Node::s(text)))),
         );
     }
     let Some(cmd) = found else {
@@ -343,7 +439,10 @@ pub fn run(args: &[String], env: &mut Env<'_>) -> Ran {
         );
     };
     let n = cmd.name.split(' ').count();
-    let result = args::parse(&g.rest[n..], cmd.spec).and_then(|opts| (cmd.run)(&opts, env));
+    let result = args::parse(&g.rest[n..], cmd.spec).and_then(|opts| {
+        missing_required(cmd, &opts)?;
+        (cmd.run)(&opts, env)
+    });
     render(g.output, cmd.name, result)
 }
 
@@ -456,6 +555,33 @@ fn render(output: Output, command: &str, result: Result<Success, Failure>) -> Ra
 /// Internal failure helper (status 70).
 pub fn internal(message: &str) -> Failure {
     Failure::new(Exit::Internal, "internal.failure", message)
+}
+
+/// The usage envelope (status 2) for a command line whose argument `index` (0-based, after
+/// the program name) is not valid UTF-8; `args` holds the arguments decoded lossily, so the
+/// output mode and command name are still found.
+pub fn non_utf8_argument(args: &[String], index: usize) -> Ran {
+    let g = args::split_global(args);
+    let words: Vec<&str> = g
+        .rest
+        .iter()
+        .take_while(|a| !a.starts_with("--"))
+        .map(String::as_str)
+        .take(2)
+        .collect();
+    let output = if g.bad_output {
+        Output::Human
+    } else {
+        g.output
+    };
+    render(
+        output,
+        &words.join(" "),
+        Err(Failure::usage(format!(
+            "Argument {} is not valid UTF-8; pass every argument as UTF-8 text.",
+            index + 1
+        ))),
+    )
 }
 
 /// The result to print when [`run`] itself failed unexpectedly (a panic):

@@ -1,0 +1,370 @@
+//! `protobot retry` and `protobot abandon`: the ways out of `blocked`, both
+//! through lifecycle commands evaluated by validation-rules/v1 (no internal
+//! folder is ever edited by hand).
+//!
+//! - retry: you (the human maintainer at this machine) approve an
+//!   `impact-amendment` resolution of the blocked item; the Drafting Table role
+//!   submits it and the Materializer's `resolve-block` consumes it, which moves
+//!   the item to `ready-for-building` under a new contract version. The Job
+//!   Site's clone then restarts the work-item branch from the default branch
+//!   as `origin` has it, so a fix there (a projection policy entry, a test
+//!   catalog, a harness-facing file) is what the next cycle builds on, with a
+//!   fresh cycle budget (the engine counts attempts since the block); the
+//!   build then continues as `protobot run` does.
+//! - abandon: the human maintainer's `abandon` (cancellation confirmed) ends
+//!   the item as `abandoned`, not integrated; nothing is merged.
+
+use std::{path::PathBuf, process::ExitCode};
+
+use clap::Args;
+use jiff::{SignedDuration, Timestamp};
+use protobot_lifecycle::{
+    ApprovalRecord, AuthorizationContext, OperationEnvelope, Reconciliation, ResultEnvelope, State,
+    WorkItemRecord,
+};
+use protobot_stores::{
+    AdapterConfig, ChangeSetRecord, Import, Observation, SqliteStore, WorkStore,
+};
+
+use crate::demo::Output;
+
+/// The resolution kind a retry records: the approved change set stands, the
+/// project around it was amended.
+const RETRY_KIND: &str = "impact-amendment";
+
+/// The human at this machine, as approvals and audit events name them.
+pub fn local_human() -> String {
+    let user = std::env::var("USER")
+        .or_else(|_| std::env::var("USERNAME"))
+        .unwrap_or_default();
+    let user = user.trim();
+    if user.is_empty() {
+        "local-maintainer".to_owned()
+    } else {
+        format!("local:{user}")
+    }
+}
+
+fn rejection(what: &str, result: &ResultEnvelope) -> String {
+    let (code, message) = result
+        .error
+        .as_ref()
+        .map(|e| (e.code.as_str().to_owned(), e.message.clone()))
+        .unwrap_or_else(|| ("unknown".into(), String::new()));
+    format!("{what} was rejected: {code} ({message})")
+}
+
+fn context(project: &str, role: &str, subject: &str, actions: &[&str]) -> AuthorizationContext {
+    AuthorizationContext {
+        subject: subject.into(),
+        role: role.into(),
+        project_id: project.into(),
+        allowed_actions: actions.iter().map(|s| s.to_string()).collect(),
+        allowed_refs: vec![format!("project:{project}")],
+        expires_at: Some(Timestamp::now() + SignedDuration::from_hours(1)),
+        policy_version: "protobot-local/v1".into(),
+        ..AuthorizationContext::default()
+    }
+}
+
+/// Moves a blocked item to `ready-for-building` through a human-approved
+/// `impact-amendment` resolution; returns the new contract version.
+pub async fn resolve_block<S: WorkStore>(
+    store: &S,
+    project: &str,
+    record: &WorkItemRecord,
+    change_set: &str,
+    human: &str,
+    now: Timestamp,
+) -> Result<u64, String> {
+    if record.state != State::Blocked {
+        return Err(format!(
+            "work item {} is {}, not blocked: `protobot run` continues it",
+            record.id, record.state
+        ));
+    }
+    let version = record.contract_version;
+    let id = &record.id;
+    // The change set the resolution names, as registered by `protobot run`.
+    store
+        .import(Import::ChangeSet(ChangeSetRecord {
+            id: change_set.to_owned(),
+            revision: "merged".into(),
+            priority: record.priority.clone(),
+            build_work_item_id: id.clone(),
+        }))
+        .await
+        .map_err(|e| format!("failed to register change set {change_set}: {e}"))?;
+    let approval_id = format!("retry-{id}-v{version}");
+    let digest = format!("retry:{id}:{version}:{human}");
+    store
+        .import(Import::Approval(ApprovalRecord {
+            id: approval_id.clone(),
+            approved_subject: human.to_owned(),
+            delegated_principal: "materializer".into(),
+            project_id: Some(project.to_owned()),
+            work_item_id: Some(id.clone()),
+            resolution_kind: Some(RETRY_KIND.into()),
+            expected_state: Some(State::Blocked.as_str().into()),
+            expected_contract_version: Some(version),
+            change_set_id: Some(change_set.to_owned()),
+            resolution_digest: digest.clone(),
+            action: "resolve-block".into(),
+            expires_at: Some(now + SignedDuration::from_hours(1)),
+            status: "unused".into(),
+            ..ApprovalRecord::default()
+        }))
+        .await
+        .map_err(|e| format!("failed to record your approval: {e}"))?;
+    let submit = OperationEnvelope {
+        operation: "blocked-work.submit-resolution".into(),
+        actor_context_ref: "protobot-retry".into(),
+        work_item_id: id.clone(),
+        expected_state: Some(State::Blocked.as_str().into()),
+        expected_contract_version: Some(version),
+        idempotency_key: format!("retry-submit-{id}-v{version}"),
+        human_approval_id: approval_id.clone(),
+        payload: Some(serde_json::json!({
+            "resolution_kind": RETRY_KIND,
+            "change_set_id": change_set,
+            "approval_resolution_digest": digest,
+            "human_approval_id": approval_id,
+        })),
+        ..OperationEnvelope::default()
+    };
+    let drafting = context(
+        project,
+        "drafting-table",
+        "drafting-table-local",
+        &["blocked-work.submit-resolution"],
+    );
+    let submitted = store
+        .execute(Some(&drafting), &submit, now)
+        .await
+        .map_err(|e| format!("failed to submit the resolution: {e}"))?;
+    if !submitted.ok {
+        return Err(rejection("the resolution submission", &submitted));
+    }
+    let submission = submitted
+        .fields
+        .get("resolution_submission_id")
+        .and_then(|v| v.as_str())
+        .unwrap_or_default()
+        .to_owned();
+    let resolve = OperationEnvelope {
+        operation: "resolve-block".into(),
+        actor_context_ref: "protobot-retry".into(),
+        work_item_id: id.clone(),
+        expected_state: Some(State::Blocked.as_str().into()),
+        expected_contract_version: Some(version),
+        idempotency_key: format!("retry-resolve-{id}-v{version}"),
+        human_approval_id: approval_id,
+        payload: Some(serde_json::json!({
+            "resolution_kind": RETRY_KIND,
+            "resolution_submission_id": submission,
+            "approval_resolution_digest": digest,
+        })),
+        ..OperationEnvelope::default()
+    };
+    let materializer = context(project, "materializer", "materializer", &["resolve-block"]);
+    let resolved = store
+        .execute(Some(&materializer), &resolve, now)
+        .await
+        .map_err(|e| format!("failed to resolve the block: {e}"))?;
+    if !resolved.ok {
+        return Err(rejection("resolve-block", &resolved));
+    }
+    Ok(resolved
+        .decision
+        .as_ref()
+        .and_then(|d| d.after)
+        .map_or(version + 1, |a| a.contract_version))
+}
+
+/// The human maintainer's `abandon` of one item. `integrated` is what Git
+/// says: the merge that landed it on the default branch, if any. Abandon
+/// needs the WMS to have observed `not-integrated` evidence; an item whose
+/// merge landed is refused (`protobot run` records that merge instead).
+pub async fn abandon_item<S: WorkStore>(
+    store: &S,
+    project: &str,
+    record: &WorkItemRecord,
+    human: &str,
+    integrated: Option<String>,
+    now: Timestamp,
+) -> Result<u64, String> {
+    if let Some(merge) = integrated {
+        return Err(format!(
+            "work item {} is already merged on the default branch ({merge}); `protobot run` records it as completed",
+            record.id
+        ));
+    }
+    if !record.state.is_terminal() {
+        store
+            .observe(
+                &record.id,
+                Observation::Reconciliation(Reconciliation {
+                    status: "not-integrated".into(),
+                    git_mutation: "none".into(),
+                    merge_envelope: None,
+                }),
+            )
+            .await
+            .map_err(|e| format!("failed to record that {} is not integrated: {e}", record.id))?;
+    }
+    let env = OperationEnvelope {
+        operation: "abandon".into(),
+        actor_context_ref: "protobot-abandon".into(),
+        work_item_id: record.id.clone(),
+        expected_state: Some(record.state.as_str().into()),
+        expected_contract_version: Some(record.contract_version),
+        idempotency_key: format!("abandon-{}-v{}", record.id, record.contract_version),
+        payload: Some(serde_json::json!({"cancellation_confirmed": true})),
+        ..OperationEnvelope::default()
+    };
+    let ctx = context(project, "human-maintainer", human, &["abandon"]);
+    let result = store
+        .execute(Some(&ctx), &env, now)
+        .await
+        .map_err(|e| format!("failed to abandon {}: {e}", record.id))?;
+    if !result.ok {
+        return Err(rejection("abandon", &result));
+    }
+    Ok(result
+        .decision
+        .as_ref()
+        .and_then(|d| d.after)
+        .map_or(record.contract_version + 1, |a| a.contract_version))
+}
+
+/// Arguments of `protobot abandon`.
+#[derive(Debug, Args)]
+pub struct AbandonArgs {
+    /// The project's working clone `protobot run` built from.
+    #[arg(long)]
+    pub repo: PathBuf,
+    /// The work item to abandon (as `protobot status` lists it).
+    #[arg(long)]
+    pub work_item: String,
+    /// The SQLite work store (default: <repo>/.git/protobot/wms.sqlite).
+    #[arg(long)]
+    pub store: Option<PathBuf>,
+    /// The default branch (where the project id is read).
+    #[arg(long, default_value = "main")]
+    pub default_branch: String,
+    /// `human` or `json`.
+    #[arg(long, value_enum, default_value = "human")]
+    pub output: Output,
+}
+
+async fn abandon_inner(args: &AbandonArgs) -> Result<serde_json::Value, (u8, String)> {
+    let repo = args
+        .repo
+        .canonicalize()
+        .map_err(|e| (2, format!("repository {}: {e}", args.repo.display())))?;
+    let store_path = args
+        .store
+        .clone()
+        .unwrap_or_else(|| repo.join(".git").join("protobot").join("wms.sqlite"));
+    if !store_path.exists() {
+        return Err((
+            2,
+            format!(
+                "no work store at {}: `protobot run` creates it (pass --store if you gave it one)",
+                store_path.display()
+            ),
+        ));
+    }
+    let _lock = crate::run::lock(&store_path).map_err(|e| (2, e.to_string()))?;
+    let project =
+        crate::run::project_id_at(&repo, &args.default_branch).map_err(|e| (2, e.to_string()))?;
+    let store = SqliteStore::open(
+        &store_path,
+        &project,
+        AdapterConfig {
+            materializer_subject: "materializer".into(),
+            lease_seconds: 900,
+        },
+    )
+    .map_err(|e| (1, e.to_string()))?;
+    let record = store
+        .get(&args.work_item)
+        .await
+        .map_err(|e| (1, e.to_string()))?
+        .ok_or_else(|| {
+            (
+                2,
+                format!(
+                    "no work item {} in {}; `protobot status --store {} --project {project}` lists them",
+                    args.work_item,
+                    store_path.display(),
+                    store_path.display()
+                ),
+            )
+        })?;
+    // Git's evidence: is the item's merge on origin's default branch?
+    let clone = crate::clone::prepare(
+        &repo,
+        &store_path
+            .parent()
+            .unwrap_or(std::path::Path::new("."))
+            .join("clone"),
+        &args.default_branch,
+    )
+    .map_err(|e| (1, e.to_string()))?;
+    let integrated = git2::Repository::open(&clone.path)
+        .map_err(|e| (1, format!("failed to open the Job Site's clone: {e}")))
+        .and_then(|r| {
+            protobot_repo::land::find_merge_by_trailer(&r, clone.origin_head, &record.id)
+                .map_err(|e| (1, format!("failed to look for {}'s merge: {e}", record.id)))
+        })?
+        .map(|oid| oid.to_string());
+    let version = abandon_item(
+        &store,
+        &project,
+        &record,
+        &local_human(),
+        integrated,
+        Timestamp::now(),
+    )
+    .await
+    .map_err(|e| (1, e))?;
+    Ok(serde_json::json!({
+        "work_item": record.id,
+        "state": State::Abandoned,
+        "previous_state": record.state,
+        "contract_version": version,
+    }))
+}
+
+/// Runs `protobot abandon`.
+pub fn abandon(args: AbandonArgs) -> ExitCode {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("protobot: failed to start the async runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    match runtime.block_on(abandon_inner(&args)) {
+        Ok(report) => {
+            let line = if args.output == Output::Json {
+                report.to_string()
+            } else {
+                format!(
+                    "work item {} is abandoned (was {}); nothing was merged",
+                    report["work_item"].as_str().unwrap_or_default(),
+                    report["previous_state"].as_str().unwrap_or("unknown")
+                )
+            };
+            crate::output::print_line(&line)
+        }
+        Err((code, message)) => {
+            eprintln!("protobot: {message}");
+            ExitCode::from(code)
+        }
+    }
+}
