@@ -55,16 +55,13 @@ fn rejection(what: &str, result: &ResultEnvelope) -> String {
 }
 
 fn context(project: &str, role: &str, subject: &str, actions: &[&str]) -> AuthorizationContext {
-    AuthorizationContext {
-        subject: subject.into(),
-        role: role.into(),
-        project_id: project.into(),
-        allowed_actions: actions.iter().map(|s| s.to_string()).collect(),
-        allowed_refs: vec![format!("project:{project}")],
-        expires_at: Some(Timestamp::now() + SignedDuration::from_hours(1)),
-        policy_version: "protobot-local/v1".into(),
-        ..AuthorizationContext::default()
-    }
+    crate::run::context_for(
+        project,
+        role,
+        subject,
+        actions,
+        SignedDuration::from_hours(1),
+    )
 }
 
 /// Moves a blocked item to `ready-for-building` through a human-approved

@@ -131,13 +131,31 @@ fn required(dir: &Path, name: &str) -> Result<WorkerClass, RunError> {
 }
 
 fn context(project: &str, role: &str, subject: &str, actions: &[&str]) -> AuthorizationContext {
+    context_for(
+        project,
+        role,
+        subject,
+        actions,
+        SignedDuration::from_hours(12),
+    )
+}
+
+/// A single-machine authorization context for `actions` of `role` in `project`, valid for
+/// `valid_for` from now.
+pub(crate) fn context_for(
+    project: &str,
+    role: &str,
+    subject: &str,
+    actions: &[&str],
+    valid_for: SignedDuration,
+) -> AuthorizationContext {
     AuthorizationContext {
         subject: subject.into(),
         role: role.into(),
         project_id: project.into(),
         allowed_actions: actions.iter().map(|s| s.to_string()).collect(),
         allowed_refs: vec![format!("project:{project}")],
-        expires_at: Some(Timestamp::now() + SignedDuration::from_hours(12)),
+        expires_at: Some(Timestamp::now() + valid_for),
         policy_version: "protobot-local/v1".into(),
         ..AuthorizationContext::default()
     }

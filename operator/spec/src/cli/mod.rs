@@ -561,6 +561,18 @@ pub fn internal(message: &str) -> Failure {
 /// the program name) is not valid UTF-8; `args` holds the arguments decoded lossily, so the
 /// output mode and command name are still found.
 pub fn non_utf8_argument(args: &[String], index: usize) -> Ran {
+    render_failure(
+        args,
+        Failure::usage(format!(
+            "Argument {} is not valid UTF-8; pass every argument as UTF-8 text.",
+            index + 1
+        )),
+    )
+}
+
+/// `failure` rendered in the output mode `args` ask for, under the command name they give
+/// (its first two words), for failures found before a command ran.
+fn render_failure(args: &[String], failure: Failure) -> Ran {
     let g = args::split_global(args);
     let words: Vec<&str> = g
         .rest
@@ -574,36 +586,15 @@ pub fn non_utf8_argument(args: &[String], index: usize) -> Ran {
     } else {
         g.output
     };
-    render(
-        output,
-        &words.join(" "),
-        Err(Failure::usage(format!(
-            "Argument {} is not valid UTF-8; pass every argument as UTF-8 text.",
-            index + 1
-        ))),
-    )
+    render(output, &words.join(" "), Err(failure))
 }
 
 /// The result to print when [`run`] itself failed unexpectedly (a panic):
 /// `internal.failure`, status 70, in the output mode the caller asked for.
 pub fn internal_failure(args: &[String]) -> Ran {
-    let g = args::split_global(args);
-    let words: Vec<&str> = g
-        .rest
-        .iter()
-        .take_while(|a| !a.starts_with("--"))
-        .map(String::as_str)
-        .take(2)
-        .collect();
-    let output = if g.bad_output {
-        Output::Human
-    } else {
-        g.output
-    };
-    render(
-        output,
-        &words.join(" "),
-        Err(internal("ears-manager hit an internal error; keep this output and report it. Nothing is known to have changed.").unknown()),
+    render_failure(
+        args,
+        internal("ears-manager hit an internal error; keep this output and report it. Nothing is known to have changed.").unknown(),
     )
 }
 
