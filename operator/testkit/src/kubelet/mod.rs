@@ -16,7 +16,13 @@ pub(crate) mod logs;
 mod pod;
 mod volumes;
 
-use std::{collections::HashMap, sync::Arc};
+use std::{
+    collections::HashMap,
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+};
 
 use serde_json::Value;
 use tokio::{
@@ -61,7 +67,18 @@ pub struct Kubelet {
 struct PodHandle {
     uid: String,
     kill: watch::Sender<bool>,
+    /// Set by the pod's task as its last act, before it wakes the node loop. The loop
+    /// reads this rather than `JoinHandle::is_finished`: a task that has woken the loop
+    /// may not count as finished yet, and a loop that saw it unfinished would wait for
+    /// a wake that never comes (a deleted pod then stays until something else changes).
+    done: Arc<AtomicBool>,
     task: JoinHandle<()>,
+}
+
+impl PodHandle {
+    fn finished(&self) -> bool {
+        self.done.load(Ordering::Acquire) || self.task.is_finished()
+    }
 }
 
 impl Kubelet {
@@ -191,7 +208,7 @@ async fn run(ctx: Arc<pod::NodeCtx>) {
             let handle = running.get(key).filter(|h| h.uid == uid);
             if deleting {
                 match handle {
-                    Some(h) if !h.task.is_finished() => {
+                    Some(h) if !h.finished() => {
                         h.kill.send_replace(true);
                     }
                     _ => {
@@ -204,12 +221,22 @@ async fn run(ctx: Arc<pod::NodeCtx>) {
             let phase = str_at(pod, "/status/phase").unwrap_or("Pending");
             if handle.is_none() && matches!(phase, "Pending") {
                 let (kill_tx, kill) = KillSignal::new();
-                let task = tokio::spawn(pod::run_pod(ctx.clone(), key.clone(), pod.clone(), kill));
+                let done = Arc::new(AtomicBool::new(false));
+                let task = tokio::spawn({
+                    let (ctx, key, pod, done) =
+                        (ctx.clone(), key.clone(), pod.clone(), done.clone());
+                    async move {
+                        pod::run_pod(ctx.clone(), key, pod, kill).await;
+                        done.store(true, Ordering::Release);
+                        ctx.wake.notify_one();
+                    }
+                });
                 running.insert(
                     key.clone(),
                     PodHandle {
                         uid,
                         kill: kill_tx,
+                        done,
                         task,
                     },
                 );
@@ -223,7 +250,7 @@ async fn run(ctx: Arc<pod::NodeCtx>) {
             if !alive {
                 h.kill.send_replace(true);
             }
-            alive || !h.task.is_finished()
+            alive || !h.finished()
         });
         if wrote {
             ctx.backend.notify();

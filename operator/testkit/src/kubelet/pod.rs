@@ -301,7 +301,7 @@ enum Outcome {
     Killed,
 }
 
-/// Run a pod to completion (or until killed); the kubelet loop is woken at the end.
+/// Run a pod to completion (or until killed); the caller wakes the kubelet loop after.
 pub(crate) async fn run_pod(
     ctx: Arc<NodeCtx>,
     key: ObjectKey,
@@ -355,7 +355,6 @@ pub(crate) async fn run_pod(
                     );
                 }
             }).await;
-            ctx.wake.notify_one();
             return;
         }
     }
@@ -468,5 +467,4 @@ pub(crate) async fn run_pod(
         }
         Outcome::Killed => {}
     }
-    ctx.wake.notify_one();
 }
