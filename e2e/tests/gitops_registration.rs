@@ -711,6 +711,11 @@ async fn an_applied_bug_report_is_built_to_completed_by_the_in_cluster_job_site(
             egress_proxy: None,
             claim_sweeps: Default::default(),
             metrics: None,
+            ..protobot_controller::jobsite::Settings::new(
+                "protobot-0",
+                tmp.path().join("jobsite"),
+                8,
+            )
         },
         std::sync::Arc::new(protobot_executors::LocalExecutor::new(
             protobot_executors::BubblewrapConfig::under(&tmp.path().join("sandbox")),

@@ -164,6 +164,7 @@ async fn scenario<E: protobot_jobsite::executor::Executor + 'static>(
                 Duration::ZERO,
             ),
             metrics: Some(metrics.clone()),
+            ..Settings::new("protobot-0", tmp.path().join("jobsite"), 8)
         },
         executor,
     ));
@@ -471,6 +472,7 @@ async fn an_unfinished_work_item_cannot_disappear() {
         egress_proxy: None,
         claim_sweeps: Default::default(),
         metrics: None,
+        ..Settings::new("protobot-0", tmp.path().join("jobsite"), 8)
     };
     protobot_controller::jobsite::pass(&cluster.operator, Some(&ns), &settings, refusing).await;
     let items: Api<BuildWorkItem> = Api::namespaced(client.clone(), &ns);

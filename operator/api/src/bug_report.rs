@@ -83,6 +83,18 @@ pub const SUMMARY_MAX_LENGTH: u32 = 1024;
         description = "the BuildWorkItem created for it"
     ),
     printcolumn(
+        name = "Ready",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].status",
+        description = "whether the Ready condition holds"
+    ),
+    printcolumn(
+        name = "Reason",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].reason",
+        description = "reason of the Ready condition"
+    ),
+    printcolumn(
         name = "Age",
         type_ = "date",
         json_path = ".metadata.creationTimestamp"
@@ -145,7 +157,8 @@ pub struct BugReportStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub impact: Option<ImpactSummary>,
     /// Conditions `Valid` (the spec is well formed and every violated requirement is active
-    /// on the default branch) and `Materialized` (the work item exists).
+    /// on the default branch), `Materialized` (the work item exists), and the summary `Ready`
+    /// and `Stalled` that GitOps tools read (docs/gitops.md).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,

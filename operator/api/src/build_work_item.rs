@@ -30,8 +30,6 @@ pub const REQUIREMENTS_LIMIT: u32 = 256;
 pub const ID_MAX_LENGTH: u32 = 128;
 /// Bound of `status.contractVersions`: the newest entries are kept.
 pub const CONTRACT_VERSIONS_LIMIT: u32 = 64;
-/// Bound of `status.idempotencyResults`: the newest entries are kept.
-pub const IDEMPOTENCY_RESULTS_LIMIT: u32 = 32;
 /// Bound of `status.cycles`: the newest entries are kept.
 pub const CYCLES_LIMIT: u32 = 32;
 /// Bound of `status.readiness.unresolvedReasons`.
@@ -90,6 +88,18 @@ pub const UNRESOLVED_REASONS_LIMIT: u32 = 32;
         json_path = ".status.branch",
         description = "integration branch",
         priority = 1
+    ),
+    printcolumn(
+        name = "Ready",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].status",
+        description = "whether the Ready condition holds"
+    ),
+    printcolumn(
+        name = "Reason",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].reason",
+        description = "reason of the Ready condition"
     ),
     printcolumn(
         name = "Age",
@@ -185,10 +195,6 @@ pub struct BuildWorkItemStatus {
     /// The live or last lease; absent when released. Mirrored as the `Leased` condition.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub lease: Option<Lease>,
-    /// Counter the store mints fencing tokens from (together with the object UID), so that
-    /// tokens stay unique across operator restarts. Only ever grows.
-    #[serde(default)]
-    pub fence_counter: u64,
     /// Readiness as last stored by `materialize` or a refresh.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub readiness: Option<Readiness>,
@@ -218,23 +224,19 @@ pub struct BuildWorkItemStatus {
     /// Reconciliation evidence observed from Git and the store, never from a command payload.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reconciliation: Option<Reconciliation>,
-    /// Results of the newest idempotent commands, oldest first (at most 32). A retry whose
-    /// key has dropped out is evaluated afresh and then fails on the moved contract version.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(length(max = IDEMPOTENCY_RESULTS_LIMIT))]
-    pub idempotency_results: Vec<IdempotencyResult>,
-    /// Integration branch, `wi/<id>-<slug>`.
+    /// Integration branch, `wi/<id>-build`, once the item was first claimed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub branch: Option<String>,
     /// The newest build cycles, oldest first (at most 32).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = CYCLES_LIMIT))]
     pub cycles: Vec<CycleRecord>,
-    /// Model tier of the current or next attempt; moves up only on genuine failures, so a
-    /// restarted operator resumes at the right tier.
+    /// Model tier of the newest cycle (the Job Site moves up a tier only on genuine
+    /// failures and replays the cycles from the ledger to resume at the right one).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub escalation_tier: Option<ModelTier>,
-    /// Head commit of the candidate under test or inspection.
+    /// Head commit of the newest candidate: the one under test or inspection, or the one
+    /// being merged.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(regex(pattern = GIT_COMMIT_PATTERN))]
     pub candidate_commit: Option<String>,
@@ -255,7 +257,9 @@ pub struct BuildWorkItemStatus {
     /// see docs/kubernetes-work-store.md.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ledger: Option<String>,
-    /// Conditions `Leased` (mirrors `lease`) and `Blocked`.
+    /// Conditions `Leased` (mirrors `lease`), `Blocked`, `Stalled` (the item cannot move
+    /// without a person: `blocked` or `abandoned`) and the summary `Ready` (`True` once
+    /// `completed`), which Flux's kstatus and Argo CD read.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,
@@ -398,46 +402,6 @@ pub struct Reconciliation {
     pub observed_time: Option<Time>,
 }
 
-/// The outcome the evaluator decided for a command.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
-#[schemars(transform = crate::common::without_description)]
-pub enum DecisionOutcome {
-    /// The transition was applied.
-    #[serde(rename = "allowed")]
-    Allowed,
-    /// The command was rejected; rejections are frozen too.
-    #[serde(rename = "rejected")]
-    Rejected,
-    /// Materialization needed no work item.
-    #[serde(rename = "omitted")]
-    Omitted,
-}
-
-/// The stored result of one idempotent command.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct IdempotencyResult {
-    /// The caller's idempotency key.
-    pub key: String,
-    /// The lifecycle command.
-    pub command: LifecycleCommand,
-    /// Fingerprint of the request; the same key with another fingerprint is an
-    /// `IDEMPOTENCY_CONFLICT`.
-    pub request_fingerprint: String,
-    /// The decision outcome: `allowed`, `rejected` or `omitted`.
-    pub outcome: DecisionOutcome,
-    /// The rejection code when `outcome` is `rejected`, e.g. `STALE_CONTRACT_VERSION`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub rejection_code: Option<String>,
-    /// Contract version after the command (the unchanged one on rejection).
-    pub contract_version: u64,
-    /// The full result envelope as canonical JSON, replayed verbatim on a retry.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub result: Option<String>,
-    /// Evaluation time of the command.
-    pub time: Time,
-}
-
 /// How a build cycle ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
 #[schemars(transform = crate::common::without_description)]
@@ -494,10 +458,8 @@ pub struct CycleRecord {
 pub struct CompletionEvidence {
     /// The merge envelope that completed the item, merge commit included.
     pub merge_envelope: MergeEnvelope,
-    /// Digest of the attestation snapshot taken before the merge.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub attestation_digest: Option<String>,
-    /// Whether the target branch was verified to contain the merge after pushing.
+    /// Whether Git shows the merge on the target branch (the reconciliation evidence the
+    /// item completed with).
     pub verified_on_target: bool,
     /// When the item completed.
     pub completed_time: Time,
@@ -514,7 +476,6 @@ impl BuildWorkItemStatus {
             contract_versions: Vec::new(),
             owner: None,
             lease: None,
-            fence_counter: 0,
             readiness: None,
             dependencies: Vec::new(),
             block_reason: None,
@@ -524,7 +485,6 @@ impl BuildWorkItemStatus {
             final_tests_passed: false,
             expected_merge: None,
             reconciliation: None,
-            idempotency_results: Vec::new(),
             branch: None,
             cycles: Vec::new(),
             escalation_tier: None,
@@ -542,34 +502,27 @@ impl BuildWorkItemStatus {
         push_bounded(&mut self.contract_versions, entry, CONTRACT_VERSIONS_LIMIT);
     }
 
-    /// Appends an idempotency result, dropping the oldest past the bound.
-    pub fn record_idempotency_result(&mut self, result: IdempotencyResult) {
-        push_bounded(
-            &mut self.idempotency_results,
-            result,
-            IDEMPOTENCY_RESULTS_LIMIT,
-        );
-    }
-
     /// Appends a build cycle, dropping the oldest past the bound.
     pub fn record_cycle(&mut self, cycle: CycleRecord) {
         push_bounded(&mut self.cycles, cycle, CYCLES_LIMIT);
     }
 
-    /// Recomputes the conditions that mirror the record, `Leased` (from `lease` at `now`) and
-    /// `Blocked` (from `state` and `blockReason`), and reports whether any changed.
+    /// Recomputes the conditions that mirror the record: `Leased` (from `lease` at `now`),
+    /// `Blocked` (from `state` and `blockReason`), `Stalled` and `Ready` (from `state`),
+    /// and reports whether any changed. A condition whose status is unchanged keeps its
+    /// `lastTransitionTime`.
     pub fn mirror_conditions(&mut self, observed_generation: Option<i64>, now: Timestamp) -> bool {
-        let leased = leased_condition(self.lease.as_ref(), now);
-        let blocked = blocked_condition(self.state, self.block_reason.as_deref());
-        let leased_changed = set_condition(&mut self.conditions, leased, observed_generation, now);
-        let blocked_changed =
-            set_condition(&mut self.conditions, blocked, observed_generation, now);
-        leased_changed || blocked_changed
-    }
-
-    /// The stored result for an idempotency key, if it is still within the bound.
-    pub fn idempotency_result(&self, key: &str) -> Option<&IdempotencyResult> {
-        self.idempotency_results.iter().find(|r| r.key == key)
+        let updates = [
+            leased_condition(self.lease.as_ref(), now),
+            blocked_condition(self.state, self.block_reason.as_deref()),
+            stalled_condition(self.state, self.block_reason.as_deref()),
+            ready_condition(self.state),
+        ];
+        let mut changed = false;
+        for update in updates {
+            changed |= set_condition(&mut self.conditions, update, observed_generation, now);
+        }
+        changed
     }
 }
 
@@ -591,6 +544,62 @@ pub fn blocked_condition(state: LifecycleState, block_reason: Option<&str>) -> C
             format!("the item is {state}"),
         )
     }
+}
+
+/// Reasons of a work item's `Stalled` and `Ready` conditions (the types are
+/// [`types::STALLED`] and [`types::READY`]).
+pub mod work_item_conditions {
+    /// `Ready=True`: the item is `completed`.
+    pub const COMPLETED: &str = "Completed";
+    /// `Ready=False`, `Stalled=False`: the item is on its way (`waiting` to `merging`).
+    pub const IN_PROGRESS: &str = "InProgress";
+    /// `Ready=False`, `Stalled=True`: the item is `blocked`.
+    pub const BLOCKED: &str = "Blocked";
+    /// `Ready=False`, `Stalled=True`: the item was `abandoned`.
+    pub const ABANDONED: &str = "Abandoned";
+}
+
+/// Computes the `Stalled` condition: `True` while the item is `blocked` (the block reason
+/// as message) or `abandoned`, `False` otherwise.
+pub fn stalled_condition(state: LifecycleState, block_reason: Option<&str>) -> ConditionUpdate {
+    use work_item_conditions as wic;
+    match state {
+        LifecycleState::Blocked => ConditionUpdate::new(
+            types::STALLED,
+            ConditionStatus::True,
+            wic::BLOCKED,
+            block_reason.unwrap_or("blocked without a recorded reason"),
+        ),
+        LifecycleState::Abandoned => ConditionUpdate::new(
+            types::STALLED,
+            ConditionStatus::True,
+            wic::ABANDONED,
+            "the item was abandoned; it will not be built",
+        ),
+        other => ConditionUpdate::new(
+            types::STALLED,
+            ConditionStatus::False,
+            if other == LifecycleState::Completed {
+                wic::COMPLETED
+            } else {
+                wic::IN_PROGRESS
+            },
+            format!("the item is {other}"),
+        ),
+    }
+}
+
+/// Computes the summary `Ready` condition: `True` once `completed`; `False` with the reason
+/// `Blocked`, `Abandoned` or `InProgress` otherwise.
+pub fn ready_condition(state: LifecycleState) -> ConditionUpdate {
+    use work_item_conditions as wic;
+    let (status, reason) = match state {
+        LifecycleState::Completed => (ConditionStatus::True, wic::COMPLETED),
+        LifecycleState::Blocked => (ConditionStatus::False, wic::BLOCKED),
+        LifecycleState::Abandoned => (ConditionStatus::False, wic::ABANDONED),
+        _ => (ConditionStatus::False, wic::IN_PROGRESS),
+    };
+    ConditionUpdate::new(types::READY, status, reason, format!("the item is {state}"))
 }
 
 /// Pushes `item` and drops the oldest entries so that at most `limit` remain.

@@ -66,6 +66,18 @@ pub const IMPACT_REQUIREMENTS_LIMIT: u32 = 256;
         description = "the BuildWorkItem created for it"
     ),
     printcolumn(
+        name = "Ready",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].status",
+        description = "whether the Ready condition holds"
+    ),
+    printcolumn(
+        name = "Reason",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].reason",
+        description = "reason of the Ready condition"
+    ),
+    printcolumn(
         name = "Age",
         type_ = "date",
         json_path = ".metadata.creationTimestamp"
@@ -109,7 +121,8 @@ pub struct ChangeSetStatus {
     /// Summary of the impact analysis rerun at the merge commit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub impact: Option<ImpactSummary>,
-    /// Conditions `Verified` (merge commit and manifest checked) and `Materialized`.
+    /// Conditions `Verified` (merge commit and manifest checked), `Materialized`, and the
+    /// summary `Ready` and `Stalled` that GitOps tools read (docs/gitops.md).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,

@@ -275,3 +275,53 @@ pub enum ModelTier {
 pub(crate) fn without_description(schema: &mut schemars::Schema) {
     schema.remove("description");
 }
+
+/// Rewrites the integer formats schemars derives for unsigned Rust integers (`uint8`,
+/// `uint16`, `uint32`, `uint64`, `uint`) to the two OpenAPI knows, `int32` and `int64`, in
+/// `schema` and every schema under it. kube-apiserver warns about (and ignores) any other
+/// integer format on every apply of the CRD; the bounds of the Rust type stay as `minimum`
+/// and `maximum`, so the API server still refuses what the type cannot hold.
+pub fn kube_integer_formats(
+    schema: &mut k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::JSONSchemaProps,
+) {
+    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
+        JSONSchemaPropsOrArray, JSONSchemaPropsOrBool,
+    };
+    if schema.type_.as_deref() == Some("integer") {
+        let (format, max) = match schema.format.as_deref() {
+            Some("uint8") => (Some("int32"), Some(f64::from(u8::MAX))),
+            Some("uint16") => (Some("int32"), Some(f64::from(u16::MAX))),
+            Some("uint32") => (Some("int64"), Some(f64::from(u32::MAX))),
+            // Kubernetes' JSON numbers are int64 at most: that is the real bound.
+            Some("uint64" | "uint") => (Some("int64"), None),
+            _ => (None, None),
+        };
+        if let Some(format) = format {
+            schema.format = Some(format.to_owned());
+            let min = schema.minimum.map_or(0.0, |m| m.max(0.0));
+            schema.minimum = Some(min);
+            if let Some(max) = max {
+                schema.maximum = Some(schema.maximum.map_or(max, |m| m.min(max)));
+            }
+        }
+    }
+    for child in schema.properties.iter_mut().flat_map(|p| p.values_mut()) {
+        kube_integer_formats(child);
+    }
+    match schema.items.as_mut() {
+        Some(JSONSchemaPropsOrArray::Schema(s)) => kube_integer_formats(s),
+        Some(JSONSchemaPropsOrArray::Schemas(list)) => {
+            list.iter_mut().for_each(kube_integer_formats)
+        }
+        None => {}
+    }
+    if let Some(JSONSchemaPropsOrBool::Schema(s)) = schema.additional_properties.as_mut() {
+        kube_integer_formats(s);
+    }
+    for list in [&mut schema.all_of, &mut schema.any_of, &mut schema.one_of] {
+        list.iter_mut().flatten().for_each(kube_integer_formats);
+    }
+    if let Some(not) = schema.not.as_mut() {
+        kube_integer_formats(not);
+    }
+}

@@ -34,8 +34,17 @@ pub mod types {
     pub const PROJECT_CONFIG_VALID: &str = "ProjectConfigValid";
     /// `Project`: the sandbox profile's conformance report passed.
     pub const SANDBOX_CONFORMANT: &str = "SandboxConformant";
-    /// `Project`: all of the above hold; the Job Site may schedule work for the project.
+    /// Every kind but `BuildWorkItem` (whose `status.state` says it): the object reached what
+    /// its spec asks for. `Project`: the three checks above hold and the Job Site may schedule
+    /// work; `ChangeSet`, `BugReport`: verified (valid) and materialized; `InspectionRun`:
+    /// sealed. Flux's kstatus reads `Ready=True` as `Current`; the Argo CD health checks in
+    /// `charts/protobot/health/` as `Healthy` (docs/gitops.md).
     pub const READY: &str = "Ready";
+    /// `Project`, `ChangeSet`, `BugReport`, `InspectionRun`: the controller stopped: nothing
+    /// changes until someone fixes the object, its repository or what it names; the reason and
+    /// message say what. kstatus reads `Stalled=True` as `Failed`, Argo CD as `Degraded`.
+    /// `False` while the object progresses or is ready.
+    pub const STALLED: &str = "Stalled";
     /// `InspectionRun`: every required producer reported.
     pub const PRODUCERS_COMPLETE: &str = "ProducersComplete";
     /// `InspectionRun`: the finding ledger was sealed at a high watermark.
@@ -97,6 +106,66 @@ pub mod reasons {
     pub const SEALED: &str = "Sealed";
     /// `Sealed=False` / `ProducersComplete=False`: producers are still reporting.
     pub const COLLECTING: &str = "Collecting";
+    /// `Sealed=False`, `Stalled=True` (`InspectionRun`): every producer reported and the ledger
+    /// was not sealed: findings sent the candidate back, or need a person.
+    pub const UNSEALED: &str = "Unsealed";
+
+    /// `Stalled=False`: the object is progressing or ready.
+    pub const NOT_STALLED: &str = "NotStalled";
+}
+
+/// Where an object stands, as its summary conditions `Ready` and `Stalled` say it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Health {
+    /// Reached what the spec asks for: `Ready=True`, `Stalled=False`.
+    Ready,
+    /// Still moving (or waiting for something that arrives by itself): `Ready=False`,
+    /// `Stalled=False`.
+    Progressing,
+    /// Stopped until someone acts: `Ready=False`, `Stalled=True`.
+    Stalled,
+}
+
+/// The `Ready` and `Stalled` updates that say `health`, with the reason and message of the
+/// condition that decided it (so `kubectl get`'s `Reason` column names the cause).
+pub fn summary(
+    health: Health,
+    reason: &'static str,
+    message: impl Into<String>,
+) -> [ConditionUpdate; 2] {
+    let message = message.into();
+    let not_stalled = |m: &str| {
+        ConditionUpdate::new(
+            types::STALLED,
+            ConditionStatus::False,
+            reasons::NOT_STALLED,
+            m,
+        )
+    };
+    match health {
+        Health::Ready => [
+            ConditionUpdate::new(types::READY, ConditionStatus::True, reason, message),
+            not_stalled(""),
+        ],
+        Health::Progressing => [
+            ConditionUpdate::new(
+                types::READY,
+                ConditionStatus::False,
+                reason,
+                message.clone(),
+            ),
+            not_stalled(&message),
+        ],
+        Health::Stalled => [
+            ConditionUpdate::new(
+                types::READY,
+                ConditionStatus::False,
+                reason,
+                message.clone(),
+            ),
+            ConditionUpdate::new(types::STALLED, ConditionStatus::True, reason, message),
+        ],
+    }
 }
 
 /// The status of a condition, as in every Kubernetes API.

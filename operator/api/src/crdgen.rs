@@ -105,15 +105,26 @@ pub struct RenderedCrd {
     pub yaml: String,
 }
 
-/// The CRD of every protobot kind, in a fixed order.
+/// The CRD of every protobot kind, in a fixed order, with integer formats the API server
+/// knows ([`crate::common::kube_integer_formats`]).
 pub fn all_crds() -> Vec<CustomResourceDefinition> {
-    vec![
+    let mut crds = vec![
         Project::crd(),
         ChangeSet::crd(),
         BugReport::crd(),
         BuildWorkItem::crd(),
         InspectionRun::crd(),
-    ]
+    ];
+    for version in crds.iter_mut().flat_map(|c| c.spec.versions.iter_mut()) {
+        if let Some(schema) = version
+            .schema
+            .as_mut()
+            .and_then(|s| s.open_api_v3_schema.as_mut())
+        {
+            crate::common::kube_integer_formats(schema);
+        }
+    }
+    crds
 }
 
 /// The stable file name of a CRD: `<metadata.name>.yaml`, e.g.

@@ -18,6 +18,11 @@ pub const PRODUCERS_LIMIT: u32 = 32;
 pub const FINDINGS_TO_RECHECK_LIMIT: u32 = 256;
 /// Bound of `spec.mutation.operators`.
 pub const MUTATION_OPERATORS_LIMIT: u32 = 64;
+/// Most mutants one campaign may run (`spec.mutation.maxMutants`).
+pub const MAX_MUTANTS: u32 = 10_000;
+/// Longest wall-clock budget of one campaign in seconds, six hours
+/// (`spec.mutation.timeoutSeconds`).
+pub const MAX_MUTATION_TIMEOUT_SECONDS: u32 = 21_600;
 
 /// One independent inspection of a tested candidate.
 // kube's `printcolumn(...)` repeats `type_ =` per column, which clippy mistakes for
@@ -68,6 +73,18 @@ pub const MUTATION_OPERATORS_LIMIT: u32 = 64;
         priority = 1
     ),
     printcolumn(
+        name = "Ready",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].status",
+        description = "whether the Ready condition holds"
+    ),
+    printcolumn(
+        name = "Reason",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].reason",
+        description = "reason of the Ready condition"
+    ),
+    printcolumn(
         name = "Age",
         type_ = "date",
         json_path = ".metadata.creationTimestamp"
@@ -111,11 +128,11 @@ pub struct MutationConfig {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = MUTATION_OPERATORS_LIMIT), inner(length(max = 128)))]
     pub operators: Vec<String>,
-    /// Most mutants the campaign may run.
-    #[schemars(range(min = 1))]
+    /// Most mutants the campaign may run (1 to 10000).
+    #[schemars(range(min = 1, max = MAX_MUTANTS))]
     pub max_mutants: u32,
-    /// Wall-clock budget of the campaign in seconds.
-    #[schemars(range(min = 1))]
+    /// Wall-clock budget of the campaign in seconds (1 to 21600, six hours).
+    #[schemars(range(min = 1, max = MAX_MUTATION_TIMEOUT_SECONDS))]
     pub timeout_seconds: u32,
     /// Lowest acceptable mutation score in percent; surviving mutants below it are findings.
     #[schemars(range(max = 100))]
@@ -143,7 +160,9 @@ pub struct InspectionRunStatus {
     /// Digest of the attestation snapshot taken at the seal.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub snapshot_digest: Option<String>,
-    /// Conditions `ProducersComplete` and `Sealed`.
+    /// Conditions `ProducersComplete`, `Sealed`, and the summary `Ready` (sealed) and
+    /// `Stalled` (every producer reported without a seal) that GitOps tools read
+    /// (docs/gitops.md).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,

@@ -21,7 +21,8 @@ pub struct Lease {
     /// Trusted subject of the Job Site that holds the lease; it is the work item's owner.
     #[schemars(length(min = 1))]
     pub holder: String,
-    /// Opaque fencing token minted by the store when the lease was issued; every fenced
+    /// Opaque fencing token minted by the store when the lease was issued (`fence-<n>` from
+    /// the project's counter, which only grows, so a token is never reused); every fenced
     /// command must present it. A new claim issues a new token and kills the old one.
     #[schemars(length(min = 1))]
     pub fencing_token: String,

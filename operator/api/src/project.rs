@@ -21,6 +21,20 @@ pub const DEFAULT_WIP_LIMIT: u32 = 4;
 pub const DEFAULT_LEASE_DURATION_SECONDS: u32 = 900;
 /// Bound of `status.sandboxConformance.failedChecks`.
 pub const FAILED_CHECKS_LIMIT: u32 = 32;
+/// Largest `spec.wipLimit`.
+pub const MAX_WIP_LIMIT: u32 = 256;
+/// Shortest `spec.leaseDurationSeconds`: a lease is renewed at a third of its length, and
+/// renewals need a few seconds of slack.
+pub const MIN_LEASE_DURATION_SECONDS: u32 = 30;
+/// Longest `spec.leaseDurationSeconds` (a day): a lost Job Site's items are recovered within it.
+pub const MAX_LEASE_DURATION_SECONDS: u32 = 86_400;
+/// Longest `spec.repoUrl`.
+pub const REPO_URL_MAX_LENGTH: u32 = 2048;
+/// Longest `spec.defaultBranch`.
+pub const BRANCH_MAX_LENGTH: u32 = 255;
+/// Pattern of `spec.defaultBranch`: a branch name (`git check-ref-format --branch`), further
+/// restricted to portable characters; the CEL rules and the controller refuse the rest.
+pub const BRANCH_PATTERN: &str = "^[A-Za-z0-9_][A-Za-z0-9._/+-]*$";
 
 /// A repository whose approved change sets protobot builds, inspects and merges.
 // kube's `printcolumn(...)` repeats `type_ =` per column, which clippy mistakes for
@@ -70,6 +84,18 @@ pub const FAILED_CHECKS_LIMIT: u32 = 32;
         priority = 1
     ),
     printcolumn(
+        name = "Ready",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].status",
+        description = "whether the Ready condition holds"
+    ),
+    printcolumn(
+        name = "Reason",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].reason",
+        description = "reason of the Ready condition"
+    ),
+    printcolumn(
         name = "Age",
         type_ = "date",
         json_path = ".metadata.creationTimestamp"
@@ -77,13 +103,34 @@ pub const FAILED_CHECKS_LIMIT: u32 = 32;
 )]
 #[serde(rename_all = "camelCase")]
 pub struct ProjectSpec {
-    /// URL of the canonical Git repository (https or ssh). Credentials come from the
-    /// operator's configuration, never from this object.
-    #[schemars(length(min = 1))]
+    /// URL of the canonical Git repository: `https://host/path`, `ssh://user@host[:port]/path`
+    /// (or `user@host:path`), or a path on the operator's machine. It must not carry
+    /// credentials (`user:password@`, a token as user name): those are refused; name a Secret
+    /// in `credentialsSecretRef` instead. See docs/repositories.md. Paths and `file://` URLs
+    /// are accepted only by an operator started with `--allow-local-repositories`.
+    #[schemars(length(min = 1, max = REPO_URL_MAX_LENGTH))]
+    #[schemars(extend("x-kubernetes-validations" = [
+        {"rule": "!self.matches('[[:space:][:cntrl:]]')", "message": "spec.repoUrl must not contain spaces or control characters"},
+        {"rule": "self.matches('^(https://[^/@]+/|ssh://|file://|/|[A-Za-z0-9._-]+@[A-Za-z0-9.-]+:)')", "message": "spec.repoUrl must be https://host/path, ssh://host/path or user@host:path (file:// and absolute paths only for an operator started with --allow-local-repositories)"},
+        {"rule": "!self.matches('^[A-Za-z][A-Za-z0-9+.-]*://[^/@]*:[^/@]*@') && !self.matches('^[^/:@]*:[^/@]*@')", "message": "spec.repoUrl must not carry credentials (user:password@); name a Secret in spec.credentialsSecretRef"}
+    ]))]
     pub repo_url: String,
-    /// Branch that change sets merge into and that protobot merges work items into.
+    /// Secret in this namespace holding the repository's credentials, read for each fetch and
+    /// push and kept only in the operator's memory for that operation. For https: `token`
+    /// (optionally `username`) or `username` and `password` (`kubernetes.io/basic-auth`), and
+    /// optionally `ca.crt` (PEM) for a private CA. For ssh: `ssh-privatekey`
+    /// (`kubernetes.io/ssh-auth`), optionally `ssh-passphrase`, and `known_hosts` (the only
+    /// host keys accepted: an unknown or changed host key is refused). Absent: the repository
+    /// is read and pushed without credentials. See docs/repositories.md.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub credentials_secret_ref: Option<LocalRef>,
+    /// Branch that change sets merge into and that protobot merges work items into: a valid
+    /// branch name (no `..`, `//`, leading `-` or `.`, trailing `/`, `.` or `.lock`).
     #[serde(default = "default_branch")]
-    #[schemars(length(min = 1))]
+    #[schemars(length(min = 1, max = BRANCH_MAX_LENGTH), regex(pattern = BRANCH_PATTERN))]
+    #[schemars(extend("x-kubernetes-validations" = [
+        {"rule": "!self.contains('..') && !self.contains('//') && !self.contains('/.') && !self.contains('.lock/') && !self.endsWith('/') && !self.endsWith('.') && !self.endsWith('.lock')", "message": "spec.defaultBranch must be a valid branch name (see git check-ref-format)"}
+    ]))]
     pub default_branch: String,
     /// Directory of the spec store inside the repository; `project.yaml` lives here.
     #[serde(default = "default_spec_path")]
@@ -97,11 +144,12 @@ pub struct ProjectSpec {
     /// Maximum number of this project's work items that may be active (`building`,
     /// `inspecting` or `merging`) at once.
     #[serde(default = "default_wip_limit")]
-    #[schemars(range(min = 1))]
+    #[schemars(range(min = 1, max = MAX_WIP_LIMIT))]
     pub wip_limit: u32,
-    /// Length in seconds of the lease a claim issues; renewals extend it by the same amount.
+    /// Length in seconds of the lease a claim issues (30 to 86400); renewals extend it by the
+    /// same amount.
     #[serde(default = "default_lease_duration_seconds")]
-    #[schemars(range(min = 1))]
+    #[schemars(range(min = MIN_LEASE_DURATION_SECONDS, max = MAX_LEASE_DURATION_SECONDS))]
     pub lease_duration_seconds: u32,
     /// ConfigMap in this namespace that defines the project's WorkerClasses (image, command,
     /// model tier per role). Absent: the operator's built-in scripted workers.
@@ -173,7 +221,8 @@ pub struct ProjectStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(regex(pattern = GIT_COMMIT_PATTERN))]
     pub poll_baseline: Option<String>,
-    /// Conditions `RepoReachable`, `ProjectConfigValid`, `SandboxConformant` and `Ready`.
+    /// Conditions `RepoReachable`, `ProjectConfigValid`, `SandboxConformant`, and the summary
+    /// `Ready` and `Stalled` that GitOps tools read (docs/gitops.md).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,

@@ -41,6 +41,15 @@ pub enum CloneError {
         "the repository {path} has no `origin` remote: protobot lands the merge on origin; add one with `git -C {path} remote add origin URL`"
     )]
     NoOrigin { path: PathBuf },
+    /// `origin`'s URL carries credentials, which the Job Site's clone would write to disk.
+    #[error(
+        "the repository {path} has an origin URL that carries credentials; the Job Site's clone would store them on disk: use a credential helper or an SSH key instead (`git -C {path} remote set-url origin URL-WITHOUT-CREDENTIALS`)"
+    )]
+    CredentialsInUrl {
+        path: PathBuf,
+        #[source]
+        source: protobot_repo::remote::UrlError,
+    },
     /// `origin` has no default branch.
     #[error("origin ({url}) has no branch {branch}: push it first (`git push origin {branch}`)")]
     NoBranch { url: String, branch: String },
@@ -112,6 +121,14 @@ pub fn prepare(user: &Path, dest: &Path, branch: &str) -> Result<Prepared, Clone
         .ok_or_else(|| CloneError::NoOrigin {
             path: user.to_path_buf(),
         })?;
+    if let Err(source @ protobot_repo::remote::UrlError::CredentialsInUrl { .. }) =
+        protobot_repo::remote::RemoteUrl::parse(&raw)
+    {
+        return Err(CloneError::CredentialsInUrl {
+            path: user.to_path_buf(),
+            source,
+        });
+    }
     let url = origin_url(&raw, &base);
     let git = |operation: &'static str| {
         let path = dest.to_path_buf();
@@ -193,6 +210,21 @@ mod tests {
             "git@example.com:team/a.git"
         );
         assert_eq!(origin_url("file:///srv/a.git", base), "file:///srv/a.git");
+    }
+
+    #[test]
+    fn an_origin_url_with_credentials_is_refused_before_anything_is_written() {
+        let tmp = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let user = tmp.path().join("user");
+        let repo = Repository::init(&user).unwrap_or_else(|e| panic!("{e}"));
+        repo.remote("origin", "https://me:hunter2@example.com/a.git")
+            .unwrap_or_else(|e| panic!("{e}"));
+        let dest = tmp.path().join("private");
+        let e = prepare(&user, &dest, "main").unwrap_err();
+        assert!(matches!(e, CloneError::CredentialsInUrl { .. }), "{e}");
+        let text = e.to_string();
+        assert!(!text.contains("hunter2"), "{text}");
+        assert!(!dest.exists(), "no clone was created");
     }
 
     #[test]

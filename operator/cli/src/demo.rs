@@ -295,6 +295,7 @@ async fn run(
         },
         on_stage: Some(recorder),
         faults: None,
+        stop: None,
     };
     let site = JobSite {
         engine: Arc::new(engine),
@@ -315,6 +316,7 @@ async fn run(
             "materializer",
             protobot_jobsite::site::REFRESH_ACTIONS,
         )),
+        capacity: None,
     };
     // Claims the item, or — after a kill — adopts the lease this Job Site still
     // holds (or recovers an expired one) and resumes where the store says.

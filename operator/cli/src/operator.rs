@@ -53,6 +53,20 @@ pub struct OperatorArgs {
     /// with egress gets a session token signed with it.
     #[arg(long, requires = "egress_proxy_url")]
     pub egress_session_secret: Option<PathBuf>,
+    /// Accept Projects whose spec.repoUrl is a path on this machine or a file:// URL (tests,
+    /// single-machine demos). Off: only https://, ssh:// and user@host:path URLs, so a Project
+    /// cannot make the operator read repositories from its own filesystem.
+    #[arg(long)]
+    pub allow_local_repositories: bool,
+    /// Builds this replica runs at once, across every project (each project's WIP limit
+    /// still holds across replicas).
+    #[arg(long, default_value_t = protobot_controller::jobsite::DEFAULT_MAX_CONCURRENT_BUILDS, value_parser = clap::value_parser!(u16).range(1..=1024))]
+    pub max_concurrent_builds: u16,
+    /// On SIGTERM or SIGINT, how long running builds get to reach their next effect
+    /// boundary before the process exits (keep it below the pod's
+    /// terminationGracePeriodSeconds). Their leases lapse and another replica resumes them.
+    #[arg(long, default_value_t = 25)]
+    pub shutdown_grace_seconds: u64,
 }
 
 async fn job_site(
@@ -119,6 +133,11 @@ async fn job_site(
             claim_sweeps: Default::default(),
             // Set by `protobot_controller::operator::run`, which owns the registry.
             metrics: None,
+            ..Settings::new(
+                String::new(),
+                args.workdir.clone(),
+                usize::from(args.max_concurrent_builds),
+            )
         },
         executor: Arc::new(executor),
     }))
@@ -169,8 +188,22 @@ pub fn operator(args: OperatorArgs) -> ExitCode {
                 namespace: args.sandbox_namespace.clone(),
             }
         });
+        let drain = job_site
+            .as_ref()
+            .map(|j| (j.settings.stop.clone(), Arc::clone(&j.settings.drained)));
+        let operator = protobot_controller::operator::run(
+                args.namespace.clone(),
+                args.admin_addr,
+                job_site,
+                profiles,
+                sink,
+                protobot_controller::project::decide::RepositoryPolicy {
+                    allow_local: args.allow_local_repositories,
+                },
+            );
+        tokio::pin!(operator);
         tokio::select! {
-            result = protobot_controller::operator::run(args.namespace.clone(), args.admin_addr, job_site, profiles, sink) => match result {
+            result = &mut operator => match result {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     tracing::error!(error = %e, "operator stopped");
@@ -178,7 +211,18 @@ pub fn operator(args: OperatorArgs) -> ExitCode {
                 }
             },
             signal = shutdown_signal() => {
-                tracing::info!(signal, "shutting down; this replica's leases lapse and another replica resumes its builds");
+                let Some((stop, drained)) = drain else {
+                    tracing::info!(signal, "shutting down");
+                    return ExitCode::SUCCESS;
+                };
+                tracing::info!(signal, grace_seconds = args.shutdown_grace_seconds, "shutting down: claiming no more work; running builds stop at their next effect boundary");
+                stop.raise();
+                let grace = Duration::from_secs(args.shutdown_grace_seconds);
+                tokio::select! {
+                    () = drained.notified() => tracing::info!("every build stopped at a boundary; their leases lapse and another replica resumes them"),
+                    () = tokio::time::sleep(grace) => tracing::warn!("the grace period ended before every build reached a boundary; their leases lapse and another replica resumes them"),
+                    _ = &mut operator => {}
+                }
                 ExitCode::SUCCESS
             }
         }

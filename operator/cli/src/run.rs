@@ -445,6 +445,7 @@ async fn run_inner(args: &RunArgs, mode: Mode) -> Result<serde_json::Value, RunE
             }
         })),
         faults: None,
+        stop: None,
     };
     let site = JobSite {
         engine: Arc::new(engine),
@@ -465,6 +466,7 @@ async fn run_inner(args: &RunArgs, mode: Mode) -> Result<serde_json::Value, RunE
             "materializer",
             protobot_jobsite::site::REFRESH_ACTIONS,
         )),
+        capacity: None,
     };
     let actions = site
         .run_until_idle()

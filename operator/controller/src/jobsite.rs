@@ -30,7 +30,7 @@ use kube::{
 };
 use protobot_api::{BugReport, BuildWorkItem, InspectionRun, Project};
 use protobot_jobsite::{
-    engine::{BuildReport, Engine, EngineConfig, Producer, WorkerClass},
+    engine::{BuildReport, Engine, EngineConfig, Producer, StopSignal, WorkerClass},
     executor::{Executor, Limits},
     inspection::{ProducerKind, Verdict},
     intake::RecordedIntakes,
@@ -69,6 +69,38 @@ pub struct Settings {
     pub claim_sweeps: ClaimSweeps,
     /// Where passes are counted (`None`: not recorded).
     pub metrics: Option<crate::metrics::JobSiteMetrics>,
+    /// This replica's build slots, shared by every project (`--max-concurrent-builds`).
+    pub capacity: Arc<tokio::sync::Semaphore>,
+    /// Raised on SIGTERM/SIGINT: no more claims, builds stop at their next boundary.
+    pub stop: StopSignal,
+    /// Notified once, after a raised [`Settings::stop`], when no pass runs any more.
+    pub drained: Arc<tokio::sync::Notify>,
+}
+
+/// Default of `--max-concurrent-builds`.
+pub const DEFAULT_MAX_CONCURRENT_BUILDS: u16 = 8;
+
+impl Settings {
+    /// Settings with `max_concurrent_builds` build slots and the defaults: a pass at
+    /// least every 15 s, default limits, no egress proxy, hourly claim sweeps.
+    pub fn new(
+        identity: impl Into<String>,
+        workdir: PathBuf,
+        max_concurrent_builds: usize,
+    ) -> Self {
+        Self {
+            identity: identity.into(),
+            workdir,
+            interval: Duration::from_secs(15),
+            limits: Limits::default(),
+            egress_proxy: None,
+            claim_sweeps: ClaimSweeps::default(),
+            metrics: None,
+            capacity: Arc::new(tokio::sync::Semaphore::new(max_concurrent_builds.max(1))),
+            stop: StopSignal::new(),
+            drained: Arc::new(tokio::sync::Notify::new()),
+        }
+    }
 }
 
 /// When to collect the key claims of deleted work items, per project.
@@ -313,15 +345,20 @@ async fn drive_project<E: Executor + 'static>(
     let clone = home.join("repo");
     {
         let (url, branch, clone) = (url.clone(), spec.default_branch.clone(), clone.clone());
-        tokio::task::spawn_blocking(move || crate::repo_cache::mirror(&url, &branch, &clone))
-            .await
-            .map_err(|e| e.to_string())
-            .and_then(|r| r)
-            .map_err(|reason| ProjectError::Repository {
-                project: name.clone(),
-                url: spec.repo_url.clone(),
-                reason,
-            })?;
+        // The Project's credentials Secret, read by the resolver for each fetch and push.
+        let secret = crate::repo_cache::project_secret(&ns, project);
+        tokio::task::spawn_blocking(move || {
+            crate::repo_cache::mirror_with(&url, &branch, &clone, secret.as_ref())
+                .map_err(|e| e.to_string())
+        })
+        .await
+        .map_err(|e| e.to_string())
+        .and_then(|r| r)
+        .map_err(|reason| ProjectError::Repository {
+            project: name.clone(),
+            url: spec.repo_url.clone(),
+            reason,
+        })?;
     }
     let store = Arc::new(KubeStore::new(
         client.clone(),
@@ -357,6 +394,7 @@ async fn drive_project<E: Executor + 'static>(
         config,
         on_stage: None,
         faults: None,
+        stop: Some(settings.stop.clone()),
     };
     let site = JobSite {
         engine: Arc::new(engine),
@@ -378,6 +416,7 @@ async fn drive_project<E: Executor + 'static>(
             &name,
             protobot_jobsite::site::REFRESH_ACTIONS,
         )),
+        capacity: Some(Arc::clone(&settings.capacity)),
     };
     // The engine holds git handles across awaits (not Send): it runs on a
     // thread of its own, driving the store through this runtime. Its future is
@@ -767,46 +806,198 @@ async fn publish_inspections(
     }
 }
 
-/// Runs passes forever: on every `BuildWorkItem` change and at least every
-/// `settings.interval`.
-pub async fn run<E: Executor + 'static>(
+/// Longest wait before a failing project is driven again.
+const MAX_PROJECT_BACKOFF: Duration = Duration::from_secs(300);
+
+/// When a project may be driven next (pure bookkeeping of the dispatcher).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ProjectSchedule {
+    /// Passes that failed in a row.
+    pub failures: u32,
+    /// Not before this instant (after a failure).
+    pub not_before: Option<std::time::Instant>,
+    /// Something changed while a pass ran: drive it again when the pass ends.
+    pub dirty: bool,
+}
+
+impl ProjectSchedule {
+    /// Records a pass outcome at `now`: success clears the backoff; a failure doubles it
+    /// (1 s, 2 s, 4 s … at most [`MAX_PROJECT_BACKOFF`]).
+    pub fn finished(&mut self, ok: bool, now: std::time::Instant) {
+        if ok {
+            self.failures = 0;
+            self.not_before = None;
+        } else {
+            self.failures = self.failures.saturating_add(1);
+            let wait = Duration::from_secs(1u64 << self.failures.min(10).saturating_sub(1))
+                .min(MAX_PROJECT_BACKOFF);
+            self.not_before = Some(now + wait);
+        }
+    }
+
+    /// Whether the project may be driven at `now`.
+    pub fn due(&self, now: std::time::Instant) -> bool {
+        self.not_before.is_none_or(|t| now >= t)
+    }
+}
+
+/// An item by namespace and name.
+type ItemKey = (String, String);
+
+/// What the dispatcher last saw of an item: its state and generation.
+type ItemSeen = (Option<protobot_api::LifecycleState>, Option<i64>);
+
+/// Whether a work-item event is worth a pass: an item that appeared or changed state (or
+/// spec). Lease renewals and ledger writes of the same state are not (pure).
+pub fn item_moved(seen: &mut BTreeMap<ItemKey, ItemSeen>, item: &BuildWorkItem) -> bool {
+    let key = (item.namespace().unwrap_or_default(), item.name_any());
+    let now = (
+        item.status.as_ref().map(|s| s.state),
+        item.metadata.generation,
+    );
+    seen.insert(key, now) != Some(now)
+}
+
+/// The dispatcher of this replica: one pass per Project at a time, each in its own task,
+/// started when one of the project's work items appears or changes state, when the
+/// Project changes, and at least every `settings.interval`. A project whose pass fails
+/// (its repository unreachable, its worker classes missing) backs off alone; the others
+/// go on. Projects are read from a watch-fed cache, not listed per event. On
+/// [`Settings::stop`] no pass starts any more, the running ones stop at their next effect
+/// boundary, and [`Settings::drained`] is notified once they have.
+pub async fn run<E: Executor + Send + Sync + 'static>(
     client: Client,
     namespace: Option<String>,
     settings: Settings,
     executor: Arc<E>,
 ) {
-    let items: Api<BuildWorkItem> = match &namespace {
-        Some(ns) => Api::namespaced(client.clone(), ns),
-        None => Api::all(client.clone()),
+    let (items, projects): (Api<BuildWorkItem>, Api<Project>) = match &namespace {
+        Some(ns) => (
+            Api::namespaced(client.clone(), ns),
+            Api::namespaced(client.clone(), ns),
+        ),
+        None => (Api::all(client.clone()), Api::all(client.clone())),
     };
-    let mut changes = watcher(items, watcher::Config::default())
+    let mut item_events = watcher(items, watcher::Config::default())
         .default_backoff()
         .applied_objects()
         .boxed();
+    let (cache, writer) = kube::runtime::reflector::store::<Project>();
+    let mut project_events = kube::runtime::reflector(
+        writer,
+        watcher(projects, watcher::Config::default()).default_backoff(),
+    )
+    .applied_objects()
+    .boxed();
     let mut tick = tokio::time::interval(settings.interval);
+    let mut seen = BTreeMap::new();
+    let mut schedules: BTreeMap<(String, String), ProjectSchedule> = BTreeMap::new();
+    let mut running: tokio::task::JoinSet<((String, String), bool)> = tokio::task::JoinSet::new();
+    let mut busy: std::collections::BTreeSet<(String, String)> = Default::default();
+    let settings = Arc::new(settings);
+    let mut stop_poll = tokio::time::interval(Duration::from_millis(200));
     loop {
+        // Which projects this wake-up concerns (`None`: all of them).
+        let mut wanted: Option<(String, String)> = None;
+        let mut all = false;
         tokio::select! {
-            _ = tick.tick() => {}
-            change = changes.next() => {
-                if change.is_none() {
-                    return;
+            _ = tick.tick() => all = true,
+            _ = stop_poll.tick() => {}
+            event = item_events.next() => match event {
+                Some(Ok(item)) if item_moved(&mut seen, &item) => {
+                    let project = item.spec.project_ref.name.clone();
+                    wanted = Some((item.namespace().unwrap_or_default(), project));
+                }
+                Some(_) => {}
+                None => return,
+            },
+            event = project_events.next() => match event {
+                Some(Ok(p)) => wanted = Some((p.namespace().unwrap_or_default(), p.name_any())),
+                Some(Err(_)) => {}
+                None => return,
+            },
+            Some(done) = running.join_next(), if !running.is_empty() => {
+                if let Ok((key, ok)) = done {
+                    busy.remove(&key);
+                    let schedule = schedules.entry(key.clone()).or_default();
+                    schedule.finished(ok, std::time::Instant::now());
+                    if std::mem::take(&mut schedule.dirty) {
+                        wanted = Some(key);
+                    }
                 }
             }
         }
-        // Dropped at the end of the iteration: the pass's duration.
-        let _timer = settings
-            .metrics
-            .as_ref()
-            .map(|m| m.reconcile("buildworkitem"));
-        let report = pass(&client, namespace.as_deref(), &settings, executor.clone()).await;
-        for (project, result) in report {
-            match result {
-                Ok(actions) if !actions.is_empty() => {
-                    tracing::info!(project = %project, actions = actions.len(), "job site pass");
-                }
-                Ok(_) => {}
-                Err(e) => tracing::warn!(project = %project, error = %e, "job site pass failed"),
+        if settings.stop.is_raised() {
+            drain(&mut running, &settings).await;
+            return;
+        }
+        let now = std::time::Instant::now();
+        for project in cache.state() {
+            let key = (project.namespace().unwrap_or_default(), project.name_any());
+            if !all && wanted.as_ref() != Some(&key) {
+                continue;
             }
+            let schedule = schedules.entry(key.clone()).or_default();
+            if busy.contains(&key) {
+                schedule.dirty = true;
+                continue;
+            }
+            if !schedule.due(now) {
+                continue;
+            }
+            busy.insert(key.clone());
+            let (client, settings, executor) =
+                (client.clone(), Arc::clone(&settings), Arc::clone(&executor));
+            running.spawn(async move {
+                let ok = drive_metered(&client, &project, &settings, executor).await;
+                (key, ok)
+            });
+        }
+    }
+}
+
+/// Waits for the running passes to stop at their next effect boundary, then notifies
+/// [`Settings::drained`].
+async fn drain(running: &mut tokio::task::JoinSet<((String, String), bool)>, settings: &Settings) {
+    tracing::info!(
+        passes = running.len(),
+        "shutting down: claiming no more work; waiting for the running builds to reach an effect boundary"
+    );
+    while running.join_next().await.is_some() {}
+    tracing::info!("every build stopped; their leases lapse and another replica resumes them");
+    settings.drained.notify_one();
+}
+
+/// One project's pass with its duration, errors and log line recorded; true when it did
+/// not fail.
+async fn drive_metered<E: Executor + 'static>(
+    client: &Client,
+    project: &Project,
+    settings: &Settings,
+    executor: Arc<E>,
+) -> bool {
+    let name = project.name_any();
+    // Dropped at the end: the pass's duration.
+    let _timer = settings
+        .metrics
+        .as_ref()
+        .map(|m| m.reconcile("buildworkitem"));
+    match drive_project(client, project, settings, executor).await {
+        Ok(actions) => {
+            if !actions.is_empty() {
+                tracing::info!(project = %name, actions = actions.len(), "job site pass");
+            }
+            true
+        }
+        Err(e) => {
+            if let Some(metrics) = &settings.metrics {
+                metrics
+                    .reconcile_errors
+                    .with_label_values(&["buildworkitem", e.category()])
+                    .inc();
+            }
+            tracing::warn!(project = %name, error = %e, "job site pass failed; this project backs off, the others go on");
+            false
         }
     }
 }
@@ -857,6 +1048,65 @@ mod tests {
             });
         }
         r
+    }
+
+    #[test]
+    fn a_failing_project_backs_off_exponentially_alone_and_recovers_at_once() {
+        let start = std::time::Instant::now();
+        let mut failing = ProjectSchedule::default();
+        let healthy = ProjectSchedule::default();
+        assert!(failing.due(start));
+        let mut waits = Vec::new();
+        for _ in 0..12 {
+            failing.finished(false, start);
+            waits.push(failing.not_before.unwrap() - start);
+        }
+        assert_eq!(waits[0], Duration::from_secs(1));
+        assert_eq!(waits[1], Duration::from_secs(2));
+        assert_eq!(waits[2], Duration::from_secs(4));
+        assert_eq!(*waits.last().unwrap(), MAX_PROJECT_BACKOFF);
+        assert!(waits.windows(2).all(|w| w[0] <= w[1]));
+        assert!(!failing.due(start + Duration::from_secs(299)));
+        assert!(failing.due(start + MAX_PROJECT_BACKOFF));
+        assert!(healthy.due(start), "another project is not delayed");
+        failing.finished(true, start);
+        assert!(failing.due(start) && failing.failures == 0);
+    }
+
+    #[test]
+    fn only_new_items_and_state_changes_start_a_pass_not_renewals() {
+        use protobot_api::{BuildWorkItemSpec, BuildWorkItemStatus, ChangeType, LifecycleState};
+        let mut item = BuildWorkItem::new(
+            "wi-1",
+            BuildWorkItemSpec {
+                work_item_id: "wi-1".into(),
+                project_ref: LocalRef::new("p"),
+                change_set_ref: None,
+                change_set_id: None,
+                materialization_key: "k".into(),
+                change_type: ChangeType::Undefined,
+                implementation_required: true,
+                changed_requirements: vec![],
+                applicable_requirements: vec![],
+                dependencies: vec![],
+                spec_commit: None,
+                business_priority: None,
+            },
+        );
+        item.metadata.namespace = Some("ns".into());
+        item.metadata.generation = Some(1);
+        let mut seen = BTreeMap::new();
+        assert!(item_moved(&mut seen, &item), "a new item");
+        assert!(!item_moved(&mut seen, &item), "the same item again");
+        item.status = Some(BuildWorkItemStatus::materialized(LifecycleState::Building));
+        assert!(item_moved(&mut seen, &item), "a state change");
+        item.status.as_mut().unwrap().contract_version = 5;
+        assert!(
+            !item_moved(&mut seen, &item),
+            "a renewal: same state, new version"
+        );
+        item.metadata.generation = Some(2);
+        assert!(item_moved(&mut seen, &item), "a spec edit (priority)");
     }
 
     #[test]

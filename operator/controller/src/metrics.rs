@@ -6,6 +6,17 @@
 //! collector that asks a [`StateCounts`] source (the controller's watch cache,
 //! or the single-machine store) at every scrape. Failure counters carry an
 //! error `category` label derived from the error enum, never free text.
+//!
+//! Only what this process observes is registered: every family here is recorded
+//! where its event happens (a test fails otherwise, see `tests/metrics_exist.rs`).
+//! Egress decisions are counted by the egress proxy, which makes them
+//! (`protobot_egress_decisions_total` on the proxy's own admin port); sandbox pods
+//! by phase are the cluster's (kube-state-metrics' `kube_pod_status_phase`).
+//!
+//! `protobot_work_items` describes the cluster, not the replica: every replica
+//! reports every item from its own watch cache, so any surviving replica answers.
+//! Aggregate it with `max` over the replicas, never `sum`; the chart's recording
+//! rule `namespace_job_state:protobot_work_items:max` does (docs/monitoring.md).
 
 use std::{sync::Arc, time::Instant};
 
@@ -14,7 +25,7 @@ use prometheus::{
     core::{Collector, Desc},
     proto::MetricFamily,
 };
-use protobot_jobsite::{engine::BuildReport, site::SiteAction};
+use protobot_jobsite::{engine::BuildReport, inspection::Verdict, site::SiteAction};
 use protobot_lifecycle::State;
 
 /// Where the scrape-time collector reads work-item counts from.
@@ -23,7 +34,8 @@ pub trait StateCounts: Send + Sync {
     fn counts(&self) -> Vec<(State, u64)>;
 }
 
-/// `protobot_work_items{state}`: computed at scrape time, one sample per stored state.
+/// `protobot_work_items{state}`: computed at scrape time, one sample per stored state. The
+/// same cluster-wide value on every replica (see the module documentation).
 pub struct WorkItemsByState {
     source: Arc<dyn StateCounts>,
     desc: Desc,
@@ -35,7 +47,7 @@ impl WorkItemsByState {
     pub fn new(source: Arc<dyn StateCounts>) -> Result<WorkItemsByState, prometheus::Error> {
         let opts = Opts::new(
             "protobot_work_items",
-            "Build work items by lifecycle state.",
+            "Build work items by lifecycle state, cluster-wide: every replica reports every item; aggregate replicas with max, not sum.",
         );
         let template = IntGaugeVec::new(opts, &["state"])?;
         let desc = template
@@ -77,25 +89,19 @@ impl Collector for WorkItemsByState {
 pub struct JobSiteMetrics {
     /// `protobot_claims_total{outcome}`: allowed, duplicate, stale, rejected.
     pub claims: IntCounterVec,
-    /// `protobot_claim_latency_seconds`: ready → claimed.
-    pub claim_latency: Histogram,
     /// `protobot_lease_renewals_total{outcome}`.
     pub lease_renewals: IntCounterVec,
     /// `protobot_lease_expiries_total`.
     pub lease_expiries: IntCounter,
-    /// `protobot_worker_pods{role,phase}`.
-    pub worker_pods: IntGaugeVec,
     /// `protobot_triage_cycles`: cycles an item needed.
     pub triage_cycles: Histogram,
     /// `protobot_escalations_total{tier}`.
     pub escalations: IntCounterVec,
-    /// `protobot_inspection_findings_total{producer,disposition}`.
-    pub findings: IntCounterVec,
-    /// `protobot_inspection_run_duration_seconds`.
-    pub inspection_run_duration: Histogram,
-    /// `protobot_mutation_survivors_total`.
-    pub mutation_survivors: IntCounter,
-    /// `protobot_merges_total{outcome}`.
+    /// `protobot_inspection_runs_total{verdict}`: sealed, rework, blocked.
+    pub inspection_runs: IntCounterVec,
+    /// `protobot_inspection_findings_total`: findings recorded by this replica's runs.
+    pub inspection_findings: IntCounter,
+    /// `protobot_merges_total{outcome}`: merged, conflict, not-applied, verify-failed.
     pub merges: IntCounterVec,
     /// `protobot_reconciler_repairs_total{kind}`.
     pub reconciler_repairs: IntCounterVec,
@@ -105,8 +111,6 @@ pub struct JobSiteMetrics {
     pub reconcile_errors: IntCounterVec,
     /// `protobot_registration_to_completion_seconds`.
     pub registration_to_completion: Histogram,
-    /// `protobot_egress_decisions_total{outcome}`.
-    pub egress_decisions: IntCounterVec,
 }
 
 fn counter_vec(
@@ -131,11 +135,6 @@ impl JobSiteMetrics {
         let long = vec![60.0, 300.0, 900.0, 1800.0, 3600.0, 7200.0, 21600.0, 86400.0];
         let m = JobSiteMetrics {
             claims: counter_vec("protobot_claims_total", "Claims by outcome.", &["outcome"])?,
-            claim_latency: histogram(
-                "protobot_claim_latency_seconds",
-                "Time from ready to claimed.",
-                seconds.clone(),
-            )?,
             lease_renewals: counter_vec(
                 "protobot_lease_renewals_total",
                 "Lease renewals by outcome.",
@@ -144,10 +143,6 @@ impl JobSiteMetrics {
             lease_expiries: IntCounter::new(
                 "protobot_lease_expiries_total",
                 "Leases that expired before release.",
-            )?,
-            worker_pods: IntGaugeVec::new(
-                Opts::new("protobot_worker_pods", "Sandbox runs by role and phase."),
-                &["role", "phase"],
             )?,
             triage_cycles: histogram(
                 "protobot_triage_cycles",
@@ -159,19 +154,14 @@ impl JobSiteMetrics {
                 "Escalations by target tier.",
                 &["tier"],
             )?,
-            findings: counter_vec(
+            inspection_runs: counter_vec(
+                "protobot_inspection_runs_total",
+                "Inspection runs this replica finished, by verdict.",
+                &["verdict"],
+            )?,
+            inspection_findings: IntCounter::new(
                 "protobot_inspection_findings_total",
-                "Findings by producer and disposition.",
-                &["producer", "disposition"],
-            )?,
-            inspection_run_duration: histogram(
-                "protobot_inspection_run_duration_seconds",
-                "Inspection run duration.",
-                seconds.clone(),
-            )?,
-            mutation_survivors: IntCounter::new(
-                "protobot_mutation_survivors_total",
-                "Surviving mutants.",
+                "Findings recorded by the inspection runs this replica finished.",
             )?,
             merges: counter_vec("protobot_merges_total", "Merges by outcome.", &["outcome"])?,
             reconciler_repairs: counter_vec(
@@ -197,28 +187,19 @@ impl JobSiteMetrics {
                 "Time from change-set registration to completion.",
                 long,
             )?,
-            egress_decisions: counter_vec(
-                "protobot_egress_decisions_total",
-                "Egress proxy decisions by outcome.",
-                &["outcome"],
-            )?,
         };
         registry.register(Box::new(m.claims.clone()))?;
-        registry.register(Box::new(m.claim_latency.clone()))?;
         registry.register(Box::new(m.lease_renewals.clone()))?;
         registry.register(Box::new(m.lease_expiries.clone()))?;
-        registry.register(Box::new(m.worker_pods.clone()))?;
         registry.register(Box::new(m.triage_cycles.clone()))?;
         registry.register(Box::new(m.escalations.clone()))?;
-        registry.register(Box::new(m.findings.clone()))?;
-        registry.register(Box::new(m.inspection_run_duration.clone()))?;
-        registry.register(Box::new(m.mutation_survivors.clone()))?;
+        registry.register(Box::new(m.inspection_runs.clone()))?;
+        registry.register(Box::new(m.inspection_findings.clone()))?;
         registry.register(Box::new(m.merges.clone()))?;
         registry.register(Box::new(m.reconciler_repairs.clone()))?;
         registry.register(Box::new(m.reconcile_duration.clone()))?;
         registry.register(Box::new(m.reconcile_errors.clone()))?;
         registry.register(Box::new(m.registration_to_completion.clone()))?;
-        registry.register(Box::new(m.egress_decisions.clone()))?;
         registry.register(Box::new(WorkItemsByState::new(states)?))?;
         // Known label values start at zero so every family is exposed from the
         // first scrape and rate() and alerts see them before the first event.
@@ -232,7 +213,7 @@ impl JobSiteMetrics {
                 &m.merges,
                 &["merged", "conflict", "not-applied", "verify-failed"][..],
             ),
-            (&m.egress_decisions, &["allowed", "denied"][..]),
+            (&m.inspection_runs, &["sealed", "rework", "blocked"][..]),
             (&m.escalations, &["t1", "t2", "t3", "t4"][..]),
             (
                 &m.reconciler_repairs,
@@ -248,17 +229,6 @@ impl JobSiteMetrics {
                 family.with_label_values(&[*v]);
             }
         }
-        for role in [
-            "worker-a",
-            "worker-b",
-            "integration-runner",
-            "inspector",
-            "mutation-runner",
-        ] {
-            for phase in ["Pending", "Running", "Succeeded", "Failed"] {
-                m.worker_pods.with_label_values(&[role, phase]).set(0);
-            }
-        }
         for controller in [
             "project",
             "changeset",
@@ -269,7 +239,7 @@ impl JobSiteMetrics {
             m.reconcile_duration.with_label_values(&[controller]);
             m.reconcile_errors.with_label_values(&[controller, "none"]);
         }
-        m.findings.with_label_values(&["none", "none"]);
+        m.sync_merge_verifications(protobot_jobsite::engine::merge_verification_failures());
         Ok(m)
     }
 
@@ -338,6 +308,20 @@ impl JobSiteMetrics {
                 SiteAction::DependenciesRefreshed { .. } | SiteAction::Revalidated { .. } => {}
             }
         }
+        // A failed verification stops its build with an error (`Failed` above): the
+        // engine counts it, and the counter catches up with the engine's total here.
+        self.sync_merge_verifications(protobot_jobsite::engine::merge_verification_failures());
+    }
+
+    /// Raises `protobot_merges_total{outcome="verify-failed"}` to `total`, the engine's
+    /// count of pushed merges the remote did not contain
+    /// ([`protobot_jobsite::engine::merge_verification_failures`]); never lowers it.
+    pub fn sync_merge_verifications(&self, total: u64) {
+        let counter = self.merges.with_label_values(&["verify-failed"]);
+        let seen = counter.get();
+        if total > seen {
+            counter.inc_by(total - seen);
+        }
     }
 
     fn record_build(&self, report: &BuildReport) {
@@ -360,6 +344,16 @@ impl JobSiteMetrics {
                     .unwrap_or_default();
                 self.escalations.with_label_values(&[tier.as_str()]).inc();
             }
+        }
+        for run in &report.inspections {
+            let verdict = match run.verdict {
+                Verdict::Sealed { .. } => "sealed",
+                Verdict::Rework { .. } => "rework",
+                Verdict::Blocked { .. } => "blocked",
+            };
+            self.inspection_runs.with_label_values(&[verdict]).inc();
+            self.inspection_findings
+                .inc_by(u64::try_from(run.findings).unwrap_or(u64::MAX));
         }
         if report.state == State::Completed && report.merge_commit.is_some() {
             self.merges.with_label_values(&["merged"]).inc();
@@ -517,5 +511,48 @@ mod tests {
                 .get(),
             1
         );
+    }
+
+    fn inspection(verdict: Verdict, findings: usize) -> protobot_jobsite::engine::InspectionReport {
+        protobot_jobsite::engine::InspectionReport {
+            run_id: "run-1".into(),
+            candidate: "c".into(),
+            product_tree_digest: "d".into(),
+            contract_version: 1,
+            ledger_sequence_at_start: 0,
+            producers: vec!["inspector".into()],
+            findings,
+            verdict,
+        }
+    }
+
+    #[test]
+    fn inspection_runs_are_counted_by_verdict_with_their_findings() {
+        let m = JobSiteMetrics::register(&Registry::new(), Arc::new(NoCounts)).unwrap();
+        let SiteAction::Built { mut report } = built(State::Completed, &[Tier::T1], 0) else {
+            unreachable!("built() builds a Built action")
+        };
+        report.inspections = vec![
+            inspection(Verdict::Rework { routed: Vec::new() }, 3),
+            inspection(Verdict::Sealed { watermark: 7 }, 2),
+        ];
+        m.record_actions(&[SiteAction::Built { report }]);
+        let runs = |v: &str| m.inspection_runs.with_label_values(&[v]).get();
+        assert_eq!([runs("sealed"), runs("rework"), runs("blocked")], [1, 1, 0]);
+        assert_eq!(m.inspection_findings.get(), 5);
+    }
+
+    #[test]
+    fn verify_failed_follows_the_engine_total_and_never_goes_back() {
+        let m = JobSiteMetrics::register(&Registry::new(), Arc::new(NoCounts)).unwrap();
+        let verify_failed = || m.merges.with_label_values(&["verify-failed"]).get();
+        let start = verify_failed();
+        m.sync_merge_verifications(start + 2);
+        assert_eq!(verify_failed(), start + 2);
+        // An older total (another registry synced first) does not lower a counter.
+        m.sync_merge_verifications(start + 1);
+        assert_eq!(verify_failed(), start + 2);
+        m.sync_merge_verifications(start + 3);
+        assert_eq!(verify_failed(), start + 3);
     }
 }

@@ -61,7 +61,6 @@ pub fn prune_for_state_cache(item: &mut BuildWorkItem) {
         status.active_resolution_submission_id = None;
         status.expected_merge = None;
         status.reconciliation = None;
-        status.idempotency_results = Vec::new();
         status.branch = None;
         status.cycles = Vec::new();
         status.candidate_commit = None;
@@ -127,13 +126,15 @@ pub struct JobSiteRuntime<E> {
 
 /// Runs the operator until the controllers stop: registration (ChangeSets and
 /// BugReports), Project status, the state collector, the admin server and —
-/// when given — this replica's Job Site.
+/// when given — this replica's Job Site. `repositories` says which repository
+/// locations Projects may name (`--allow-local-repositories`).
 pub async fn run<E: protobot_jobsite::executor::Executor + 'static>(
     namespace: Option<String>,
     admin_addr: SocketAddr,
     job_site: Option<JobSiteRuntime<E>>,
     profiles: Option<crate::project::ProfileReports>,
     api_errors: crate::api_errors::ApiErrorSink,
+    repositories: crate::project::decide::RepositoryPolicy,
 ) -> Result<(), OperatorError> {
     let client = crate::api_errors::infer_client(&api_errors)
         .await
@@ -180,6 +181,7 @@ pub async fn run<E: protobot_jobsite::executor::Executor + 'static>(
     // manager from what each observed, so replicas write the same thing.
     let mut project_ctx = crate::project::Context::new(client.clone(), registry_dir);
     project_ctx.profiles = profiles;
+    project_ctx.repositories = repositories;
     let projects = crate::project::run_metered(
         namespace.clone(),
         Arc::new(project_ctx),

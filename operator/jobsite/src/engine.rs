@@ -41,7 +41,10 @@
 use std::{
     collections::BTreeSet,
     path::{Path, PathBuf},
-    sync::Arc,
+    sync::{
+        Arc,
+        atomic::{AtomicU64, Ordering},
+    },
     time::Instant,
 };
 
@@ -314,6 +317,37 @@ pub enum EngineError {
         /// The boundary.
         boundary: String,
     },
+    /// The process is shutting down: the engine stopped at an effect boundary. The lease
+    /// lapses (or another Job Site recovers it) and the item resumes from its record.
+    #[error(
+        "stopped at effect boundary {boundary}: this Job Site is shutting down; another one resumes the item once its lease lapses"
+    )]
+    ShuttingDown {
+        /// The boundary.
+        boundary: String,
+    },
+}
+
+/// Raised when the process shuts down (SIGTERM, SIGINT): engines stop at their next effect
+/// boundary and Job Sites claim nothing more. Shared by every engine of a process.
+#[derive(Clone, Debug, Default)]
+pub struct StopSignal(Arc<std::sync::atomic::AtomicBool>);
+
+impl StopSignal {
+    /// A signal not raised yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Raises it (idempotent).
+    pub fn raise(&self) {
+        self.0.store(true, std::sync::atomic::Ordering::Release);
+    }
+
+    /// Whether it was raised.
+    pub fn is_raised(&self) -> bool {
+        self.0.load(std::sync::atomic::Ordering::Acquire)
+    }
 }
 
 fn git_err(operation: &'static str) -> impl Fn(String) -> EngineError {
@@ -427,6 +461,21 @@ pub fn scan_projection(dir: &Path, role: Role) -> Result<usize, EngineError> {
     Ok(scanned)
 }
 
+/// Pushes whose merge the remote did not contain when fetched back ([`LandError::NotOnRemote`]),
+/// in this process since it started: `protobot_merges_total{outcome="verify-failed"}`.
+///
+/// A process-wide counter rather than a field of a report: a failed verification ends the
+/// build with an error, and the Job Site reports a stopped build as text
+/// (`SiteAction::Failed`), which metrics must not parse.
+static MERGE_VERIFICATION_FAILURES: AtomicU64 = AtomicU64::new(0);
+
+/// How many landings in this process pushed a merge that the remote, fetched back, did not
+/// contain (the merge verification failed; the item stays `merging` until the reconciler
+/// finds it not applied). Monotonic: metrics export it as a counter.
+pub fn merge_verification_failures() -> u64 {
+    MERGE_VERIFICATION_FAILURES.load(Ordering::Relaxed)
+}
+
 /// Maps a persisted attempt outcome to its escalation class.
 /// The attempt outcome that marks where an item was blocked.
 pub const BLOCKED_OUTCOME: &str = "blocked";
@@ -520,6 +569,8 @@ pub struct Engine<S, E> {
     pub on_stage: Option<StageHook>,
     /// Fault injection at effect boundaries (tests).
     pub faults: Option<FaultHook>,
+    /// Raised on shutdown: the engine stops at its next effect boundary.
+    pub stop: Option<StopSignal>,
 }
 
 struct Item<'a> {
@@ -540,9 +591,25 @@ impl<S: WorkStore, E: Executor> Engine<S, E> {
         }
     }
 
-    /// A named effect boundary: traced, and where fault injection may stop the engine.
+    /// Whether the process is shutting down (the engine stops at its next boundary).
+    pub fn stopping(&self) -> bool {
+        self.stop.as_ref().is_some_and(StopSignal::is_raised)
+    }
+
+    /// A named effect boundary: traced, and where a shutdown or fault injection may stop
+    /// the engine.
     pub(crate) fn boundary(&self, id: &str, name: &str) -> Result<(), EngineError> {
         tracing::debug!(work_item = id, boundary = name, "effect boundary");
+        if self.stopping() {
+            tracing::info!(
+                work_item = id,
+                boundary = name,
+                "stopping at an effect boundary: shutting down"
+            );
+            return Err(EngineError::ShuttingDown {
+                boundary: name.to_string(),
+            });
+        }
         if self.faults.as_ref().is_some_and(|f| f(name)) {
             tracing::warn!(
                 work_item = id,
@@ -786,7 +853,7 @@ impl<S: WorkStore, E: Executor> Engine<S, E> {
         })?;
         let wi = WorkItemRef {
             id: id.to_string(),
-            slug: "build".into(),
+            slug: protobot_lifecycle::BUILD_BRANCH_SLUG.into(),
         };
         let source = Oid::from_str(&contract.spec_commit)
             .map_err(|e| git_err("parse the spec commit")(e.to_string()))?;
@@ -1841,6 +1908,14 @@ impl<S: WorkStore, E: Executor> Engine<S, E> {
                 self.command(claim, Command::MergeConflict, json!({}))
                     .await?;
                 Ok(())
+            }
+            Err(e @ LandError::NotOnRemote { .. }) => {
+                // Pushed, but the remote does not contain the merge: never record it.
+                MERGE_VERIFICATION_FAILURES.fetch_add(1, Ordering::Relaxed);
+                tracing::error!(work_item = id, error = %e, "merge verification failed");
+                Err(git_err("verify the merge on the default branch")(
+                    e.to_string(),
+                ))
             }
             Err(e) => Err(git_err("land the work item")(e.to_string())),
         }

@@ -356,6 +356,14 @@ pub struct SiteOptions {
     pub max_cycles: u32,
     /// Reuse this Job Site home (its integration clone) instead of cloning anew.
     pub home: Option<PathBuf>,
+    /// How long each Worker A and Worker B run takes (none: at once).
+    pub worker_delay: Option<std::time::Duration>,
+    /// Build slots (none: one build at a time); see [`JobSite::capacity`].
+    pub capacity: Option<Arc<tokio::sync::Semaphore>>,
+    /// The project's WIP limit.
+    pub wip_limit: usize,
+    /// Raised to shut the Job Site down (see [`Engine::stop`]).
+    pub stop: Option<crate::engine::StopSignal>,
 }
 
 impl Default for SiteOptions {
@@ -368,6 +376,10 @@ impl Default for SiteOptions {
             mutation: false,
             max_cycles: 4,
             home: None,
+            worker_delay: None,
+            capacity: None,
+            wip_limit: 1,
+            stop: None,
         }
     }
 }
@@ -413,15 +425,22 @@ pub fn site<S: WorkStore + 'static>(w: &World<S>, o: SiteOptions) -> JobSite<S, 
             class: class(),
         });
     }
+    let mut roles = executor(&home.join("runs"), o.behaviour);
+    if let Some(delay) = o.worker_delay {
+        roles = roles
+            .with_run_delay(SandboxRole::WorkerA, delay)
+            .with_run_delay(SandboxRole::WorkerB, delay);
+    }
     let engine = Engine {
         store: w.store.clone(),
-        executor: Arc::new(executor(&home.join("runs"), o.behaviour)),
+        executor: Arc::new(roles),
         clock: Arc::new(w.clock.clone()),
         triage: Arc::new(HeuristicTriage),
         context: context(o.subject, "job-site", JOB_SITE_ACTIONS, now),
         config,
         on_stage: None,
         faults: o.faults,
+        stop: o.stop,
     };
     JobSite {
         engine: Arc::new(engine),
@@ -433,13 +452,14 @@ pub fn site<S: WorkStore + 'static>(w: &World<S>, o: SiteOptions) -> JobSite<S, 
         ),
         contracts: w.contracts.clone(),
         repo_dir: clone,
-        wip_limit: 1,
+        wip_limit: o.wip_limit,
         materializer: Some(context(
             "materializer-1",
             "materializer",
             crate::site::REFRESH_ACTIONS,
             now,
         )),
+        capacity: o.capacity,
     }
 }
 

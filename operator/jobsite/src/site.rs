@@ -327,6 +327,18 @@ pub struct JobSite<S, E> {
     /// The Materializer's trusted context, when this Job Site also refreshes
     /// waiting items whose dependencies moved.
     pub materializer: Option<AuthorizationContext>,
+    /// Build slots shared by every Job Site of this process (`--max-concurrent-builds`).
+    /// `None`: one build at a time, each claimed right before it is built. `Some`: a pass
+    /// claims as many ready items as there are free slots (within the WIP limit) and
+    /// builds them, and the items it resumes, concurrently.
+    pub capacity: Option<Arc<tokio::sync::Semaphore>>,
+}
+
+/// A claimed or resumed item waiting for its build in a concurrent pass.
+struct Pending {
+    claim: Claim,
+    record: WorkItemRecord,
+    _slot: Option<tokio::sync::OwnedSemaphorePermit>,
 }
 
 impl<S: WorkStore + 'static, E: Executor> JobSite<S, E> {
@@ -362,41 +374,34 @@ impl<S: WorkStore + 'static, E: Executor> JobSite<S, E> {
                 refresh_dependencies(self.engine.store.as_ref(), materializer, self.now()).await?,
             );
         }
-        let me = self.engine.context.subject.clone();
         let now = self.now();
-        let active = self
-            .engine
-            .store
-            .list(&ItemFilter {
-                states: vec![State::Building, State::Inspecting, State::Merging],
-            })
-            .await?;
-        for record in active {
-            let mine = record.live_lease(now).is_some_and(|l| l.owner == me);
-            if mine {
-                let claim = Claim::new(Held {
-                    work_item_id: record.id.clone(),
-                    fencing_token: record
-                        .lease
-                        .as_ref()
-                        .map(|l| l.fencing_token.clone())
-                        .unwrap_or_default(),
-                    state: record.state,
-                    contract_version: record.contract_version,
-                });
-                tracing::info!(work_item = %record.id, state = %record.state, "resuming an item this Job Site still holds");
+        let mut pending = Vec::new();
+        for (claim, record) in self.held(now).await? {
+            tracing::info!(work_item = %record.id, state = %record.state, "resuming an item this Job Site still holds");
+            if self.capacity.is_none() {
                 actions.push(
                     self.build(&claim, &record)
                         .instrument(build_span(&claim, &record))
                         .await,
                 );
+            } else {
+                // Held items are built whatever the free slots: their leases are running.
+                pending.push(Pending {
+                    _slot: self.slot(),
+                    claim,
+                    record,
+                });
             }
+        }
+        if self.engine.stopping() {
+            tracing::info!("shutting down: claiming no work");
+            return Ok(self.finish(actions, pending).await);
         }
         // Claim nothing while the executor refuses to run (a missing or failing
         // conformance report): recovery and resumption above still happen.
         if let Err(refusal) = self.engine.executor.admit() {
             tracing::warn!(error = %refusal, "the executor refuses runs; claiming no work");
-            return Ok(actions);
+            return Ok(self.finish(actions, pending).await);
         }
         let ready = self
             .engine
@@ -421,6 +426,18 @@ impl<S: WorkStore + 'static, E: Executor> JobSite<S, E> {
             let Some(record) = ready.iter().find(|r| r.id == id) else {
                 continue;
             };
+            let slot = match &self.capacity {
+                None => None,
+                Some(_) => match self.slot() {
+                    Some(slot) => Some(slot),
+                    None => {
+                        tracing::debug!(
+                            "every build slot of this process is taken; claiming no more"
+                        );
+                        break;
+                    }
+                },
+            };
             match self.claim(record).await? {
                 Ok(claim) => {
                     actions.push(SiteAction::Claimed {
@@ -433,11 +450,19 @@ impl<S: WorkStore + 'static, E: Executor> JobSite<S, E> {
                         });
                         continue;
                     }
-                    actions.push(
-                        self.build(&claim, record)
-                            .instrument(build_span(&claim, record))
-                            .await,
-                    )
+                    if self.capacity.is_none() {
+                        actions.push(
+                            self.build(&claim, record)
+                                .instrument(build_span(&claim, record))
+                                .await,
+                        );
+                    } else {
+                        pending.push(Pending {
+                            claim,
+                            record: record.clone(),
+                            _slot: slot,
+                        });
+                    }
                 }
                 Err(code) => actions.push(SiteAction::LostClaim {
                     work_item_id: id,
@@ -445,7 +470,54 @@ impl<S: WorkStore + 'static, E: Executor> JobSite<S, E> {
                 }),
             }
         }
-        Ok(actions)
+        Ok(self.finish(actions, pending).await)
+    }
+
+    /// The items whose live lease this Job Site holds, as claims to resume.
+    async fn held(&self, now: jiff::Timestamp) -> Result<Vec<(Claim, WorkItemRecord)>, SiteError> {
+        let me = &self.engine.context.subject;
+        let active = self
+            .engine
+            .store
+            .list(&ItemFilter {
+                states: vec![State::Building, State::Inspecting, State::Merging],
+            })
+            .await?;
+        Ok(active
+            .into_iter()
+            .filter(|r| r.live_lease(now).is_some_and(|l| &l.owner == me))
+            .map(|record| {
+                let claim = Claim::new(Held {
+                    work_item_id: record.id.clone(),
+                    fencing_token: record
+                        .lease
+                        .as_ref()
+                        .map(|l| l.fencing_token.clone())
+                        .unwrap_or_default(),
+                    state: record.state,
+                    contract_version: record.contract_version,
+                });
+                (claim, record)
+            })
+            .collect())
+    }
+
+    /// A free build slot of this process, if any (`None` also without a capacity).
+    fn slot(&self) -> Option<tokio::sync::OwnedSemaphorePermit> {
+        self.capacity
+            .as_ref()
+            .and_then(|c| Arc::clone(c).try_acquire_owned().ok())
+    }
+
+    /// Builds the pending items concurrently (each renews its own lease) and appends what
+    /// each build did, in the order they were claimed or resumed.
+    async fn finish(&self, mut actions: Vec<SiteAction>, pending: Vec<Pending>) -> Vec<SiteAction> {
+        let builds = pending.iter().map(|p| {
+            self.build(&p.claim, &p.record)
+                .instrument(build_span(&p.claim, &p.record))
+        });
+        actions.extend(futures::future::join_all(builds).await);
+        actions
     }
 
     /// What dispatch knows of an item: its priority, when it became ready, the

@@ -173,6 +173,18 @@ pub struct InProcessExecutor {
     runs: std::sync::Mutex<Vec<crate::executor::RunSpec>>,
     counter: std::sync::atomic::AtomicU64,
     refusal: Option<String>,
+    delay: std::collections::BTreeMap<crate::executor::SandboxRole, std::time::Duration>,
+    in_flight: std::sync::atomic::AtomicUsize,
+    peak: std::sync::atomic::AtomicUsize,
+}
+
+/// Counts a run in flight while it lives.
+struct InFlight<'a>(&'a std::sync::atomic::AtomicUsize);
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    }
 }
 
 impl InProcessExecutor {
@@ -184,7 +196,26 @@ impl InProcessExecutor {
             runs: Default::default(),
             counter: Default::default(),
             refusal: None,
+            delay: Default::default(),
+            in_flight: Default::default(),
+            peak: Default::default(),
         }
+    }
+
+    /// Every run of `role` takes at least `delay` (a Worker that thinks), waited
+    /// asynchronously: concurrent builds overlap their runs.
+    pub fn with_run_delay(
+        mut self,
+        role: crate::executor::SandboxRole,
+        delay: std::time::Duration,
+    ) -> Self {
+        self.delay.insert(role, delay);
+        self
+    }
+
+    /// The most runs that were in flight at once so far.
+    pub fn peak_in_flight(&self) -> usize {
+        self.peak.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// An executor whose profile is not conformant: it admits nothing.
@@ -264,6 +295,20 @@ impl crate::executor::Executor for InProcessExecutor {
                 stderr_tail: String::new(),
                 audit: audit(&Termination::Cancelled),
             });
+        }
+        let now_in_flight = self
+            .in_flight
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst)
+            + 1;
+        let _in_flight = InFlight(&self.in_flight);
+        self.peak
+            .fetch_max(now_in_flight, std::sync::atomic::Ordering::SeqCst);
+        if let Some(delay) = self.delay.get(&spec.role) {
+            let mut cancel = cancel.clone();
+            tokio::select! {
+                () = tokio::time::sleep(*delay) => {}
+                _ = cancel.wait_for(|c| *c) => {}
+            }
         }
         let n = self
             .counter

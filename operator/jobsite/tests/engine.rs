@@ -206,6 +206,7 @@ async fn a_work_item_is_built_through_a_triage_cycle_and_merged() {
         },
         on_stage: None,
         faults: None,
+        stop: None,
     };
     let report = match engine.build(&claim, &contract, &work).await {
         Ok(r) => r,

@@ -243,6 +243,15 @@ pub struct WorkItemRecord {
     pub state_since: Option<Timestamp>,
 }
 
+/// Slug of the one integration branch a work item is built on: `wi/<id>-build`.
+pub const BUILD_BRANCH_SLUG: &str = "build";
+
+/// The integration branch of a work item, `wi/<id>-build` (without `refs/heads/`): the
+/// Job Site builds and lands there, and the store names it in the item's status.
+pub fn integration_branch(work_item_id: &str) -> String {
+    format!("wi/{work_item_id}-{BUILD_BRANCH_SLUG}")
+}
+
 /// How many attempts a work item keeps (the oldest are dropped first).
 pub const ATTEMPTS_KEPT: usize = 32;
 

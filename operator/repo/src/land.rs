@@ -9,7 +9,7 @@
 
 use std::cell::RefCell;
 
-use git2::{Direction, Oid, PushOptions, RemoteCallbacks, Repository, build::TreeUpdateBuilder};
+use git2::{Direction, Oid, Repository, build::TreeUpdateBuilder};
 use serde::{Deserialize, Serialize};
 
 use crate::{
@@ -18,6 +18,7 @@ use crate::{
     integrate::{IntegrateError, WorkItemRef, jobsite_signature, merge_commit},
     manifest::PathClass,
     path::check_project_path,
+    remote::{AccessError, Session, SessionError},
     trailers::{self, compose},
     tree::list_files,
 };
@@ -88,6 +89,16 @@ pub enum LandError {
         /// Cause.
         #[source]
         source: git2::Error,
+    },
+    /// The remote refused the credentials, its host key or certificate is not trusted, or
+    /// the credentials could not be read (the error names the Secret and what to do).
+    #[error("unable to {operation}: {source}")]
+    Access {
+        /// Operation.
+        operation: &'static str,
+        /// Cause.
+        #[source]
+        source: AccessError,
     },
     /// An attestation path is not a safe `attestation-only` path.
     #[error(
@@ -180,6 +191,7 @@ impl LandError {
     pub fn category(&self) -> &'static str {
         match self {
             LandError::Git { .. } => "git",
+            LandError::Access { source, .. } => source.category(),
             LandError::AttestationPath { .. } => "attestation-path",
             LandError::DigestChanged { .. } => "digest-changed",
             LandError::Digest(_) => "digest",
@@ -195,6 +207,28 @@ impl LandError {
 
 fn git(operation: &'static str) -> impl FnOnce(git2::Error) -> LandError {
     move |source| LandError::Git { operation, source }
+}
+
+/// The session of one operation on `remote` (its Secret read now), as a [`LandError`].
+fn session(repo: &Repository, remote: &str, operation: &'static str) -> Result<Session, LandError> {
+    Session::for_remote(repo, remote).map_err(|e| match e {
+        SessionError::Git { source, .. } => LandError::Git {
+            operation: "find the remote",
+            source,
+        },
+        SessionError::Access(source) => LandError::Access { operation, source },
+    })
+}
+
+/// A failed network operation: what the session's callbacks saw, else the git error.
+fn network(session: &Session, operation: &'static str) -> impl FnOnce(git2::Error) -> LandError {
+    move |source| match session.failure() {
+        Some(access) => LandError::Access {
+            operation,
+            source: access,
+        },
+        None => LandError::Git { operation, source },
+    }
 }
 
 fn show(id: Option<Oid>) -> String {
@@ -374,19 +408,27 @@ pub fn remote_head(
     remote: &str,
     remote_ref: &str,
 ) -> Result<Option<Oid>, LandError> {
+    let access = session(repo, remote, "connect to the remote")?;
+    remote_head_with(repo, &access, remote, remote_ref)
+}
+
+fn remote_head_with(
+    repo: &Repository,
+    access: &Session,
+    remote: &str,
+    remote_ref: &str,
+) -> Result<Option<Oid>, LandError> {
     let mut handle = repo.find_remote(remote).map_err(git("find the remote"))?;
-    handle
-        .connect(Direction::Fetch)
-        .map_err(git("connect to the remote"))?;
-    let found = handle
+    let connection = handle
+        .connect_auth(Direction::Fetch, Some(access.callbacks()), None)
+        .map_err(network(access, "connect to the remote"))?;
+    let found = connection
         .list()
         .map_err(git("list remote refs"))?
         .iter()
         .find(|h| h.name() == remote_ref)
         .map(|h| h.oid());
-    handle
-        .disconnect()
-        .map_err(git("disconnect from the remote"))?;
+    drop(connection);
     Ok(found)
 }
 
@@ -435,7 +477,9 @@ pub fn push_with_guard(
     // machine therefore serialize check-and-push with a lock file in the remote;
     // network remotes get the compare-and-swap from receive-pack itself.
     let _guard = local_push_lock(repo, remote)?;
-    let actual = remote_head(repo, remote, remote_ref)?;
+    // One read of the credentials for the guard and the push.
+    let access = session(repo, remote, "push to the remote")?;
+    let actual = remote_head_with(repo, &access, remote, remote_ref)?;
     if actual != expected_remote_head {
         return Err(LandError::RemoteMoved {
             remote: remote.into(),
@@ -445,14 +489,14 @@ pub fn push_with_guard(
         });
     }
     let rejection: RefCell<Option<String>> = RefCell::new(None);
-    let mut callbacks = RemoteCallbacks::new();
+    let mut callbacks = access.callbacks();
     callbacks.push_update_reference(|_name, status| {
         if let Some(message) = status {
             *rejection.borrow_mut() = Some(message.to_owned());
         }
         Ok(())
     });
-    let mut options = PushOptions::new();
+    let mut options = git2::PushOptions::new();
     options.remote_callbacks(callbacks);
     let mut handle = repo.find_remote(remote).map_err(git("find the remote"))?;
     let refspec = format!("{local_ref}:{remote_ref}");
@@ -466,10 +510,7 @@ pub fn push_with_guard(
                     reason: source.message().to_owned(),
                 }
             } else {
-                LandError::Git {
-                    operation: "push to the remote",
-                    source,
-                }
+                network(&access, "push to the remote")(source)
             }
         })?;
     drop(options);
@@ -491,11 +532,7 @@ pub fn fetch_remote_branch(
 ) -> Result<Option<Oid>, LandError> {
     let name = remote_ref.trim_start_matches("refs/heads/");
     let tracking = format!("refs/remotes/{remote}/{name}");
-    let mut handle = repo.find_remote(remote).map_err(git("find the remote"))?;
-    let refspec = format!("+{remote_ref}:{tracking}");
-    handle
-        .fetch(&[refspec.as_str()], None, None)
-        .map_err(git("fetch from the remote"))?;
+    fetch_refspecs(repo, remote, &[format!("+{remote_ref}:{tracking}")])?;
     match repo.find_reference(&tracking) {
         Ok(r) => Ok(r.target()),
         Err(e) if e.code() == git2::ErrorCode::NotFound => Ok(None),
@@ -504,6 +541,21 @@ pub fn fetch_remote_branch(
             source: e,
         }),
     }
+}
+
+/// Fetches `refspecs` from `remote`, authenticated with the Secret the remote is bound to
+/// ([`crate::remote::bind_secret`]), read for this fetch only.
+pub fn fetch_refspecs(
+    repo: &Repository,
+    remote: &str,
+    refspecs: &[String],
+) -> Result<(), LandError> {
+    let access = session(repo, remote, "fetch from the remote")?;
+    let mut handle = repo.find_remote(remote).map_err(git("find the remote"))?;
+    let mut options = access.fetch_options();
+    handle
+        .fetch(refspecs, Some(&mut options), None)
+        .map_err(network(&access, "fetch from the remote"))
 }
 
 /// True when the remote's `remote_ref`, freshly fetched, is or descends from `commit`.

@@ -12,6 +12,7 @@
 //! | apply and merge into `wi/` | [`trailers`] | [`integrate`] |
 //! | product digest | [`digest::encode_product_tree`] | [`digest::product_tree_digest`] |
 //! | attest, merge to main, push, verify, look up | [`trailers`] | [`land`] |
+//! | authenticate to the remote, check its host key or certificate | [`remote::RemoteUrl`], [`remote::Credentials`], [`remote::KnownHosts`] | [`remote::Session`] |
 //!
 //! CLI seams live in [`seams`]: `protobot projection export` → [`seams::projection_export`],
 //! `protobot patch check` → [`seams::patch_check`].
@@ -33,6 +34,7 @@ pub mod manifest;
 pub mod pack;
 pub mod path;
 pub mod plan;
+pub mod remote;
 pub mod role;
 pub mod seams;
 pub mod source_odb;

@@ -10,6 +10,8 @@
 //! - `seams`: the CLI entry points over files.
 //! - `fuzz`: issue #16 fuzz targets (bundle validation, path folding, trailers).
 //! - `hostile`: issue #16, one corpus per class of hostile worker output.
+//! - `remote_servers`: issue #18, fetch and guarded push over HTTPS and SSH against real
+//!   servers on loopback (`support/git_servers.rs`, `scripts/git-test-servers`).
 //! - `golden_scm`: replays the `approved_merge` lines of the upstream SCM golden fixture.
 
 // Fixture helpers outside #[test] fns unwrap too: a panic there is a failed setup with a location
@@ -23,5 +25,6 @@ mod hostile;
 mod integration;
 mod landing;
 mod projection;
+mod remote_servers;
 mod seams;
 mod util;

@@ -210,3 +210,61 @@ fn every_reason_constant_matches_the_reason_pattern() {
         assert!(pattern.is_match(reason), "{reason}");
     }
 }
+
+#[test]
+fn summary_conditions_say_ready_progressing_or_stalled() {
+    use protobot_api::conditions::{Health, summary};
+    let of =
+        |h| summary(h, reasons::PENDING, "why").map(|u| (u.type_, u.status, u.reason, u.message));
+    assert_eq!(
+        of(Health::Ready),
+        [
+            (
+                types::READY,
+                ConditionStatus::True,
+                reasons::PENDING,
+                "why".to_string()
+            ),
+            (
+                types::STALLED,
+                ConditionStatus::False,
+                reasons::NOT_STALLED,
+                String::new()
+            ),
+        ]
+    );
+    assert_eq!(
+        of(Health::Progressing),
+        [
+            (
+                types::READY,
+                ConditionStatus::False,
+                reasons::PENDING,
+                "why".to_string()
+            ),
+            (
+                types::STALLED,
+                ConditionStatus::False,
+                reasons::NOT_STALLED,
+                "why".to_string()
+            ),
+        ]
+    );
+    assert_eq!(
+        of(Health::Stalled),
+        [
+            (
+                types::READY,
+                ConditionStatus::False,
+                reasons::PENDING,
+                "why".to_string()
+            ),
+            (
+                types::STALLED,
+                ConditionStatus::True,
+                reasons::PENDING,
+                "why".to_string()
+            ),
+        ]
+    );
+}

@@ -95,7 +95,35 @@ fn build_work_item_columns_are_state_priority_holder_version() {
         .filter(|c| c["priority"].is_null())
         .map(|c| c["name"].as_str().unwrap().to_owned())
         .collect();
-    assert_eq!(names, ["State", "Priority", "Holder", "Version", "Age"]);
+    assert_eq!(
+        names,
+        [
+            "State", "Priority", "Holder", "Version", "Ready", "Reason", "Age"
+        ]
+    );
+}
+
+/// `kubectl get` on any kind answers "is it ready, and if not why" (docs/gitops.md).
+#[test]
+fn every_crd_shows_the_ready_condition_and_its_reason() {
+    for (kind, _, _) in KINDS {
+        let columns = printer_columns(kind);
+        for (name, field) in [("Ready", "status"), ("Reason", "reason")] {
+            let column = columns
+                .iter()
+                .find(|c| c["name"] == name)
+                .unwrap_or_else(|| panic!("{kind} has no {name} column"));
+            assert_eq!(
+                column["jsonPath"],
+                format!(".status.conditions[?(@.type==\"Ready\")].{field}"),
+                "{kind}"
+            );
+            assert!(
+                column["priority"].is_null(),
+                "{kind}: {name} is shown by default"
+            );
+        }
+    }
 }
 
 /// A printer column whose path names no field shows an empty cell forever; one whose type

@@ -5,7 +5,6 @@ use protobot_api::{
     BuildWorkItemStatus, LifecycleState,
     build_work_item::{
         CONTRACT_VERSIONS_LIMIT, CYCLES_LIMIT, ContractVersionEntry, CycleOutcome, CycleRecord,
-        DecisionOutcome, IDEMPOTENCY_RESULTS_LIMIT, IdempotencyResult,
     },
     common::{LifecycleCommand, ModelTier},
 };
@@ -36,40 +35,6 @@ fn contract_version_history_keeps_the_newest_entries_in_order() {
 }
 
 #[test]
-fn idempotency_results_keep_the_newest_keys() {
-    let mut status = BuildWorkItemStatus::materialized(LifecycleState::Building);
-    let total = IDEMPOTENCY_RESULTS_LIMIT + 1;
-    for n in 0..total {
-        status.record_idempotency_result(IdempotencyResult {
-            key: format!("key-{n}"),
-            command: LifecycleCommand::RenewLease,
-            request_fingerprint: format!("fp-{n}"),
-            outcome: DecisionOutcome::Allowed,
-            rejection_code: None,
-            contract_version: u64::from(n) + 2,
-            result: None,
-            time: time(i64::from(n)),
-        });
-    }
-    assert_eq!(
-        status.idempotency_results.len(),
-        IDEMPOTENCY_RESULTS_LIMIT as usize
-    );
-    assert!(
-        status.idempotency_result("key-0").is_none(),
-        "the oldest key dropped out"
-    );
-    let newest = format!("key-{}", total - 1);
-    assert_eq!(
-        status
-            .idempotency_result(&newest)
-            .unwrap()
-            .request_fingerprint,
-        format!("fp-{}", total - 1)
-    );
-}
-
-#[test]
 fn cycle_history_is_bounded() {
     let mut status = BuildWorkItemStatus::materialized(LifecycleState::Building);
     for cycle in 1..=CYCLES_LIMIT + 3 {
@@ -92,5 +57,5 @@ fn materialized_record_starts_at_contract_version_one_without_lease() {
     assert_eq!(status.contract_version, 1);
     assert_eq!(status.state, LifecycleState::ReadyForBuilding);
     assert!(status.lease.is_none() && status.owner.is_none());
-    assert_eq!(status.fence_counter, 0);
+    assert!(status.conditions.is_empty() && status.cycles.is_empty());
 }

@@ -10,9 +10,8 @@ use protobot_api::{
     Project, ProjectSpec, ProjectStatus,
     bug_report::{RecordedBugFacts, RecordedImpact},
     build_work_item::{
-        CompletionEvidence, ContractVersionEntry, CycleOutcome, CycleRecord, DecisionOutcome,
-        DependencyStatus, GitMutation, IdempotencyResult, MergeEnvelope, Readiness, Reconciliation,
-        ReconciliationStatus,
+        CompletionEvidence, ContractVersionEntry, CycleOutcome, CycleRecord, DependencyStatus,
+        GitMutation, MergeEnvelope, Readiness, Reconciliation, ReconciliationStatus,
     },
     change_set::{ImpactSummary, MaterializationOutcome, MaterializationReservation},
     common::{LifecycleCommand, ModelTier},
@@ -61,6 +60,7 @@ fn project() -> Project {
             sandbox_profile: "kata-restricted".to_owned(),
             wip_limit: 2,
             lease_duration_seconds: 900,
+            credentials_secret_ref: Some(LocalRef::new("cli-sync-git")),
             worker_classes_ref: Some(LocalRef::new("cli-sync-workers")),
             poll_approved_change_sets: Some(ChangeSetPolling {
                 since_commit: Some(MERGE.to_owned()),
@@ -224,7 +224,6 @@ fn work_item() -> BuildWorkItem {
         t(120),
     );
     status.lease = Some(lease);
-    status.fence_counter = 3;
     status.readiness = Some(Readiness {
         contract_complete: true,
         source_immutable: true,
@@ -255,16 +254,6 @@ fn work_item() -> BuildWorkItem {
         merge_envelope: Some(envelope(Some(MERGE))),
         observed_time: Some(time(130)),
     });
-    status.record_idempotency_result(IdempotencyResult {
-        key: "begin-merge-1".to_owned(),
-        command: LifecycleCommand::BeginMerge,
-        request_fingerprint: "sha3-256:req".to_owned(),
-        outcome: DecisionOutcome::Allowed,
-        rejection_code: None,
-        contract_version: 7,
-        result: Some(r#"{"ok":true}"#.to_owned()),
-        time: time(120),
-    });
     status.branch = Some("wi/wi-001-sync-dirs".to_owned());
     status.record_cycle(CycleRecord {
         cycle: 1,
@@ -279,7 +268,6 @@ fn work_item() -> BuildWorkItem {
     status.merge_commit = Some(MERGE.to_owned());
     status.completion = Some(CompletionEvidence {
         merge_envelope: envelope(Some(MERGE)),
-        attestation_digest: Some("sha256:att".to_owned()),
         verified_on_target: true,
         completed_time: time(140),
     });
@@ -416,7 +404,6 @@ fn absent_options_are_omitted_not_null() {
         keys,
         [
             "contractVersion",
-            "fenceCounter",
             "finalTestsPassed",
             "findingsTerminal",
             "inspectionRunSealed",

@@ -12,6 +12,8 @@
 //!   generated `openAPIV3Schema` (no field the API server would prune or reject).
 //! * `history`: bounded status lists keep their newest entries.
 //! * `crdgen`: file naming, determinism and `write_all` behaviour.
+//! * `examples`: every manifest of `docs/examples/` is a valid object of its kind.
+//! * `formats`: the CRDs carry only integer formats the API server knows.
 //!
 //! `util` holds the schema helpers and fixtures the modules share.
 
@@ -22,6 +24,8 @@ mod conditions;
 mod conventions;
 mod crdgen;
 mod drift;
+mod examples;
+mod formats;
 mod history;
 mod instances;
 mod leased;

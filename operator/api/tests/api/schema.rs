@@ -4,7 +4,7 @@
 
 use protobot_api::{
     BusinessPriority, ChangeType, LifecycleState,
-    build_work_item::{CONTRACT_VERSIONS_LIMIT, CYCLES_LIMIT, IDEMPOTENCY_RESULTS_LIMIT},
+    build_work_item::{CONTRACT_VERSIONS_LIMIT, CYCLES_LIMIT},
     common::{CHANGE_SET_ID_PATTERN, GIT_COMMIT_PATTERN},
     conditions::ConditionStatus,
 };
@@ -200,7 +200,6 @@ fn conditions_follow_the_kubernetes_convention_and_merge_by_type() {
 fn bounded_status_lists_carry_their_bound_as_max_items() {
     let bounds = [
         ("status.contractVersions", CONTRACT_VERSIONS_LIMIT),
-        ("status.idempotencyResults", IDEMPOTENCY_RESULTS_LIMIT),
         ("status.cycles", CYCLES_LIMIT),
     ];
     for (path, bound) in bounds {
@@ -216,7 +215,6 @@ fn bounded_status_lists_carry_their_bound_as_max_items() {
 fn work_item_record_fields_of_the_contract_exist() {
     let paths = [
         ("status.owner", "string"),
-        ("status.fenceCounter", "integer"),
         ("status.readiness.contractComplete", "boolean"),
         ("status.readiness.unresolvedReasons", "array"),
         ("status.dependencies.[].id", "string"),
@@ -235,7 +233,6 @@ fn work_item_record_fields_of_the_contract_exist() {
         ("status.reconciliation.status", "string"),
         ("status.reconciliation.gitMutation", "string"),
         ("status.reconciliation.mergeEnvelope", "object"),
-        ("status.idempotencyResults.[].requestFingerprint", "string"),
         ("status.branch", "string"),
         ("status.cycles.[].tier", "string"),
         ("status.escalationTier", "string"),

@@ -10,7 +10,7 @@ use protobot_api::{
     bug_report::{RecordedBugFacts, RecordedImpact, SCOPES_LIMIT},
     change_set::{IMPACT_REQUIREMENTS_LIMIT, ImpactSummary},
     common::ChangeType,
-    conditions::{reasons, set_condition, types},
+    conditions::{Health, reasons, set_condition, summary, types},
 };
 use protobot_jobsite::contract::{
     BugFacts, BuildContract, Disposition, ImpactEntry, Intake, build,
@@ -65,6 +65,21 @@ pub enum Outcome {
         /// The result envelope.
         result: Box<ResultEnvelope>,
     },
+}
+
+impl Outcome {
+    /// The outcome as one word, for logs.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Outcome::Invalid(_) => "invalid",
+            Outcome::ProjectNotFound(_) => "project-not-found",
+            Outcome::RepositoryUnavailable(_) => "repository-unavailable",
+            Outcome::UnknownRequirement(_) => "unknown-requirement",
+            Outcome::FactsChanged(_) => "facts-changed",
+            Outcome::Recorded { .. } => "recorded",
+            Outcome::Materialized { .. } => "materialized",
+        }
+    }
 }
 
 /// What to do about the bug's facts.
@@ -257,14 +272,19 @@ pub fn status(
     // condition stays as it was.
     let unless_materialized =
         |s: &BugReportStatus, why: &str| s.work_item_ref.is_none().then(|| pending(why));
-    match outcome {
+    // `Ready`/`Stalled` (docs/gitops.md): a missing Project or an unreadable repository can
+    // arrive by themselves; a malformed spec, an inactive requirement, changed facts or a key
+    // bound to another source wait for someone to edit the BugReport.
+    let health = match outcome {
         Outcome::Invalid(m) => {
             updates.push(not_valid(reasons::SPEC_INVALID, m));
             updates.extend(unless_materialized(&s, "waiting for a valid spec"));
+            (Health::Stalled, reasons::SPEC_INVALID, m.clone())
         }
         Outcome::ProjectNotFound(m) => {
             updates.push(not_valid(reasons::PROJECT_NOT_FOUND, m));
             updates.extend(unless_materialized(&s, "waiting for the Project"));
+            (Health::Progressing, reasons::PROJECT_NOT_FOUND, m.clone())
         }
         Outcome::RepositoryUnavailable(m) => {
             updates.push(ConditionUpdate::new(
@@ -274,18 +294,27 @@ pub fn status(
                 m.clone(),
             ));
             updates.extend(unless_materialized(&s, "waiting for the repository"));
+            (
+                Health::Progressing,
+                reasons::REPOSITORY_UNAVAILABLE,
+                m.clone(),
+            )
         }
         Outcome::UnknownRequirement(m) => {
             updates.push(not_valid(reasons::UNKNOWN_REQUIREMENT, m));
             updates.extend(unless_materialized(&s, "waiting for active requirements"));
+            (Health::Stalled, reasons::UNKNOWN_REQUIREMENT, m.clone())
         }
         Outcome::FactsChanged(m) => {
             updates.push(not_valid(reasons::FACTS_CHANGED, m));
             updates.extend(unless_materialized(&s, "waiting for the recorded facts"));
+            (Health::Stalled, reasons::FACTS_CHANGED, m.clone())
         }
         Outcome::Recorded { facts, contract } => {
             record(&mut s, facts, contract, &mut updates);
-            updates.push(pending("facts recorded; materializing"));
+            let m = "facts recorded; materializing";
+            updates.push(pending(m));
+            (Health::Progressing, reasons::PENDING, m.to_string())
         }
         Outcome::Materialized {
             facts,
@@ -297,29 +326,41 @@ pub fn status(
                 (true, _) => {
                     let name = protobot_stores::kubernetes::item_name(&contract.work_item_id);
                     s.work_item_ref = Some(LocalRef::new(name.clone()));
+                    let m = format!("BuildWorkItem {name}");
                     updates.push(ConditionUpdate::new(
                         types::MATERIALIZED,
                         ConditionStatus::True,
                         reasons::WORK_ITEM_CREATED,
-                        format!("BuildWorkItem {name}"),
+                        m.clone(),
                     ));
+                    (Health::Ready, reasons::WORK_ITEM_CREATED, m)
                 }
-                (false, Some(Code::IdempotencyConflict)) => updates.push(ConditionUpdate::new(
-                    types::MATERIALIZED,
-                    ConditionStatus::False,
-                    reasons::SOURCE_CONFLICT,
-                    format!(
+                (false, Some(Code::IdempotencyConflict)) => {
+                    let m = format!(
                         "the materialization key {} is bound to a different source; report the bug under another bug ID",
                         contract.materialization_key
-                    ),
-                )),
-                (false, code) => updates.push(pending(&format!(
-                    "materialize was rejected: {}",
-                    code.map(|c| c.as_str()).unwrap_or("unknown")
-                ))),
+                    );
+                    updates.push(ConditionUpdate::new(
+                        types::MATERIALIZED,
+                        ConditionStatus::False,
+                        reasons::SOURCE_CONFLICT,
+                        m.clone(),
+                    ));
+                    (Health::Stalled, reasons::SOURCE_CONFLICT, m)
+                }
+                (false, code) => {
+                    let m = format!(
+                        "materialize was rejected: {}",
+                        code.map(|c| c.as_str()).unwrap_or("unknown")
+                    );
+                    updates.push(pending(&m));
+                    (Health::Progressing, reasons::PENDING, m)
+                }
             }
         }
-    }
+    };
+    let (health, reason, message) = health;
+    updates.extend(summary(health, reason, message));
     for u in updates {
         set_condition(&mut s.conditions, u, generation, now);
     }
@@ -346,9 +387,10 @@ fn record(
     ));
 }
 
-/// The Events of the transitions from `before` to `after`: one per condition
-/// whose status or reason changed (`Pending` is not news). `True` is Normal,
-/// anything else a Warning; the reason is the condition's, the note its message.
+/// The Events of the transitions from `before` to `after`: one per `Valid` or
+/// `Materialized` condition whose status or reason changed (`Pending` is not news;
+/// `Ready` and `Stalled` only summarize those two). `True` is Normal, anything else
+/// a Warning; the reason is the condition's, the note its message.
 pub fn events(before: Option<&BugReportStatus>, after: &BugReportStatus) -> Vec<Event> {
     let old = |type_: &str| {
         before
@@ -358,6 +400,7 @@ pub fn events(before: Option<&BugReportStatus>, after: &BugReportStatus) -> Vec<
     after
         .conditions
         .iter()
+        .filter(|c| c.type_ == types::VALID || c.type_ == types::MATERIALIZED)
         .filter(|c| c.reason != reasons::PENDING)
         .filter(|c| old(&c.type_) != Some((c.status, c.reason.clone())))
         .map(|c| Event {
@@ -753,5 +796,74 @@ mod tests {
         assert_eq!(with_finalizer(&added), None);
         assert_eq!(without_finalizer(&added).unwrap(), others);
         assert_eq!(without_finalizer(&others), None);
+    }
+
+    #[test]
+    fn ready_and_stalled_summarize_valid_and_materialized() {
+        let now = t("2026-09-18T12:00:00Z");
+        fn health_of(s: &BugReportStatus) -> ((ConditionStatus, &str), ConditionStatus) {
+            (is(s, types::READY), is(s, types::STALLED).0)
+        }
+        let made = status(None, &materialized(false), Some(1), now);
+        assert_eq!(
+            health_of(&made),
+            (
+                (ConditionStatus::True, reasons::WORK_ITEM_CREATED),
+                ConditionStatus::False
+            )
+        );
+        let conflict = status(None, &materialized(true), Some(1), now);
+        assert_eq!(
+            health_of(&conflict),
+            (
+                (ConditionStatus::False, reasons::SOURCE_CONFLICT),
+                ConditionStatus::True
+            )
+        );
+        for (outcome, reason) in [
+            (
+                Outcome::Invalid("spec.bugId is empty".into()),
+                reasons::SPEC_INVALID,
+            ),
+            (
+                Outcome::UnknownRequirement("REQ-X".into()),
+                reasons::UNKNOWN_REQUIREMENT,
+            ),
+            (
+                Outcome::FactsChanged("scopes".into()),
+                reasons::FACTS_CHANGED,
+            ),
+        ] {
+            let s = status(Some(&made), &outcome, Some(2), now);
+            assert_eq!(
+                health_of(&s),
+                ((ConditionStatus::False, reason), ConditionStatus::True),
+                "{outcome:?}"
+            );
+        }
+        for (outcome, reason) in [
+            (
+                Outcome::ProjectNotFound("cli-sync".into()),
+                reasons::PROJECT_NOT_FOUND,
+            ),
+            (
+                Outcome::RepositoryUnavailable("timeout".into()),
+                reasons::REPOSITORY_UNAVAILABLE,
+            ),
+        ] {
+            let s = status(None, &outcome, Some(1), now);
+            assert_eq!(
+                health_of(&s),
+                ((ConditionStatus::False, reason), ConditionStatus::False),
+                "{outcome:?}"
+            );
+        }
+        // The summary conditions are not Events of their own.
+        let reasons_of: Vec<String> = events(None, &made).into_iter().map(|e| e.reason).collect();
+        assert_eq!(
+            reasons_of,
+            [reasons::REQUIREMENTS_ACTIVE, reasons::WORK_ITEM_CREATED],
+            "Valid and Materialized only, never the summary conditions"
+        );
     }
 }

@@ -82,7 +82,12 @@ pub async fn reconcile(bug: Arc<BugReport>, ctx: Arc<Context>) -> Result<Action,
         &decide::events(bug.status.as_ref(), &status),
     )
     .await;
-    tracing::info!(bug = %bug.spec.bug_id, work_item = ?status.work_item_ref.as_ref().map(|r| &r.name), "reconciled");
+    tracing::info!(
+        bug = %bug.spec.bug_id,
+        outcome = outcome.as_str(),
+        work_item = status.work_item_ref.as_ref().map(|r| r.name.as_str()).unwrap_or(""),
+        "reconciled"
+    );
     Ok(match outcome {
         Outcome::RepositoryUnavailable(_) => Action::requeue(Duration::from_secs(30)),
         // Nothing changes until someone edits the BugReport or the Project.

@@ -7,7 +7,7 @@ use protobot_api::{
     ChangeSetStatus, ConditionStatus, ConditionUpdate, LocalRef,
     change_set::{ImpactSummary, MaterializationOutcome, MaterializationReservation},
     common::ChangeType,
-    conditions::{reasons, set_condition, types},
+    conditions::{Health, reasons, set_condition, summary, types},
 };
 use protobot_jobsite::contract::BuildContract;
 use protobot_lifecycle::{Code, ResultEnvelope};
@@ -83,7 +83,10 @@ pub fn status(
             why.to_string(),
         )
     };
-    match outcome {
+    // `Ready`/`Stalled` (docs/gitops.md): a missing Project, an unreadable repository or a
+    // merge not on the default branch yet can arrive by themselves; an invalid manifest or a
+    // key bound to another source cannot.
+    let health = match outcome {
         Outcome::ProjectNotFound(m) => {
             set(ConditionUpdate::new(
                 types::VERIFIED,
@@ -92,6 +95,7 @@ pub fn status(
                 m.clone(),
             ));
             set(pending("waiting for verification"));
+            (Health::Progressing, reasons::PROJECT_NOT_FOUND, m.clone())
         }
         Outcome::RepositoryUnavailable(m) => {
             set(ConditionUpdate::new(
@@ -101,6 +105,11 @@ pub fn status(
                 m.clone(),
             ));
             set(pending("waiting for verification"));
+            (
+                Health::Progressing,
+                reasons::REPOSITORY_UNAVAILABLE,
+                m.clone(),
+            )
         }
         Outcome::NotVerified(m) => {
             set(ConditionUpdate::new(
@@ -110,6 +119,11 @@ pub fn status(
                 m.clone(),
             ));
             set(pending("waiting for verification"));
+            (
+                Health::Progressing,
+                reasons::MERGE_COMMIT_NOT_FOUND,
+                m.clone(),
+            )
         }
         Outcome::ManifestInvalid(m) => {
             set(ConditionUpdate::new(
@@ -119,6 +133,11 @@ pub fn status(
                 m.clone(),
             ));
             set(pending("waiting for a valid manifest"));
+            (
+                Health::Stalled,
+                reasons::MANIFEST_INVALID,
+                format!("{m}; fix the change-set manifest in a new merge and register that merge"),
+            )
         }
         Outcome::Materialized { contract, result } => {
             set(ConditionUpdate::new(
@@ -149,35 +168,51 @@ pub fn status(
             match (result.ok, result.code()) {
                 (true, _) if omitted => {
                     s.work_item_ref = None;
+                    let m = "no implementation required; reservation kept";
                     set(ConditionUpdate::new(
                         types::MATERIALIZED,
                         ConditionStatus::True,
                         reasons::OMITTED,
-                        "no implementation required; reservation kept",
+                        m,
                     ));
+                    (Health::Ready, reasons::OMITTED, m.to_string())
                 }
                 (true, _) => {
                     let name = protobot_stores::kubernetes::item_name(&contract.work_item_id);
                     s.work_item_ref = Some(LocalRef::new(name.clone()));
+                    let m = format!("BuildWorkItem {name}");
                     set(ConditionUpdate::new(
                         types::MATERIALIZED,
                         ConditionStatus::True,
                         reasons::WORK_ITEM_CREATED,
-                        format!("BuildWorkItem {name}"),
+                        m.clone(),
                     ));
+                    (Health::Ready, reasons::WORK_ITEM_CREATED, m)
                 }
-                (false, Some(Code::IdempotencyConflict)) => set(ConditionUpdate::new(
-                    types::MATERIALIZED,
-                    ConditionStatus::False,
-                    reasons::SOURCE_CONFLICT,
-                    "the materialization key is bound to a different source; register a new merge",
-                )),
-                (false, code) => set(pending(&format!(
-                    "materialize was rejected: {}",
-                    code.map(|c| c.as_str()).unwrap_or("unknown")
-                ))),
+                (false, Some(Code::IdempotencyConflict)) => {
+                    let m = "the materialization key is bound to a different source; register a new merge";
+                    set(ConditionUpdate::new(
+                        types::MATERIALIZED,
+                        ConditionStatus::False,
+                        reasons::SOURCE_CONFLICT,
+                        m,
+                    ));
+                    (Health::Stalled, reasons::SOURCE_CONFLICT, m.to_string())
+                }
+                (false, code) => {
+                    let m = format!(
+                        "materialize was rejected: {}",
+                        code.map(|c| c.as_str()).unwrap_or("unknown")
+                    );
+                    set(pending(&m));
+                    (Health::Progressing, reasons::PENDING, m)
+                }
             }
         }
+    };
+    let (health, reason, message) = health;
+    for u in summary(health, reason, message) {
+        set(u);
     }
     s
 }
@@ -241,6 +276,124 @@ mod tests {
         assert_eq!(
             find(&moved, types::VERIFIED).reason,
             reasons::MERGE_COMMIT_NOT_FOUND
+        );
+    }
+
+    fn contract() -> BuildContract {
+        use protobot_jobsite::contract::{BugFacts, Intake, build};
+        build(&Intake::Bug(BugFacts {
+            project_id: "cli-sync".into(),
+            bug_id: "GH-17".into(),
+            spec_commit: "1a2b3c4d5e6f7a8b9c0d1a2b3c4d5e6f7a8b9c0d".into(),
+            violated_requirement_ids: vec!["REQ-CLI-00001".into()],
+            scopes: vec!["cli".into()],
+            priority: "high".into(),
+            impact: Vec::new(),
+            touched_paths: Vec::new(),
+        }))
+        .unwrap()
+    }
+
+    fn materialized(result: ResultEnvelope) -> Outcome {
+        Outcome::Materialized {
+            contract: Box::new(contract()),
+            result: Box::new(result),
+        }
+    }
+
+    fn summary_of(s: &ChangeSetStatus) -> (ConditionStatus, &str, ConditionStatus) {
+        let ready = find(s, types::READY);
+        (
+            ready.status,
+            ready.reason.as_str(),
+            find(s, types::STALLED).status,
+        )
+    }
+
+    #[test]
+    fn ready_and_stalled_summarize_verified_and_materialized() {
+        let now = t("2026-09-18T12:00:00Z");
+        let made = status(
+            None,
+            &materialized(ResultEnvelope::applied("materialize", "work-item")),
+            Some(1),
+            now,
+        );
+        assert_eq!(
+            summary_of(&made),
+            (
+                ConditionStatus::True,
+                reasons::WORK_ITEM_CREATED,
+                ConditionStatus::False
+            )
+        );
+        let conflict = status(
+            None,
+            &materialized(ResultEnvelope::rejected(
+                "materialize",
+                protobot_lifecycle::Rejection::new(Code::IdempotencyConflict, "other source"),
+            )),
+            Some(1),
+            now,
+        );
+        assert_eq!(
+            summary_of(&conflict),
+            (
+                ConditionStatus::False,
+                reasons::SOURCE_CONFLICT,
+                ConditionStatus::True
+            )
+        );
+        let invalid = status(
+            None,
+            &Outcome::ManifestInvalid("no manifest".into()),
+            Some(1),
+            now,
+        );
+        assert_eq!(
+            summary_of(&invalid),
+            (
+                ConditionStatus::False,
+                reasons::MANIFEST_INVALID,
+                ConditionStatus::True
+            )
+        );
+        assert!(find(&invalid, types::STALLED).message.contains("new merge"));
+        for (outcome, reason) in [
+            (
+                Outcome::NotVerified("not merged".into()),
+                reasons::MERGE_COMMIT_NOT_FOUND,
+            ),
+            (
+                Outcome::ProjectNotFound("p".into()),
+                reasons::PROJECT_NOT_FOUND,
+            ),
+            (
+                Outcome::RepositoryUnavailable("r".into()),
+                reasons::REPOSITORY_UNAVAILABLE,
+            ),
+        ] {
+            let s = status(None, &outcome, Some(1), now);
+            assert_eq!(
+                summary_of(&s),
+                (ConditionStatus::False, reason, ConditionStatus::False),
+                "{outcome:?}"
+            );
+        }
+        // Ready after waiting: the transition time moves once.
+        let later = t("2026-09-18T12:10:00Z");
+        let waited = status(None, &Outcome::NotVerified("n".into()), Some(1), now);
+        let done = status(
+            Some(&waited),
+            &materialized(ResultEnvelope::applied("materialize", "work-item")),
+            Some(1),
+            later,
+        );
+        assert_eq!(find(&done, types::READY).last_transition_time.0, later);
+        assert_eq!(
+            find(&done, types::STALLED).last_transition_time.0,
+            now,
+            "False → False"
         );
     }
 }

@@ -190,20 +190,27 @@ async fn verify_and_materialize(
 /// branch (git is blocking: it runs off the async workers). The error says
 /// which repository could not be mirrored and why.
 pub(crate) async fn mirror_project(project: &Project, dir: PathBuf) -> Result<(), String> {
+    let secret = crate::repo_cache::project_secret(
+        project.metadata.namespace.as_deref().unwrap_or_default(),
+        project,
+    );
     let (url, branch) = (
         crate::repo_cache::clone_url(&project.spec.repo_url),
         project.spec.default_branch.clone(),
     );
-    tokio::task::spawn_blocking(move || crate::repo_cache::mirror(&url, &branch, &dir))
-        .await
-        .map_err(|e| e.to_string())
-        .and_then(|r| r)
-        .map_err(|reason| {
-            format!(
-                "repository {} could not be mirrored: {reason}",
-                project.spec.repo_url
-            )
-        })
+    tokio::task::spawn_blocking(move || {
+        crate::repo_cache::mirror_with(&url, &branch, &dir, secret.as_ref())
+            .map_err(|e| e.to_string())
+    })
+    .await
+    .map_err(|e| e.to_string())
+    .and_then(|r| r)
+    .map_err(|reason| {
+        crate::project::decide::redact_credentials(&format!(
+            "repository {} could not be mirrored: {reason}",
+            project.spec.repo_url
+        ))
+    })
 }
 
 /// Sends `contract`'s `materialize` command through the project's Kubernetes

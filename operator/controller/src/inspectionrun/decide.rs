@@ -10,7 +10,7 @@ use jiff::Timestamp;
 use kube::runtime::events::{Event, EventType};
 use protobot_api::{
     ConditionStatus, ConditionUpdate,
-    conditions::{Condition, reasons, set_condition, types},
+    conditions::{Condition, Health, reasons, set_condition, summary, types},
     inspection_run::{InspectionRunSpec, InspectionRunStatus},
 };
 
@@ -81,6 +81,39 @@ pub fn conditions(
         ),
     };
     set_condition(&mut out, sealed, generation, now);
+    // `Ready`/`Stalled` (docs/gitops.md). The Job Site publishes a run's producers and its
+    // seal in one write when the run ends, so every required producer reported without a
+    // seal means the run ended unsealed: findings sent the candidate back (the next
+    // candidate gets a run of its own) or need a person. Such a run stays as it is.
+    let seal = status.and_then(|s| s.sealed.as_ref());
+    let (health, reason, message) = match seal {
+        Some(seal) => (
+            Health::Ready,
+            reasons::SEALED,
+            format!("sealed at ledger sequence {}", seal.high_watermark),
+        ),
+        None if missing.is_empty() && !spec.required_producers.is_empty() => (
+            Health::Stalled,
+            reasons::UNSEALED,
+            format!(
+                "every producer reported and the ledger was not sealed ({} open, {} confirmed finding(s)); see the work item's cycles for the rework",
+                status.map_or(0, |s| s.finding_counts.open),
+                status.map_or(0, |s| s.finding_counts.confirmed),
+            ),
+        ),
+        None => (
+            Health::Progressing,
+            reasons::COLLECTING,
+            if missing.is_empty() {
+                "waiting for the seal".to_string()
+            } else {
+                format!("waiting for {}", missing.join(", "))
+            },
+        ),
+    };
+    for u in summary(health, reason, message) {
+        set_condition(&mut out, u, generation, now);
+    }
     out
 }
 
@@ -157,6 +190,19 @@ mod tests {
         assert_eq!(producers.status, ConditionStatus::False);
         assert_eq!(producers.message, "waiting for inspector-a, mutation");
         assert_eq!(get(&fresh, types::SEALED).status, ConditionStatus::False);
+        let summary_of = |c: &[Condition]| {
+            let (r, st) = (get(c, types::READY), get(c, types::STALLED));
+            (r.status, r.reason.clone(), st.status)
+        };
+        assert_eq!(
+            summary_of(&fresh),
+            (
+                ConditionStatus::False,
+                reasons::COLLECTING.to_string(),
+                ConditionStatus::False
+            ),
+            "a fresh run progresses"
+        );
 
         let mut status = InspectionRunStatus {
             producers_completed: vec![completed("inspector-a")],
@@ -183,6 +229,15 @@ mod tests {
             open.message
         );
         assert!(sealed_event(&fresh, &reported).is_none());
+        assert_eq!(
+            summary_of(&reported),
+            (
+                ConditionStatus::False,
+                reasons::UNSEALED.to_string(),
+                ConditionStatus::True
+            ),
+            "every producer reported without a seal: the run stopped unsealed"
+        );
 
         status.conditions = reported.clone();
         status.sealed = Some(Seal {
@@ -200,6 +255,15 @@ mod tests {
             get(&sealed, types::PRODUCERS_COMPLETE).last_transition_time,
             Time(now()),
             "unchanged conditions keep their transition time"
+        );
+        assert_eq!(
+            summary_of(&sealed),
+            (
+                ConditionStatus::True,
+                reasons::SEALED.to_string(),
+                ConditionStatus::False
+            ),
+            "a sealed run is ready and no longer stalled"
         );
         let event = sealed_event(&reported, &sealed).unwrap();
         assert_eq!(event.reason, "Sealed");

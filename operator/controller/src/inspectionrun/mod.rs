@@ -121,7 +121,11 @@ pub async fn reconcile(run: Arc<InspectionRun>, ctx: Arc<Context>) -> Result<Act
             tracing::warn!(run = %name, error = %e, "could not publish an event");
         }
     }
-    tracing::info!(run = %name, "conditions applied");
+    let ready = after
+        .iter()
+        .find(|c| c.type_ == protobot_api::conditions::types::READY)
+        .map_or("", |c| c.reason.as_str());
+    tracing::info!(run = %name, outcome = ready, "conditions applied");
     Ok(Action::await_change())
 }
 

@@ -10,7 +10,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::runtime::events::{Event, EventType};
 use protobot_api::{
     ConditionStatus, ConditionUpdate, ProjectSpec, ProjectStatus,
-    conditions::{find_condition, reasons, set_condition, types},
+    conditions::{Health, find_condition, reasons, set_condition, summary, types},
     project::SandboxConformance,
 };
 
@@ -20,6 +20,11 @@ pub const INVALID_SPEC: &str = "InvalidSpec";
 pub const NOT_READY: &str = "NotReady";
 /// `Ready=True`: every condition holds.
 pub const READY: &str = "Ready";
+/// `Stalled=True`: `project.yaml` at the observed head is invalid; a commit must fix it.
+pub const CONFIG_INVALID: &str = "ProjectConfigInvalid";
+/// `Stalled=True`: the sandbox profile's conformance report failed or is missing; the Job
+/// Site schedules nothing until a passing report is stored.
+pub const NOT_CONFORMANT: &str = "SandboxNotConformant";
 
 /// How often a healthy (or misconfigured) Project is looked at again, to
 /// notice a moved default-branch head or a fixed `project.yaml`.
@@ -81,6 +86,75 @@ pub fn summarize(
     }
 }
 
+/// Why the repository could not be read: the `RepoReachable=False` reason.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RepoFailure {
+    /// Network, a missing repository or branch, anything not about access.
+    Unavailable,
+    /// The server refused the credentials Secret's token, password or key.
+    AuthenticationFailed,
+    /// The SSH server's host key is not the one `known_hosts` lists for it.
+    HostKeyChanged,
+    /// The SSH server is not in `known_hosts`.
+    HostKeyUnknown,
+    /// The HTTPS certificate is not trusted.
+    CertificateUntrusted,
+    /// The credentials Secret is missing, unreadable or lacks keys.
+    CredentialsUnavailable,
+    /// The server asks for credentials and the Project names no Secret.
+    CredentialsRequired,
+}
+
+/// `RepoReachable=False` reasons beside `RepositoryUnavailable`.
+pub mod repo_reasons {
+    /// The credentials were refused.
+    pub const AUTHENTICATION_FAILED: &str = "AuthenticationFailed";
+    /// The SSH host key changed.
+    pub const HOST_KEY_CHANGED: &str = "HostKeyChanged";
+    /// The SSH host is not in `known_hosts`.
+    pub const HOST_KEY_UNKNOWN: &str = "HostKeyUnknown";
+    /// The TLS certificate is not trusted.
+    pub const CERTIFICATE_UNTRUSTED: &str = "CertificateUntrusted";
+    /// The Secret cannot be used.
+    pub const CREDENTIALS_UNAVAILABLE: &str = "CredentialsUnavailable";
+    /// No Secret is named and the server wants one.
+    pub const CREDENTIALS_REQUIRED: &str = "CredentialsRequired";
+}
+
+impl RepoFailure {
+    /// The failure an access error is (pure).
+    pub fn of(error: &protobot_repo::remote::AccessError) -> RepoFailure {
+        use protobot_repo::remote::{AccessError as A, UrlError};
+        match error {
+            A::AuthenticationFailed { .. } => RepoFailure::AuthenticationFailed,
+            A::HostKeyChanged { .. } => RepoFailure::HostKeyChanged,
+            A::HostKeyUnknown { .. } => RepoFailure::HostKeyUnknown,
+            A::Certificate { .. } => RepoFailure::CertificateUntrusted,
+            A::CredentialsRequired { .. } => RepoFailure::CredentialsRequired,
+            A::NoResolver { .. }
+            | A::SecretMissing { .. }
+            | A::SecretUnreadable { .. }
+            | A::SecretIncomplete { .. }
+            | A::PlainHttp { .. }
+            | A::Url(UrlError::CredentialsInUrl { .. }) => RepoFailure::CredentialsUnavailable,
+            A::Url(UrlError::Invalid { .. }) => RepoFailure::Unavailable,
+        }
+    }
+
+    /// The condition reason.
+    pub fn reason(self) -> &'static str {
+        match self {
+            RepoFailure::Unavailable => reasons::REPOSITORY_UNAVAILABLE,
+            RepoFailure::AuthenticationFailed => repo_reasons::AUTHENTICATION_FAILED,
+            RepoFailure::HostKeyChanged => repo_reasons::HOST_KEY_CHANGED,
+            RepoFailure::HostKeyUnknown => repo_reasons::HOST_KEY_UNKNOWN,
+            RepoFailure::CertificateUntrusted => repo_reasons::CERTIFICATE_UNTRUSTED,
+            RepoFailure::CredentialsUnavailable => repo_reasons::CREDENTIALS_UNAVAILABLE,
+            RepoFailure::CredentialsRequired => repo_reasons::CREDENTIALS_REQUIRED,
+        }
+    }
+}
+
 /// What the pipeline observed.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Outcome {
@@ -90,6 +164,8 @@ pub enum Outcome {
     Unreachable {
         /// Why.
         reason: String,
+        /// Which kind of failure (the condition reason).
+        failure: RepoFailure,
         /// The sandbox profile's conformance.
         conformance: Conformance,
     },
@@ -132,10 +208,124 @@ pub fn validate_spec(spec: &ProjectSpec) -> Result<(), String> {
     if spec.wip_limit < 1 {
         problems.push("spec.wipLimit must be at least 1".to_string());
     }
+    if spec.wip_limit > protobot_api::project::MAX_WIP_LIMIT {
+        problems.push(format!(
+            "spec.wipLimit must be at most {}",
+            protobot_api::project::MAX_WIP_LIMIT
+        ));
+    }
+    let lease = protobot_api::project::MIN_LEASE_DURATION_SECONDS
+        ..=protobot_api::project::MAX_LEASE_DURATION_SECONDS;
+    if !lease.contains(&spec.lease_duration_seconds) {
+        problems.push(format!(
+            "spec.leaseDurationSeconds must be between {} and {} (got {})",
+            lease.start(),
+            lease.end(),
+            spec.lease_duration_seconds
+        ));
+    }
+    if !spec.default_branch.trim().is_empty()
+        && let Some(why) = branch_problem(&spec.default_branch)
+    {
+        problems.push(format!(
+            "spec.defaultBranch {:?} {why}",
+            spec.default_branch
+        ));
+    }
+    if let Err(e @ protobot_repo::remote::UrlError::CredentialsInUrl { .. }) =
+        protobot_repo::remote::RemoteUrl::parse(&spec.repo_url)
+    {
+        problems.push(format!("spec.repoUrl: {e}"));
+    }
     if problems.is_empty() {
         Ok(())
     } else {
         Err(format!("{}; fix the Project spec", problems.join("; ")))
+    }
+}
+
+/// Which repository locations a Project may name: network URLs always, paths on the
+/// operator's machine and `file://` URLs only with `allow_local` (the operator's
+/// `--allow-local-repositories`, for tests and single-machine demos: a Project could
+/// otherwise make the operator read any repository on its own filesystem).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RepositoryPolicy {
+    /// Accept local paths and `file://` URLs.
+    pub allow_local: bool,
+}
+
+/// Checks `spec.repoUrl`'s location against `policy` (pure): `https://host/path`,
+/// `ssh://host/path` and scp-style `user@host:path` always; `file://` and paths only when
+/// the policy allows local repositories. Credentials in the URL are [`validate_spec`]'s.
+pub fn validate_location(repo_url: &str, policy: RepositoryPolicy) -> Result<(), String> {
+    let url = repo_url.trim();
+    if url.is_empty() {
+        return Ok(()); // reported by validate_spec
+    }
+    if url.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err("spec.repoUrl must not contain spaces or control characters".into());
+    }
+    let network = |rest: &str| {
+        let host = rest.split(['/', ':']).next().unwrap_or("");
+        !host.rsplit('@').next().unwrap_or("").is_empty()
+    };
+    let local = url.starts_with("file://")
+        || url.starts_with('/')
+        || url.starts_with("./")
+        || url.starts_with("../");
+    let ok = if let Some(rest) = url.strip_prefix("https://") {
+        network(rest) && rest.contains('/')
+    } else if let Some(rest) = url.strip_prefix("ssh://") {
+        network(rest)
+    } else if local {
+        if policy.allow_local {
+            true
+        } else {
+            return Err(redact_credentials(&format!(
+                "spec.repoUrl {url:?} names a repository on the operator's filesystem; this operator accepts only https://, ssh:// and user@host:path URLs (start it with --allow-local-repositories to allow paths and file://)"
+            )));
+        }
+    } else {
+        // scp-style user@host:path (git's short ssh form): no scheme, a colon before any slash.
+        match (url.find('@'), url.find(':'), url.find('/')) {
+            (Some(at), Some(colon), slash) => {
+                at > 0 && colon > at + 1 && slash.is_none_or(|s| s > colon)
+            }
+            _ => false,
+        }
+    };
+    if ok {
+        Ok(())
+    } else {
+        Err(redact_credentials(&format!(
+            "spec.repoUrl {url:?} is not a supported repository URL; use https://host/path, ssh://[user@]host[:port]/path or user@host:path"
+        )))
+    }
+}
+
+/// Why `name` is not a valid branch name (the rules of `git check-ref-format --branch`
+/// that matter for a default branch), or `None`.
+pub fn branch_problem(name: &str) -> Option<&'static str> {
+    let bad_char = |c: char| c.is_control() || c.is_whitespace() || "~^:?*[\\".contains(c);
+    if name.len() > protobot_api::project::BRANCH_MAX_LENGTH as usize {
+        Some("is too long (at most 255 bytes)")
+    } else if name.starts_with('-') {
+        Some("must not start with '-'")
+    } else if name.chars().any(bad_char) {
+        Some("must not contain spaces, control characters or any of ~ ^ : ? * [ \\")
+    } else if name.contains("..") || name.contains("@{") || name == "@" {
+        Some("must not contain '..' or '@{' and must not be '@'")
+    } else if name.starts_with('/') || name.ends_with('/') || name.contains("//") {
+        Some("must not start or end with '/' or contain '//'")
+    } else if name.ends_with('.') {
+        Some("must not end with '.'")
+    } else if name
+        .split('/')
+        .any(|part| part.starts_with('.') || part.ends_with(".lock"))
+    {
+        Some("must not have a component starting with '.' or ending with '.lock'")
+    } else {
+        None
     }
 }
 
@@ -253,6 +443,36 @@ pub fn ready(conditions: &[protobot_api::Condition]) -> ConditionUpdate {
     }
 }
 
+/// `Stalled` from the checks (pure): `True` when a check failed that no retry can fix
+/// (`ProjectConfigValid=False` or `SandboxConformant=False`: someone must commit a valid
+/// `project.yaml` or store a passing conformance report). An unreachable repository is not
+/// stalled: it is retried.
+pub fn stalled(conditions: &[protobot_api::Condition]) -> ConditionUpdate {
+    let failed = |t| find_condition(conditions, t).filter(|c| c.status == ConditionStatus::False);
+    if let Some(c) = failed(types::PROJECT_CONFIG_VALID) {
+        return ConditionUpdate::new(
+            types::STALLED,
+            ConditionStatus::True,
+            CONFIG_INVALID,
+            format!("{}; commit a fixed project.yaml", c.message),
+        );
+    }
+    if let Some(c) = failed(types::SANDBOX_CONFORMANT) {
+        return ConditionUpdate::new(
+            types::STALLED,
+            ConditionStatus::True,
+            NOT_CONFORMANT,
+            c.message.clone(),
+        );
+    }
+    ConditionUpdate::new(
+        types::STALLED,
+        ConditionStatus::False,
+        reasons::NOT_STALLED,
+        "",
+    )
+}
+
 /// The status a Project should have after `outcome`, starting from `current`.
 /// Fields describing the last observed head (`defaultBranchHead`,
 /// `headObservedTime`, `projectConfigValid`) are kept when the repository could
@@ -279,13 +499,14 @@ pub fn status(
         }
         Outcome::Unreachable {
             reason,
+            failure,
             conformance,
         } => {
             s.repo_reachable = Some(false);
             updates.push(ConditionUpdate::new(
                 types::REPO_REACHABLE,
                 ConditionStatus::False,
-                reasons::REPOSITORY_UNAVAILABLE,
+                failure.reason(),
                 redact_credentials(reason),
             ));
             updates.push(not_checked(
@@ -349,16 +570,16 @@ pub fn status(
     for u in updates {
         set_condition(&mut s.conditions, u, generation, now);
     }
-    let readiness = match outcome {
-        Outcome::InvalidSpec(why) => ConditionUpdate::new(
-            types::READY,
-            ConditionStatus::False,
-            INVALID_SPEC,
-            redact_credentials(why),
-        ),
-        _ => ready(&s.conditions),
+    let (readiness, stall) = match outcome {
+        // An invalid spec waits for an edit of the Project: stalled.
+        Outcome::InvalidSpec(why) => {
+            let [r, st] = summary(Health::Stalled, INVALID_SPEC, redact_credentials(why));
+            (r, st)
+        }
+        _ => (ready(&s.conditions), stalled(&s.conditions)),
     };
     set_condition(&mut s.conditions, readiness, generation, now);
+    set_condition(&mut s.conditions, stall, generation, now);
     s
 }
 
@@ -570,6 +791,7 @@ mod tests {
     fn an_unreachable_repository_is_reported_without_credentials_and_retried_with_backoff() {
         let outcome = Outcome::Unreachable {
             reason: "repository https://bot:s3cret@git.example.com/demo.git could not be mirrored: connection refused".into(),
+            failure: RepoFailure::Unavailable,
             conformance: passing(),
         };
         let t0 = t("2026-09-18T12:00:00Z");
@@ -622,6 +844,7 @@ mod tests {
             Some(&ok),
             &Outcome::Unreachable {
                 reason: "timeout".into(),
+                failure: RepoFailure::Unavailable,
                 conformance: passing(),
             },
             Some(1),
@@ -844,6 +1067,219 @@ mod tests {
         }
         for p in ["spec/", "docs/.protobot/", ""] {
             assert!(!is_spec_store_dir(p), "{p}");
+        }
+    }
+
+    #[test]
+    fn access_failures_get_their_own_reasons_and_name_the_secret() {
+        use protobot_repo::remote::{AccessError, SecretRef};
+        let secret = SecretRef::new("team-a", "shop-git");
+        let refused = AccessError::AuthenticationFailed {
+            url: "https://git.example.com/shop.git".into(),
+            secret: secret.clone(),
+            what: "token or username/password",
+        };
+        let changed = AccessError::HostKeyChanged {
+            host: "[git.example.com]:2222".into(),
+            fingerprint: "SHA256:abc".into(),
+            listed: "ssh-ed25519".into(),
+            source_name: format!("Secret {secret}"),
+        };
+        let missing = AccessError::SecretMissing { secret };
+        for (error, reason) in [
+            (&refused, repo_reasons::AUTHENTICATION_FAILED),
+            (&changed, repo_reasons::HOST_KEY_CHANGED),
+            (&missing, repo_reasons::CREDENTIALS_UNAVAILABLE),
+        ] {
+            let outcome = Outcome::Unreachable {
+                reason: error.to_string(),
+                failure: RepoFailure::of(error),
+                conformance: passing(),
+            };
+            let s = status(None, &outcome, Some(1), t("2026-09-18T12:00:00Z"));
+            assert_eq!(
+                of(&s, types::REPO_REACHABLE),
+                (ConditionStatus::False, reason.to_owned())
+            );
+            let message = &find(&s, types::REPO_REACHABLE).message;
+            assert!(message.contains("team-a/shop-git"), "{message}");
+            assert!(
+                reason.chars().all(|c| c.is_ascii_alphanumeric()),
+                "{reason} is a valid condition reason"
+            );
+        }
+        assert_ne!(
+            RepoFailure::of(&refused).reason(),
+            RepoFailure::of(&changed).reason(),
+            "a changed host key is told apart from refused credentials"
+        );
+        assert_eq!(
+            RepoFailure::Unavailable.reason(),
+            reasons::REPOSITORY_UNAVAILABLE
+        );
+    }
+
+    #[test]
+    fn a_repo_url_carrying_credentials_is_an_invalid_spec_that_does_not_echo_them() {
+        let mut bad = spec();
+        bad.repo_url = "https://bot:s3cret@git.example.com/demo.git".into();
+        let why = validate_spec(&bad).unwrap_err();
+        assert!(
+            why.contains("spec.repoUrl") && why.contains("credentialsSecretRef"),
+            "{why}"
+        );
+        assert!(!why.contains("s3cret") && !why.contains("bot:"), "{why}");
+        let mut token = spec();
+        token.repo_url = "https://ghp_abc123@github.com/o/r.git".into();
+        assert!(!validate_spec(&token).unwrap_err().contains("ghp_abc123"));
+        let mut fine = spec();
+        fine.repo_url = "ssh://git@git.example.com:2222/demo.git".into();
+        assert_eq!(
+            validate_spec(&fine),
+            Ok(()),
+            "an ssh user name is not a credential"
+        );
+    }
+
+    #[test]
+    fn stalled_says_whether_only_a_person_can_move_the_project() {
+        let now = t("2026-09-18T12:00:00Z");
+        let invalid = status(
+            None,
+            &Outcome::InvalidSpec("spec.wipLimit must be at least 1".into()),
+            Some(1),
+            now,
+        );
+        assert_eq!(
+            of(&invalid, types::STALLED),
+            (ConditionStatus::True, INVALID_SPEC.into())
+        );
+        assert_eq!(
+            of(&invalid, types::READY),
+            (ConditionStatus::False, INVALID_SPEC.into())
+        );
+        let bad_config = status(
+            None,
+            &observed(ConfigCheck::Invalid("wip: not a number".into()), passing()),
+            Some(1),
+            now,
+        );
+        assert_eq!(
+            of(&bad_config, types::STALLED),
+            (ConditionStatus::True, CONFIG_INVALID.into())
+        );
+        assert!(
+            find(&bad_config, types::STALLED)
+                .message
+                .contains("wip: not a number")
+        );
+        let not_conformant = status(None, &observed(ConfigCheck::Valid, failing()), Some(1), now);
+        assert_eq!(
+            of(&not_conformant, types::STALLED),
+            (ConditionStatus::True, NOT_CONFORMANT.into())
+        );
+        // Retried by the controller: not stalled, only not ready.
+        let down = status(
+            None,
+            &Outcome::Unreachable {
+                reason: "connection refused".into(),
+                failure: RepoFailure::Unavailable,
+                conformance: passing(),
+            },
+            Some(1),
+            now,
+        );
+        assert_eq!(
+            of(&down, types::STALLED),
+            (ConditionStatus::False, reasons::NOT_STALLED.into())
+        );
+        assert_eq!(of(&down, types::READY).0, ConditionStatus::False);
+        // Fixed: ready, and the Stalled transition is recorded.
+        let later = t("2026-09-18T12:05:00Z");
+        let fixed = status(
+            Some(&bad_config),
+            &observed(ConfigCheck::Valid, passing()),
+            Some(2),
+            later,
+        );
+        assert_eq!(
+            of(&fixed, types::READY),
+            (ConditionStatus::True, READY.into())
+        );
+        assert_eq!(of(&fixed, types::STALLED).0, ConditionStatus::False);
+        assert_eq!(
+            find(&fixed, types::STALLED).last_transition_time,
+            Time(later)
+        );
+    }
+
+    #[test]
+    fn repository_locations_are_network_urls_unless_local_ones_are_allowed() {
+        let strict = RepositoryPolicy::default();
+        let local = RepositoryPolicy { allow_local: true };
+        for url in [
+            "https://git.example.com/team/shop.git",
+            "ssh://git@git.example.com:2222/team/shop.git",
+            "git@github.com:team/shop.git",
+        ] {
+            assert_eq!(validate_location(url, strict), Ok(()), "{url}");
+        }
+        for url in ["file:///srv/git/demo.git", "/srv/git/demo.git", "./demo"] {
+            let why = validate_location(url, strict).unwrap_err();
+            assert!(why.contains("--allow-local-repositories"), "{url}: {why}");
+            assert_eq!(validate_location(url, local), Ok(()), "{url}");
+        }
+        for url in [
+            "http://git.example.com/shop.git",
+            "git://git.example.com/shop.git",
+            "https://",
+            "https://host-without-path",
+            "shop.git",
+            "C:/repos/shop",
+            "git@github.com team/shop.git",
+        ] {
+            let why = validate_location(url, local).unwrap_err();
+            assert!(why.contains("spec.repoUrl"), "{url}: {why}");
+        }
+        let leaked = validate_location("http://me:s3cret@example.com/r.git", strict).unwrap_err();
+        assert!(!leaked.contains("s3cret"), "{leaked}");
+    }
+
+    #[test]
+    fn default_branches_must_be_valid_ref_names() {
+        for fine in ["main", "release/2.x", "feature+x", "v1.0"] {
+            assert_eq!(branch_problem(fine), None, "{fine}");
+        }
+        for bad in [
+            "-main",
+            "a..b",
+            "a//b",
+            "/main",
+            "main/",
+            "main.",
+            "a/.hidden",
+            "x.lock",
+            "a.lock/b",
+            "has space",
+            "a:b",
+            "a~1",
+            "@",
+            "a@{1}",
+            "tab\t",
+        ] {
+            assert!(branch_problem(bad).is_some(), "{bad:?} accepted");
+        }
+        let mut s = spec();
+        s.default_branch = "a..b".into();
+        s.wip_limit = protobot_api::project::MAX_WIP_LIMIT + 1;
+        s.lease_duration_seconds = 5;
+        let why = validate_spec(&s).unwrap_err();
+        for part in [
+            "spec.defaultBranch",
+            "spec.wipLimit must be at most",
+            "spec.leaseDurationSeconds must be between 30 and 86400",
+        ] {
+            assert!(why.contains(part), "{part} missing from {why}");
         }
     }
 }

@@ -33,7 +33,7 @@ use kube::{
 use protobot_api::{Project, project::SandboxConformance};
 use protobot_spec::{git::Git, outcome::Failure, snapshot};
 
-use decide::{ConfigCheck, Conformance, Outcome};
+use decide::{ConfigCheck, Conformance, Outcome, RepoFailure};
 
 /// Field manager of this controller's server-side applies.
 pub const FIELD_MANAGER: &str = "protobot/project";
@@ -83,6 +83,10 @@ pub struct Context {
     pub profiles: Option<ProfileReports>,
     /// Publishes the `Ready` Events.
     pub recorder: Recorder,
+    /// Which repository locations Projects may name. [`Context::new`] allows local paths
+    /// (as every caller did before the policy existed); `protobot operator` passes its
+    /// `--allow-local-repositories` flag, off by default.
+    pub repositories: decide::RepositoryPolicy,
 }
 
 /// Where the controller finds sandbox profiles (`<dir>/<name>.yaml`, the chart's
@@ -98,14 +102,17 @@ pub struct ProfileReports {
 }
 
 impl Context {
-    /// A context with no conformance information.
+    /// A context with no conformance information. Installs the process's
+    /// credentials source (Secrets read through `client`, once per git operation).
     pub fn new(client: Client, workdir: PathBuf) -> Context {
+        crate::repo_cache::SecretResolver::install(&client);
         Context {
             recorder: Recorder::new(client.clone(), Reporter::from(EVENT_REPORTER)),
             client,
             workdir,
             conformance: BTreeMap::new(),
             profiles: None,
+            repositories: decide::RepositoryPolicy { allow_local: true },
         }
     }
 }
@@ -276,10 +283,21 @@ async fn conformance(ctx: &Context, profile: &str) -> Conformance {
 
 async fn observe(project: &Project, dir: &Path, ctx: &Context) -> Outcome {
     let spec = &project.spec;
-    if let Err(why) = decide::validate_spec(spec) {
-        return Outcome::InvalidSpec(why);
+    let problems: Vec<String> = [
+        decide::validate_spec(spec),
+        decide::validate_location(&spec.repo_url, ctx.repositories),
+    ]
+    .into_iter()
+    .filter_map(Result::err)
+    .collect();
+    if !problems.is_empty() {
+        return Outcome::InvalidSpec(problems.join("; "));
     }
     let conformance = conformance(ctx, &spec.sandbox_profile).await;
+    let ns = project.namespace().unwrap_or_default();
+    let secret = crate::repo_cache::project_secret(&ns, project);
+    // The Job Site's clone of this Project authenticates with the same Secret.
+    crate::repo_cache::remember(&ns, &project.name_any(), &spec.repo_url, secret.clone());
     let local = crate::changeset::local_repository(&spec.repo_url);
     let (url, branch, spec_path, dir) = (
         crate::repo_cache::clone_url(&spec.repo_url),
@@ -291,12 +309,15 @@ async fn observe(project: &Project, dir: &Path, ctx: &Context) -> Outcome {
     let observed = tokio::task::spawn_blocking(move || {
         // libgit2 calls a missing local path an "unsupported URL protocol".
         if let Some(path) = local.filter(|p| !p.exists()) {
-            return Err(format!("{} does not exist", path.display()));
+            return Err(ObserveError::Other(format!(
+                "{} does not exist",
+                path.display()
+            )));
         }
-        observe_repository(&url, &branch, &dir, &spec_path)
+        observe_repository(&url, &branch, &dir, &spec_path, secret.as_ref())
     })
     .await
-    .map_err(|e| e.to_string())
+    .map_err(|e| ObserveError::Other(e.to_string()))
     .and_then(|r| r);
     match observed {
         Ok((head, config)) => Outcome::Observed {
@@ -304,14 +325,44 @@ async fn observe(project: &Project, dir: &Path, ctx: &Context) -> Outcome {
             config,
             conformance,
         },
-        Err(reason) => Outcome::Unreachable {
+        Err(ObserveError::Access(e)) => Outcome::Unreachable {
+            failure: RepoFailure::of(&e),
             reason: decide::redact_credentials(&format!(
-                "repository {} could not be read: {reason}; check spec.repoUrl, spec.defaultBranch and the operator's access to the repository",
+                "repository {} could not be read: {e}",
+                spec.repo_url
+            )),
+            conformance,
+        },
+        Err(e) => Outcome::Unreachable {
+            failure: RepoFailure::Unavailable,
+            reason: decide::redact_credentials(&format!(
+                "repository {} could not be read: {e}; check spec.repoUrl, spec.defaultBranch and the operator's access to the repository",
                 spec.repo_url
             )),
             conformance,
         },
     }
+}
+
+/// Why the repository could not be observed.
+#[derive(Debug, thiserror::Error)]
+enum ObserveError {
+    /// Credentials, host key or certificate (the message names the Secret).
+    #[error(transparent)]
+    Access(protobot_repo::remote::AccessError),
+    /// Mirroring failed otherwise.
+    #[error(transparent)]
+    Mirror(crate::repo_cache::MirrorError),
+    /// The clone could not be read.
+    #[error("failed to {operation}: {source}")]
+    Git {
+        operation: &'static str,
+        #[source]
+        source: git2::Error,
+    },
+    /// Anything else (a missing path or branch).
+    #[error("{0}")]
+    Other(String),
 }
 
 /// Mirrors the repository, returns the default branch's head as the remote
@@ -321,22 +372,31 @@ fn observe_repository(
     branch: &str,
     dir: &Path,
     spec_path: &str,
-) -> Result<(String, ConfigCheck), String> {
+    secret: Option<&protobot_repo::remote::SecretRef>,
+) -> Result<(String, ConfigCheck), ObserveError> {
+    let git = |operation: &'static str| move |source| ObserveError::Git { operation, source };
     let tracking = format!("refs/remotes/origin/{branch}");
     // Forget the last fetched head, so a branch deleted on the remote reads as missing.
     if let Ok(repo) = git2::Repository::open(dir)
         && let Ok(mut r) = repo.find_reference(&tracking)
     {
-        r.delete().map_err(|e| e.to_string())?;
+        r.delete().map_err(git("forget the last fetched head"))?;
     }
-    crate::repo_cache::mirror(url, branch, dir)?;
-    let repo = git2::Repository::open(dir).map_err(|e| e.to_string())?;
+    crate::repo_cache::mirror_with(url, branch, dir, secret).map_err(|e| match e {
+        crate::repo_cache::MirrorError::Fetch {
+            source: protobot_repo::land::LandError::Access { source, .. },
+        } => ObserveError::Access(source),
+        other => ObserveError::Mirror(other),
+    })?;
+    let repo = git2::Repository::open(dir).map_err(git("open the clone"))?;
     let head = match repo.refname_to_id(&tracking) {
         Ok(head) => head,
         Err(e) if e.code() == git2::ErrorCode::NotFound => {
-            return Err(format!("the repository has no branch {branch}"));
+            return Err(ObserveError::Other(format!(
+                "the repository has no branch {branch}"
+            )));
         }
-        Err(e) => return Err(e.to_string()),
+        Err(e) => return Err(git("read the default branch")(e)),
     };
     Ok((head.to_string(), read_config(dir, head, spec_path)))
 }

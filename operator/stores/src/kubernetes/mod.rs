@@ -23,6 +23,7 @@
 
 pub mod partial;
 pub mod shard;
+pub mod status;
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -30,9 +31,10 @@ use jiff::Timestamp;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::{
     Api, Client,
-    api::{ApiResource, DynamicObject, ListParams, PostParams},
+    api::{ListParams, PostParams},
 };
 use partial::{Need, Partial, unmet_dependencies};
+use protobot_api::{BuildWorkItem, BuildWorkItemSpec, BusinessPriority, ChangeType, LocalRef};
 use protobot_lifecycle::{
     ApprovalRecord, AuditEvent, AuthorizationContext, OperationEnvelope, ResultEnvelope,
     Submission, WorkItemRecord,
@@ -60,7 +62,6 @@ pub struct KubeStore {
     namespace: String,
     project: String,
     cfg: AdapterConfig,
-    items: ApiResource,
 }
 
 /// One loaded object: its name, version and (for items) the full object.
@@ -68,7 +69,7 @@ pub struct KubeStore {
 struct Loaded {
     name: String,
     resource_version: Option<String>,
-    object: Option<DynamicObject>,
+    object: Option<BuildWorkItem>,
 }
 
 /// The shards a call has read so far.
@@ -152,14 +153,11 @@ fn decode_config_map(cm: ConfigMap) -> Result<Option<(ShardId, Value, Loaded)>, 
 }
 
 /// A work item object's id, ledger (`None` before its first status write) and object.
-fn decode_item(item: DynamicObject) -> Result<(String, Option<Value>, Loaded), StoreError> {
-    let id = item.data["spec"]["workItemId"]
-        .as_str()
-        .unwrap_or_default()
-        .to_string();
+fn decode_item(item: BuildWorkItem) -> Result<(String, Option<Value>, Loaded), StoreError> {
+    let id = item.spec.work_item_id.clone();
     // An item created but never given its ledger (a crash between the create
     // and the status write) holds nothing yet.
-    let value = match item.data["status"]["ledger"].as_str() {
+    let value = match item.status.as_ref().and_then(|s| s.ledger.as_deref()) {
         Some(ledger) => Some(serde_json::from_str(ledger).map_err(|e| {
             StoreError::Unavailable(format!("failed to decode the ledger of {id}: {e}"))
         })?),
@@ -188,7 +186,6 @@ impl KubeStore {
             namespace: namespace.to_string(),
             project: project.to_string(),
             cfg,
-            items: ApiResource::erase::<protobot_api::BuildWorkItem>(&()),
         }
     }
 
@@ -196,8 +193,8 @@ impl KubeStore {
         Api::namespaced(self.client.clone(), &self.namespace)
     }
 
-    fn item_api(&self) -> Api<DynamicObject> {
-        Api::namespaced_with(self.client.clone(), &self.namespace, &self.items)
+    fn item_api(&self) -> Api<BuildWorkItem> {
+        Api::namespaced(self.client.clone(), &self.namespace)
     }
 
     fn selector(&self) -> String {
@@ -341,6 +338,7 @@ impl KubeStore {
     /// shards it touches are fetched, and only its last run counts.
     async fn transact<T>(
         &self,
+        now: Option<Timestamp>,
         f: impl Fn(&mut dyn WmsTxn) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
         let mut hint: BTreeSet<ShardId> = BTreeSet::new();
@@ -384,7 +382,7 @@ impl KubeStore {
                 self.fetch(&mut snapshot, unread).await?;
                 shards = shard::split(&after, &snapshot.shards);
             }
-            match self.commit(&snapshot, &shards).await {
+            match self.commit(&snapshot, &shards, now).await {
                 Ok(()) => return Ok(out),
                 Err(WriteError::Conflict) => {
                     hint = snapshot.known;
@@ -430,6 +428,7 @@ impl KubeStore {
         &self,
         before: &Snapshot,
         after: &BTreeMap<ShardId, Value>,
+        now: Option<Timestamp>,
     ) -> Result<(), WriteError> {
         // Shard kinds order the writes: counters and claims first, items last.
         // Only shards the call knows: a split of a partial state also yields
@@ -441,8 +440,13 @@ impl KubeStore {
         changed.sort_by_key(|((kind, id), _)| (*kind, id.clone()));
         for ((kind, id), value) in changed {
             if *kind == Kind::Item {
-                self.write_item(id, value, before.objects.get(&(Kind::Item, id.clone())))
-                    .await?;
+                self.write_item(
+                    id,
+                    value,
+                    before.objects.get(&(Kind::Item, id.clone())),
+                    now,
+                )
+                .await?;
             } else {
                 self.write_config_map(*kind, id, value, before.objects.get(&(*kind, id.clone())))
                     .await?;
@@ -503,6 +507,7 @@ impl KubeStore {
         id: &str,
         value: &Value,
         loaded: Option<&Loaded>,
+        now: Option<Timestamp>,
     ) -> Result<(), WriteError> {
         let item: shard::ItemShard = serde_json::from_value(value.clone())
             .map_err(|e| WriteError::Failed(format!("failed to encode the ledger of {id}: {e}")))?;
@@ -523,19 +528,24 @@ impl KubeStore {
         };
         let ledger = serde_json::to_string(value)
             .map_err(|e| WriteError::Failed(format!("failed to encode the ledger of {id}: {e}")))?;
-        let lease_seconds = if self.cfg.lease_seconds > 0 {
-            self.cfg.lease_seconds
-        } else {
-            900
+        let clock = status::StatusClock {
+            now,
+            lease_seconds: if self.cfg.lease_seconds > 0 {
+                self.cfg.lease_seconds
+            } else {
+                900
+            },
         };
-        let mut status = object
-            .data
-            .get("status")
-            .cloned()
-            .unwrap_or_else(|| json!({}));
-        mirror(&mut status, record, lease_seconds, Timestamp::now());
-        status["ledger"] = Value::String(ledger);
-        object.data["status"] = status;
+        let written = status::item_status(
+            record,
+            &item,
+            object.status.as_ref(),
+            ledger,
+            object.metadata.generation,
+            clock,
+        )
+        .map_err(|e| WriteError::Failed(e.to_string()))?;
+        object.status = Some(written);
         let name = object
             .metadata
             .name
@@ -547,28 +557,38 @@ impl KubeStore {
             .map_err(|e| kube_error(&format!("write the status of work item {id}"), e))
     }
 
-    fn new_item(&self, record: &WorkItemRecord) -> DynamicObject {
-        let mut spec = json!({
-            "workItemId": record.id,
-            "projectRef": {"name": self.project},
-            "materializationKey": if record.materialization_key.is_empty() { record.id.clone() } else { record.materialization_key.clone() },
-            "changeType": match record.change_type.as_str() { "changes" => "changes", "contradicts" => "contradicts", _ => "undefined" },
-            "implementationRequired": record.implementation_required,
-        });
-        let deps: Vec<&str> = record
-            .dependencies
-            .iter()
-            .map(|d| d.id.as_str())
-            .filter(|d| !d.is_empty())
-            .collect();
-        if !deps.is_empty() {
-            spec["dependencies"] = json!(deps);
-        }
-        if let Some(p) = priority(&record.priority) {
-            spec["businessPriority"] = json!(p);
-        }
-        let mut obj =
-            DynamicObject::new(&item_name(&record.id), &self.items).within(&self.namespace);
+    fn new_item(&self, record: &WorkItemRecord) -> BuildWorkItem {
+        let spec = BuildWorkItemSpec {
+            work_item_id: record.id.clone(),
+            project_ref: LocalRef {
+                name: self.project.clone(),
+            },
+            change_set_ref: None,
+            change_set_id: None,
+            materialization_key: if record.materialization_key.is_empty() {
+                record.id.clone()
+            } else {
+                record.materialization_key.clone()
+            },
+            change_type: match record.change_type.as_str() {
+                "changes" => ChangeType::Changes,
+                "contradicts" => ChangeType::Contradicts,
+                _ => ChangeType::Undefined,
+            },
+            implementation_required: record.implementation_required,
+            changed_requirements: Vec::new(),
+            applicable_requirements: Vec::new(),
+            dependencies: record
+                .dependencies
+                .iter()
+                .map(|d| d.id.clone())
+                .filter(|d| !d.is_empty())
+                .collect(),
+            spec_commit: None,
+            business_priority: priority(&record.priority),
+        };
+        let mut obj = BuildWorkItem::new(&item_name(&record.id), spec);
+        obj.metadata.namespace = Some(self.namespace.clone());
         obj.metadata.labels = Some(BTreeMap::from([
             (PROJECT_LABEL.to_string(), label_value(&self.project)),
             (
@@ -576,17 +596,16 @@ impl KubeStore {
                 "protobot".to_string(),
             ),
         ]));
-        obj.data = json!({ "spec": spec });
         obj
     }
 }
 
-fn priority(p: &str) -> Option<&'static str> {
+fn priority(p: &str) -> Option<BusinessPriority> {
     match p {
-        "low" => Some("low"),
-        "normal" => Some("normal"),
-        "high" => Some("high"),
-        "urgent" => Some("urgent"),
+        "low" => Some(BusinessPriority::Low),
+        "normal" => Some(BusinessPriority::Normal),
+        "high" => Some(BusinessPriority::High),
+        "urgent" => Some(BusinessPriority::Urgent),
         _ => None,
     }
 }
@@ -625,110 +644,6 @@ pub fn label_value(project: &str) -> String {
     }
 }
 
-/// The human-facing mirror of the record in the typed status fields.
-fn mirror(status: &mut Value, record: &WorkItemRecord, lease_seconds: i64, now: Timestamp) {
-    status["state"] = json!(record.state.as_str());
-    status["contractVersion"] = json!(record.contract_version);
-    status["inspectionRunSealed"] = json!(record.inspection_run_sealed);
-    status["findingsTerminal"] = json!(record.findings_terminal);
-    status["finalTestsPassed"] = json!(record.final_tests_passed);
-    let set = |status: &mut Value, key: &str, v: Option<Value>| match v {
-        Some(v) => status[key] = v,
-        None => {
-            if let Some(o) = status.as_object_mut() {
-                o.remove(key);
-            }
-        }
-    };
-    set(
-        status,
-        "owner",
-        (!record.owner.is_empty()).then(|| json!(record.owner)),
-    );
-    set(
-        status,
-        "blockReason",
-        (!record.block_reason.is_empty()).then(|| json!(record.block_reason)),
-    );
-    set(
-        status,
-        "activeResolutionSubmissionId",
-        (!record.active_resolution_submission_id.is_empty())
-            .then(|| json!(record.active_resolution_submission_id)),
-    );
-    let lease = record.lease.as_ref().map(|l| {
-        let renew = l
-            .expires_at
-            .checked_sub(jiff::SignedDuration::from_secs(lease_seconds))
-            .unwrap_or(l.expires_at);
-        let acquire = status["lease"]
-            .as_object()
-            .filter(|o| {
-                o.get("fencingToken").and_then(Value::as_str) == Some(l.fencing_token.as_str())
-            })
-            .and_then(|o| o.get("acquireTime").cloned())
-            .unwrap_or_else(|| json!(renew.to_string()));
-        json!({
-            "holder": l.owner,
-            "fencingToken": l.fencing_token,
-            "acquireTime": acquire,
-            "renewTime": renew.to_string(),
-            "durationSeconds": lease_seconds,
-        })
-    });
-    let leased = record.live_lease(now).is_some();
-    set(status, "lease", lease);
-    // The attempts, for humans: cycles with their tier and outcome (the engine
-    // replays the ledger's record, not these).
-    let cycles: Vec<Value> = record
-        .attempts
-        .iter()
-        .map(|a| {
-            let outcome = match a.outcome.as_str() {
-                "passed" => "passed",
-                "test" => "test-fault",
-                "implementation" => "implementation-fault",
-                "both" => "both-faults",
-                "rejected-inspection" => "rejected-inspection",
-                _ => "transient",
-            };
-            let mut cycle = json!({
-                "cycle": a.cycle.max(1),
-                "tier": a.tier,
-                "outcome": outcome,
-                "startTime": a.started_at.unwrap_or(a.finished_at).to_string(),
-                "endTime": a.finished_at.to_string(),
-            });
-            if a.candidate_commit.len() == 40 {
-                cycle["candidateCommit"] = json!(a.candidate_commit);
-            }
-            cycle
-        })
-        .collect();
-    set(
-        status,
-        "cycles",
-        (!cycles.is_empty()).then_some(Value::Array(cycles)),
-    );
-    let reason = if leased {
-        "LeaseHeld"
-    } else if record.lease.is_some() {
-        "LeaseExpired"
-    } else {
-        "NotLeased"
-    };
-    let mut conditions: Vec<Value> = status["conditions"].as_array().cloned().unwrap_or_default();
-    conditions.retain(|c| c["type"] != "Leased");
-    conditions.push(json!({
-        "type": "Leased",
-        "status": if leased { "True" } else { "False" },
-        "reason": reason,
-        "message": if leased { format!("held by {}", record.owner) } else { "no live lease".to_string() },
-        "lastTransitionTime": now.to_string(),
-    }));
-    status["conditions"] = Value::Array(conditions);
-}
-
 impl WorkStore for KubeStore {
     fn project_id(&self) -> String {
         self.project.clone()
@@ -740,8 +655,10 @@ impl WorkStore for KubeStore {
         env: &OperationEnvelope,
         now: Timestamp,
     ) -> Result<ResultEnvelope, StoreError> {
-        self.transact(|state| Ok(adapter::handle(state, &self.cfg, ctx, env, now)))
-            .await
+        self.transact(Some(now), |state| {
+            Ok(adapter::handle(state, &self.cfg, ctx, env, now))
+        })
+        .await
     }
 
     async fn get(&self, id: &str) -> Result<Option<WorkItemRecord>, StoreError> {
@@ -770,12 +687,14 @@ impl WorkStore for KubeStore {
     }
 
     async fn observe(&self, id: &str, observation: Observation) -> Result<(), StoreError> {
-        self.transact(|state| crate::observe::apply(state, id, observation.clone()))
-            .await
+        self.transact(None, |state| {
+            crate::observe::apply(state, id, observation.clone())
+        })
+        .await
     }
 
     async fn import(&self, import: Import) -> Result<(), StoreError> {
-        self.transact(|state| {
+        self.transact(None, |state| {
             crate::import::apply(state, import.clone());
             Ok(())
         })

@@ -1,0 +1,192 @@
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+//! One Job Site replica with eight build slots and sixteen ready items whose scripted
+//! Workers each take five seconds (the double, or a real cluster with KUBECONFIG): a pass
+//! claims eight items, no more, and builds them at once, their Worker runs overlapping,
+//! then the next pass takes the other eight; every item is merged exactly once and every
+//! slot comes back. The wall-time ratio against one item alone is measured by
+//! `make bench` (bench_operator), not asserted here.
+
+use std::{sync::Arc, time::Duration};
+
+use protobot_e2e::Cluster;
+use protobot_jobsite::{
+    scripted::{LEASE, SiteOptions, ids, merges_on_main, site, world},
+    site::SiteAction,
+};
+use protobot_lifecycle::State;
+use protobot_stores::{AdapterConfig, KubeStore, WorkStore};
+
+const ITEMS: usize = 16;
+const SLOTS: usize = 8;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn eight_build_slots_build_eight_items_at_once_and_all_sixteen_once() {
+    let cluster = Cluster::connect("concurrency").await;
+    let store = Arc::new(KubeStore::new(
+        cluster.operator.clone(),
+        &cluster.namespace,
+        "demo",
+        AdapterConfig {
+            materializer_subject: "m".into(),
+            lease_seconds: LEASE,
+        },
+    ));
+    let items = ids(ITEMS);
+    let w = world(store.clone(), &items).await;
+    let slots = Arc::new(tokio::sync::Semaphore::new(SLOTS));
+    let replica = Arc::new(site(
+        &w,
+        SiteOptions {
+            subject: "replica-1",
+            inspector: false,
+            worker_delay: Some(Duration::from_secs(5)),
+            capacity: Some(Arc::clone(&slots)),
+            wip_limit: ITEMS,
+            ..SiteOptions::default()
+        },
+    ));
+    let handle = tokio::runtime::Handle::current();
+    let first = {
+        let (site, handle) = (replica.clone(), handle.clone());
+        tokio::task::spawn_blocking(move || handle.block_on(site.run_once()))
+            .await
+            .unwrap()
+            .unwrap()
+    };
+    let claimed = first
+        .iter()
+        .filter(|a| matches!(a, SiteAction::Claimed { .. }))
+        .count();
+    assert_eq!(
+        claimed, SLOTS,
+        "one pass claims as many items as there are slots: {first:?}"
+    );
+    let peak = replica.engine.executor.peak_in_flight();
+    assert!(
+        peak >= SLOTS,
+        "the {SLOTS} builds ran their Workers at once (peak {peak} runs in flight)"
+    );
+    assert_eq!(slots.available_permits(), SLOTS, "every slot came back");
+    let rest = {
+        let (site, handle) = (replica.clone(), handle.clone());
+        tokio::task::spawn_blocking(move || handle.block_on(site.run_until_idle()))
+            .await
+            .unwrap()
+            .unwrap()
+    };
+    for action in first.iter().chain(&rest) {
+        if let SiteAction::Failed {
+            work_item_id,
+            error,
+        } = action
+        {
+            panic!("{work_item_id}: {error}");
+        }
+    }
+    for id in &items {
+        let record = store.get(id).await.unwrap().unwrap();
+        assert_eq!(record.state, State::Completed, "{id}");
+    }
+    let merges = merges_on_main(&w.origin);
+    assert_eq!(
+        merges.len(),
+        ITEMS,
+        "each item merged exactly once: {merges:?}"
+    );
+    assert_eq!(slots.available_permits(), SLOTS);
+    cluster.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_told_to_stop_mid_build_stops_at_a_boundary_and_another_completes_the_item_once()
+{
+    let cluster = Cluster::connect("shutdown").await;
+    let store = Arc::new(KubeStore::new(
+        cluster.operator.clone(),
+        &cluster.namespace,
+        "demo",
+        AdapterConfig {
+            materializer_subject: "m".into(),
+            lease_seconds: LEASE,
+        },
+    ));
+    let items = ids(1);
+    let w = world(store.clone(), &items).await;
+    let stop = protobot_jobsite::engine::StopSignal::new();
+    let stopping = Arc::new(site(
+        &w,
+        SiteOptions {
+            subject: "replica-1",
+            inspector: false,
+            worker_delay: Some(Duration::from_secs(3)),
+            capacity: Some(Arc::new(tokio::sync::Semaphore::new(SLOTS))),
+            stop: Some(stop.clone()),
+            ..SiteOptions::default()
+        },
+    ));
+    let handle = tokio::runtime::Handle::current();
+    let pass = {
+        let (site, handle) = (stopping.clone(), handle.clone());
+        tokio::task::spawn_blocking(move || handle.block_on(site.run_once()))
+    };
+    // SIGTERM while Worker A runs.
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while stopping.engine.executor.runs().is_empty() {
+        assert!(std::time::Instant::now() < deadline, "no Worker ever ran");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    stop.raise();
+    let actions = pass.await.unwrap().unwrap();
+    let stopped = actions
+        .iter()
+        .any(|a| matches!(a, SiteAction::Failed { error, .. } if error.contains("shutting down")));
+    assert!(stopped, "the build stopped at a boundary: {actions:?}");
+    // A stopping Job Site claims nothing more.
+    let again = {
+        let (site, handle) = (stopping.clone(), handle.clone());
+        tokio::task::spawn_blocking(move || handle.block_on(site.run_once()))
+            .await
+            .unwrap()
+            .unwrap()
+    };
+    assert!(
+        !again
+            .iter()
+            .any(|a| matches!(a, SiteAction::Claimed { .. })),
+        "{again:?}"
+    );
+    let record = store.get(&items[0]).await.unwrap().unwrap();
+    assert_eq!(record.state, State::Building);
+    assert_eq!(
+        record.owner, "replica-1",
+        "the lease lapses, it is not taken over early"
+    );
+    // The lease lapses; another replica recovers the item and completes it once.
+    w.clock.advance(LEASE + 1);
+    let other = Arc::new(site(
+        &w,
+        SiteOptions {
+            subject: "replica-2",
+            inspector: false,
+            ..SiteOptions::default()
+        },
+    ));
+    let done = {
+        let (site, handle) = (other.clone(), handle.clone());
+        tokio::task::spawn_blocking(move || handle.block_on(site.run_until_idle()))
+            .await
+            .unwrap()
+            .unwrap()
+    };
+    assert!(
+        done.iter()
+            .any(|a| matches!(a, SiteAction::RecoveredLease { .. })),
+        "{done:?}"
+    );
+    assert_eq!(
+        store.get(&items[0]).await.unwrap().unwrap().state,
+        State::Completed
+    );
+    assert_eq!(merges_on_main(&w.origin).len(), 1, "merged exactly once");
+    cluster.cleanup().await;
+}
