@@ -25,7 +25,11 @@ use prometheus::{
     core::{Collector, Desc},
     proto::MetricFamily,
 };
-use protobot_jobsite::{engine::BuildReport, inspection::Verdict, site::SiteAction};
+use protobot_jobsite::{
+    engine::BuildReport,
+    inspection::Verdict,
+    site::{ClaimRefused, SiteAction},
+};
 use protobot_lifecycle::State;
 
 /// Where the scrape-time collector reads work-item counts from.
@@ -262,12 +266,16 @@ impl std::fmt::Debug for JobSiteMetrics {
 
 /// The `outcome` of a refused claim, by its code: the item moved on under us (`stale`), this
 /// Job Site already holds it (`duplicate`), anything else (`rejected`).
-pub fn lost_claim_outcome(code: &str) -> &'static str {
+pub fn lost_claim_outcome(code: &ClaimRefused) -> &'static str {
+    use protobot_lifecycle::Code;
     match code {
-        "STALE_STATE" | "STALE_CONTRACT_VERSION" | "INVALID_TRANSITION" | "PRECONDITION_FAILED" => {
-            "stale"
-        }
-        "DUPLICATE_CLAIM" => "duplicate",
+        ClaimRefused::Code(
+            Code::StaleState
+            | Code::StaleContractVersion
+            | Code::InvalidTransition
+            | Code::PreconditionFailed,
+        ) => "stale",
+        ClaimRefused::Code(Code::DuplicateClaim) => "duplicate",
         _ => "rejected",
     }
 }
@@ -449,15 +457,15 @@ mod tests {
             SiteAction::Claimed { work_item_id: id() },
             SiteAction::LostClaim {
                 work_item_id: id(),
-                code: "STALE_CONTRACT_VERSION".into(),
+                code: ClaimRefused::Code(protobot_lifecycle::Code::StaleContractVersion),
             },
             SiteAction::LostClaim {
                 work_item_id: id(),
-                code: "DUPLICATE_CLAIM".into(),
+                code: ClaimRefused::Code(protobot_lifecycle::Code::DuplicateClaim),
             },
             SiteAction::LostClaim {
                 work_item_id: id(),
-                code: "UNAUTHORIZED_ACTION".into(),
+                code: ClaimRefused::Code(protobot_lifecycle::Code::UnauthorizedAction),
             },
             SiteAction::RecoveredLease { work_item_id: id() },
             SiteAction::MergeNotApplied { work_item_id: id() },

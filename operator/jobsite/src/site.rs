@@ -277,8 +277,8 @@ pub enum SiteAction {
     LostClaim {
         /// Item.
         work_item_id: String,
-        /// The refusal's code (`STALE_VERSION`, `INVALID_STATE`, …).
-        code: String,
+        /// Why it was refused.
+        code: ClaimRefused,
     },
     /// A waiting item's dependencies all completed: it is ready now.
     DependenciesRefreshed {
@@ -299,6 +299,44 @@ pub enum SiteAction {
         /// Why.
         error: String,
     },
+}
+
+/// Why a claim was refused: a normal outcome when Job Sites race, never an error. On the
+/// wire (`--output json`) it is the code's string, as before it was typed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error, Serialize, Deserialize)]
+#[serde(into = "String", try_from = "String")]
+pub enum ClaimRefused {
+    /// The store refused it with this code (`STALE_CONTRACT_VERSION`, `DUPLICATE_CLAIM`, …):
+    /// another Job Site won, or the item moved on.
+    #[error("{0}")]
+    Code(protobot_lifecycle::Code),
+    /// The store refused it without a code.
+    #[error("REJECTED")]
+    Uncoded,
+    /// The store allowed it but issued no fencing token (a store defect): the item is
+    /// not built, and its lease lapses.
+    #[error("NO_FENCING_TOKEN")]
+    NoFencingToken,
+}
+
+impl From<ClaimRefused> for String {
+    fn from(refused: ClaimRefused) -> String {
+        refused.to_string()
+    }
+}
+
+impl TryFrom<String> for ClaimRefused {
+    type Error = String;
+
+    fn try_from(code: String) -> Result<Self, String> {
+        match code.as_str() {
+            "REJECTED" => Ok(ClaimRefused::Uncoded),
+            "NO_FENCING_TOKEN" => Ok(ClaimRefused::NoFencingToken),
+            other => protobot_lifecycle::Code::parse(other)
+                .map(ClaimRefused::Code)
+                .ok_or_else(|| format!("{other:?} is not a claim refusal code")),
+        }
+    }
 }
 
 /// Job Site failures outside any one build.
@@ -587,9 +625,12 @@ impl<S: WorkStore + 'static, E: Executor> JobSite<S, E> {
         }
     }
 
-    /// Claims `record` (compare-and-swap on its version); `Err(code)` if the claim was
-    /// refused (another Job Site won, or the item moved on).
-    async fn claim(&self, record: &WorkItemRecord) -> Result<Result<Claim, String>, SiteError> {
+    /// Claims `record` (compare-and-swap on its version); `Ok(Err(refused))` if the claim
+    /// was refused (another Job Site won, or the item moved on).
+    async fn claim(
+        &self,
+        record: &WorkItemRecord,
+    ) -> Result<Result<Claim, ClaimRefused>, SiteError> {
         let env = OperationEnvelope {
             operation: Command::Claim.as_str().into(),
             actor_context_ref: "job-site".into(),
@@ -610,13 +651,13 @@ impl<S: WorkStore + 'static, E: Executor> JobSite<S, E> {
         let Some(decision) = result.decision.as_ref().filter(|_| result.ok) else {
             let code = result
                 .code()
-                .map_or_else(|| "REJECTED".to_owned(), |c| c.as_str().to_owned());
+                .map_or(ClaimRefused::Uncoded, ClaimRefused::Code);
             tracing::debug!(work_item = %record.id, %code, "claim lost");
             return Ok(Err(code));
         };
         let (Some(token), Some(after)) = (decision.fencing_token_issued.clone(), decision.after)
         else {
-            return Ok(Err("NO_FENCING_TOKEN".to_owned()));
+            return Ok(Err(ClaimRefused::NoFencingToken));
         };
         tracing::info!(work_item = %record.id, "claimed");
         Ok(Ok(Claim::new(Held {
@@ -892,6 +933,32 @@ mod tests {
             .contract(&record)
             .unwrap_err();
         assert!(err.contains("no intake directory"), "{err}");
+    }
+
+    #[test]
+    fn a_claim_refusal_is_its_code_on_the_wire_and_reads_back() {
+        use super::ClaimRefused;
+        for refused in [
+            ClaimRefused::Code(protobot_lifecycle::Code::DuplicateClaim),
+            ClaimRefused::Uncoded,
+            ClaimRefused::NoFencingToken,
+        ] {
+            let wire = serde_json::to_value(refused).unwrap();
+            assert_eq!(wire, serde_json::Value::String(refused.to_string()));
+            assert_eq!(
+                serde_json::from_value::<ClaimRefused>(wire).unwrap(),
+                refused
+            );
+        }
+        assert_eq!(
+            serde_json::to_value(ClaimRefused::Code(
+                protobot_lifecycle::Code::StaleContractVersion
+            ))
+            .unwrap(),
+            "STALE_CONTRACT_VERSION"
+        );
+        let err = serde_json::from_value::<ClaimRefused>("NOPE".into()).unwrap_err();
+        assert!(err.to_string().contains("NOPE"), "{err}");
     }
 
     #[test]
