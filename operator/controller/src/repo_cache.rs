@@ -10,15 +10,14 @@
 //! The URL written to `.git/config` is the Project's, which may carry no
 //! credentials ([`protobot_repo::remote::RemoteUrl::parse`]).
 //!
-//! Layout: every clone lives at `<root>/<namespace>/<project>/<use>`. Callers
-//! that know the Project pass its Secret to [`mirror_with`]; [`mirror`] (the
-//! Job Site's call) finds it from that layout among the Projects the Project
-//! controller [`remember`]ed, and only when the URL is the Project's own.
+//! Layout: every clone lives at `<root>/<namespace>/<project>/<use>`. Every
+//! caller knows its Project and passes the Secret it names ([`project_secret`])
+//! to [`mirror_with`].
 
 use std::{
     collections::BTreeMap,
     path::{Path, PathBuf},
-    sync::{Arc, LazyLock, RwLock},
+    sync::Arc,
 };
 
 use k8s_openapi::api::core::v1::Secret;
@@ -81,14 +80,6 @@ impl MirrorError {
             _ => None,
         }
     }
-}
-
-/// Clones the project (once) and brings its default branch up to the remote's,
-/// authenticating with the Secret the Project registered for this clone's
-/// place in the cache (see the module documentation).
-pub fn mirror(url: &str, branch: &str, dir: &Path) -> Result<(), String> {
-    let secret = registered_secret(url, dir);
-    mirror_with(url, branch, dir, secret.as_ref()).map_err(|e| e.to_string())
 }
 
 /// Clones the project (once) and brings its default branch up to the remote's,
@@ -166,43 +157,6 @@ pub fn mirror_with(
         }
     }
     Ok(())
-}
-
-// === the Projects' Secrets, by place in the cache ===
-
-#[derive(Clone, Debug)]
-struct Registered {
-    url: String,
-    secret: Option<SecretRef>,
-}
-
-static PROJECTS: LazyLock<RwLock<BTreeMap<(String, String), Registered>>> =
-    LazyLock::new(RwLock::default);
-
-/// Records the repository URL and credentials Secret of Project `namespace/name`
-/// (the Project controller, on every reconcile), for [`mirror`].
-pub fn remember(namespace: &str, name: &str, repo_url: &str, secret: Option<SecretRef>) {
-    let mut projects = PROJECTS.write().unwrap_or_else(|e| e.into_inner());
-    projects.insert(
-        (namespace.to_owned(), name.to_owned()),
-        Registered {
-            url: clone_url(repo_url),
-            secret,
-        },
-    );
-}
-
-/// The Secret of the Project whose cache directory holds `dir`
-/// (`<root>/<namespace>/<project>/<use>`), when its URL is `url`.
-fn registered_secret(url: &str, dir: &Path) -> Option<SecretRef> {
-    let project = dir.parent()?;
-    let name = project.file_name()?.to_str()?;
-    let namespace = project.parent()?.file_name()?.to_str()?;
-    let projects = PROJECTS.read().unwrap_or_else(|e| e.into_inner());
-    let registered = projects.get(&(namespace.to_owned(), name.to_owned()))?;
-    (registered.url == url)
-        .then(|| registered.secret.clone())
-        .flatten()
 }
 
 /// The Secret a Project names (`spec.credentialsSecretRef`), in the Project's namespace.
@@ -300,37 +254,9 @@ mod git_servers;
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Mutex;
+    use std::sync::{LazyLock, Mutex};
 
     use super::*;
-
-    #[test]
-    fn the_job_sites_clone_gets_the_secret_of_its_own_project_and_url_only() {
-        remember(
-            "team-a",
-            "shop",
-            "https://git.example/shop.git",
-            Some(SecretRef::new("team-a", "shop-creds")),
-        );
-        let url = "https://git.example/shop.git";
-        assert_eq!(
-            registered_secret(url, Path::new("/work/team-a/shop/repo")),
-            Some(SecretRef::new("team-a", "shop-creds"))
-        );
-        assert_eq!(
-            registered_secret(url, Path::new("/work/team-b/shop/repo")),
-            None,
-            "another namespace's Project with the same URL gets nothing"
-        );
-        assert_eq!(
-            registered_secret(
-                "https://git.example/other.git",
-                Path::new("/work/team-a/shop/repo")
-            ),
-            None,
-            "a different URL gets nothing"
-        );
-    }
 
     /// A Secret's `data`.
     type SecretData = BTreeMap<String, Vec<u8>>;
@@ -422,10 +348,9 @@ mod tests {
         let tmp = git_servers::Scratch::new();
         let dir = tmp.path().join("team-h18/shop/repo");
         let url = servers.https_url.clone();
-        remember("team-h18", "shop", &url, Some(good.clone()));
         let capture = Capture::default();
         let (ok, refused) = tracing::subscriber::with_default(capture.clone(), || {
-            let ok = mirror(&url, "main", &dir);
+            let ok = mirror_with(&url, "main", &dir, Some(&good)).map_err(|e| e.to_string());
             let refused = mirror_with(
                 &url,
                 "main",

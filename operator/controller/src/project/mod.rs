@@ -296,8 +296,6 @@ async fn observe(project: &Project, dir: &Path, ctx: &Context) -> Outcome {
     let conformance = conformance(ctx, &spec.sandbox_profile).await;
     let ns = project.namespace().unwrap_or_default();
     let secret = crate::repo_cache::project_secret(&ns, project);
-    // The Job Site's clone of this Project authenticates with the same Secret.
-    crate::repo_cache::remember(&ns, &project.name_any(), &spec.repo_url, secret.clone());
     let local = crate::changeset::local_repository(&spec.repo_url);
     let (url, branch, spec_path, dir) = (
         crate::repo_cache::clone_url(&spec.repo_url),
