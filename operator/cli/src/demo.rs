@@ -335,7 +335,7 @@ async fn run(
                 cycles.extend(report.cycles.iter().cloned());
                 built = Some(*report);
             }
-            SiteAction::Failed { error, .. } => {
+            SiteAction::Failed { error, .. } | SiteAction::MergeUnverified { error, .. } => {
                 return Err(DemoError::Rejected {
                     command: "build",
                     code: error,
@@ -465,6 +465,10 @@ fn describe(action: &SiteAction) -> String {
             reason,
         } => format!("{work_item_id}: blocked: {reason}"),
         SiteAction::Failed {
+            work_item_id,
+            error,
+        }
+        | SiteAction::MergeUnverified {
             work_item_id,
             error,
         } => format!("{work_item_id}: the build stopped: {error}"),

@@ -473,7 +473,7 @@ async fn run_inner(args: &RunArgs, mode: Mode) -> Result<serde_json::Value, RunE
         .await
         .map_err(|e| RunError::Failed(e.to_string()))?;
     for a in &actions {
-        if let SiteAction::Failed { error, .. } = a {
+        if let SiteAction::Failed { error, .. } | SiteAction::MergeUnverified { error, .. } = a {
             return Err(RunError::Failed(format!("the build stopped: {error}")));
         }
     }

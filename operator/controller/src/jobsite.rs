@@ -619,6 +619,10 @@ pub fn event_for(action: &SiteAction) -> Option<(String, Event)> {
         SiteAction::Failed {
             work_item_id,
             error,
+        }
+        | SiteAction::MergeUnverified {
+            work_item_id,
+            error,
         } => (
             work_item_id.clone(),
             event(EventType::Warning, "BuildStopped", "Build", error.clone()),

@@ -243,7 +243,6 @@ impl JobSiteMetrics {
             m.reconcile_duration.with_label_values(&[controller]);
             m.reconcile_errors.with_label_values(&[controller, "none"]);
         }
-        m.sync_merge_verifications(protobot_jobsite::engine::merge_verification_failures());
         Ok(m)
     }
 
@@ -309,26 +308,18 @@ impl JobSiteMetrics {
                     self.merges.with_label_values(&["not-applied"]).inc();
                 }
                 SiteAction::Built { report } => self.record_build(report),
+                SiteAction::MergeUnverified { .. } => {
+                    self.merges.with_label_values(&["verify-failed"]).inc();
+                    self.reconcile_errors
+                        .with_label_values(&["buildworkitem", "build-stopped"])
+                        .inc();
+                }
                 SiteAction::Failed { .. } => self
                     .reconcile_errors
                     .with_label_values(&["buildworkitem", "build-stopped"])
                     .inc(),
                 SiteAction::DependenciesRefreshed { .. } | SiteAction::Revalidated { .. } => {}
             }
-        }
-        // A failed verification stops its build with an error (`Failed` above): the
-        // engine counts it, and the counter catches up with the engine's total here.
-        self.sync_merge_verifications(protobot_jobsite::engine::merge_verification_failures());
-    }
-
-    /// Raises `protobot_merges_total{outcome="verify-failed"}` to `total`, the engine's
-    /// count of pushed merges the remote did not contain
-    /// ([`protobot_jobsite::engine::merge_verification_failures`]); never lowers it.
-    pub fn sync_merge_verifications(&self, total: u64) {
-        let counter = self.merges.with_label_values(&["verify-failed"]);
-        let seen = counter.get();
-        if total > seen {
-            counter.inc_by(total - seen);
         }
     }
 
@@ -551,16 +542,19 @@ mod tests {
     }
 
     #[test]
-    fn verify_failed_follows_the_engine_total_and_never_goes_back() {
+    fn an_unverified_merge_counts_as_verify_failed_and_a_stopped_build() {
         let m = JobSiteMetrics::register(&Registry::new(), Arc::new(NoCounts)).unwrap();
         let verify_failed = || m.merges.with_label_values(&["verify-failed"]).get();
-        let start = verify_failed();
-        m.sync_merge_verifications(start + 2);
-        assert_eq!(verify_failed(), start + 2);
-        // An older total (another registry synced first) does not lower a counter.
-        m.sync_merge_verifications(start + 1);
-        assert_eq!(verify_failed(), start + 2);
-        m.sync_merge_verifications(start + 3);
-        assert_eq!(verify_failed(), start + 3);
+        let stopped = || {
+            m.reconcile_errors
+                .with_label_values(&["buildworkitem", "build-stopped"])
+                .get()
+        };
+        assert_eq!((verify_failed(), stopped()), (0, 0));
+        m.record_actions(&[SiteAction::MergeUnverified {
+            work_item_id: "wi-1".into(),
+            error: "the remote does not contain the merge".into(),
+        }]);
+        assert_eq!((verify_failed(), stopped()), (1, 1));
     }
 }

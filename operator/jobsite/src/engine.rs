@@ -41,10 +41,7 @@
 use std::{
     collections::BTreeSet,
     path::{Path, PathBuf},
-    sync::{
-        Arc,
-        atomic::{AtomicU64, Ordering},
-    },
+    sync::Arc,
     time::Instant,
 };
 
@@ -317,6 +314,14 @@ pub enum EngineError {
         /// The boundary.
         boundary: String,
     },
+    /// The merge was pushed but the default branch, fetched back, does not contain it: it
+    /// is never recorded; the item stays `merging` until the reconciler finds it not
+    /// applied.
+    #[error("failed to verify the merge on the default branch: {reason}")]
+    MergeNotVerified {
+        /// What the verification saw.
+        reason: String,
+    },
     /// The process is shutting down: the engine stopped at an effect boundary. The lease
     /// lapses (or another Job Site recovers it) and the item resumes from its record.
     #[error(
@@ -459,21 +464,6 @@ pub fn scan_projection(dir: &Path, role: Role) -> Result<usize, EngineError> {
         }
     }
     Ok(scanned)
-}
-
-/// Pushes whose merge the remote did not contain when fetched back ([`LandError::NotOnRemote`]),
-/// in this process since it started: `protobot_merges_total{outcome="verify-failed"}`.
-///
-/// A process-wide counter rather than a field of a report: a failed verification ends the
-/// build with an error, and the Job Site reports a stopped build as text
-/// (`SiteAction::Failed`), which metrics must not parse.
-static MERGE_VERIFICATION_FAILURES: AtomicU64 = AtomicU64::new(0);
-
-/// How many landings in this process pushed a merge that the remote, fetched back, did not
-/// contain (the merge verification failed; the item stays `merging` until the reconciler
-/// finds it not applied). Monotonic: metrics export it as a counter.
-pub fn merge_verification_failures() -> u64 {
-    MERGE_VERIFICATION_FAILURES.load(Ordering::Relaxed)
 }
 
 /// Maps a persisted attempt outcome to its escalation class.
@@ -1911,11 +1901,10 @@ impl<S: WorkStore, E: Executor> Engine<S, E> {
             }
             Err(e @ LandError::NotOnRemote { .. }) => {
                 // Pushed, but the remote does not contain the merge: never record it.
-                MERGE_VERIFICATION_FAILURES.fetch_add(1, Ordering::Relaxed);
                 tracing::error!(work_item = id, error = %e, "merge verification failed");
-                Err(git_err("verify the merge on the default branch")(
-                    e.to_string(),
-                ))
+                Err(EngineError::MergeNotVerified {
+                    reason: e.to_string(),
+                })
             }
             Err(e) => Err(git_err("land the work item")(e.to_string())),
         }

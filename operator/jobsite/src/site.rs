@@ -292,6 +292,14 @@ pub enum SiteAction {
         /// Why.
         reason: String,
     },
+    /// The merge was pushed but the default branch does not contain it (the build
+    /// stopped; the reconciler returns the item once it finds the merge not applied).
+    MergeUnverified {
+        /// Item.
+        work_item_id: String,
+        /// What the verification saw.
+        error: String,
+    },
     /// The build stopped with an error (the lease will expire and be recovered).
     Failed {
         /// Item.
@@ -395,6 +403,7 @@ impl<S: WorkStore + 'static, E: Executor> JobSite<S, E> {
                     SiteAction::Claimed { .. }
                         | SiteAction::LostClaim { .. }
                         | SiteAction::Failed { .. }
+                        | SiteAction::MergeUnverified { .. }
                 )
             });
             all.extend(actions);
@@ -615,6 +624,10 @@ impl<S: WorkStore + 'static, E: Executor> JobSite<S, E> {
                     report: Box::new(report),
                 }
             }
+            Err(e @ EngineError::MergeNotVerified { .. }) => SiteAction::MergeUnverified {
+                work_item_id: record.id.clone(),
+                error: e.to_string(),
+            },
             Err(e) => {
                 tracing::warn!(work_item = %record.id, error = %e, "build stopped");
                 SiteAction::Failed {
