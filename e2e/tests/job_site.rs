@@ -17,6 +17,12 @@ use protobot_executors::{BubblewrapConfig, LocalExecutor};
 use protobot_jobsite::example::{INTEGRATION, WORKER_A, WORKER_B, author};
 use serde_json::json;
 
+#[path = "../../operator/repo/tests/support/git_servers.rs"]
+#[allow(dead_code)]
+mod git_servers;
+
+use git_servers::{GitServers, files_containing};
+
 fn bwrap() -> bool {
     let found = std::env::var_os("PATH")
         .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join("bwrap").is_file()));
@@ -51,11 +57,72 @@ where
     api.create(&PostParams::default(), &object).await.unwrap();
 }
 
+/// Where a scenario's repository is served from.
+enum Served<'a> {
+    /// A bare repository beside the test, as `file://` (the operator allows local
+    /// repositories for this scenario only).
+    Local,
+    /// The loopback HTTPS (TLS, basic auth) or SSH server of `scripts/git-test-servers`,
+    /// read and pushed with the credentials of a Secret the Project names.
+    Remote(&'a GitServers, Transport),
+}
+
+/// How the operator reaches a [`Served::Remote`] repository.
+#[derive(Clone, Copy, Debug)]
+enum Transport {
+    Https,
+    Ssh,
+}
+
+/// Runs git in `dir`; panics with its output when it fails.
+fn git(dir: &std::path::Path, args: &[&str]) {
+    let out = std::process::Command::new("git")
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Creates Secret `name` with `data`.
+async fn create_secret(
+    client: &kube::Client,
+    ns: &str,
+    name: &str,
+    data: std::collections::BTreeMap<String, Vec<u8>>,
+) {
+    use k8s_openapi::{ByteString, api::core::v1::Secret};
+    let secret = Secret {
+        metadata: kube::api::ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some(ns.into()),
+            ..Default::default()
+        },
+        data: Some(data.into_iter().map(|(k, v)| (k, ByteString(v))).collect()),
+        ..Default::default()
+    };
+    Api::<Secret>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &secret)
+        .await
+        .unwrap();
+}
+
+/// Where a scenario's Project reads and lands: its `spec.repoUrl` and the Secret it
+/// names (`spec.credentialsSecretRef`), if any.
+struct ProjectRepo {
+    url: String,
+    secret: Option<String>,
+}
+
 /// The example's worker classes, Project and ChangeSet.
 async fn apply_example(
     client: &kube::Client,
     ns: &str,
-    origin: &std::path::Path,
+    repo: &ProjectRepo,
     merge: &str,
     sandbox_profile: &str,
     egress: bool,
@@ -78,16 +145,20 @@ async fn apply_example(
         }),
     )
     .await;
+    let mut spec = json!({
+        "repoUrl": repo.url,
+        "sandboxProfile": sandbox_profile,
+        "workerClassesRef": {"name": "cli-sync-workers"},
+    });
+    if let Some(secret) = &repo.secret {
+        spec["credentialsSecretRef"] = json!({"name": secret});
+    }
     create(
         &Api::<Project>::namespaced(client.clone(), ns),
         json!({
             "apiVersion": "protobot.dev/v1alpha1", "kind": "Project",
             "metadata": {"name": "cli-sync", "namespace": ns},
-            "spec": {
-                "repoUrl": format!("file://{}", origin.display()),
-                "sandboxProfile": sandbox_profile,
-                "workerClassesRef": {"name": "cli-sync-workers"},
-            },
+            "spec": spec,
         }),
     )
     .await;
@@ -111,15 +182,58 @@ async fn scenario<E: protobot_jobsite::executor::Executor + 'static>(
     executor: Arc<E>,
     sandbox_profile: &str,
     egress_proxy: Option<&str>,
-) {
+    served: Served<'_>,
+) -> BuildWorkItem {
     let ns = cluster.namespace.clone();
     let (work, origin) = (tmp.path().join("work"), tmp.path().join("origin.git"));
     let merge = author(&work, &origin).unwrap();
     let client = cluster.client.clone();
+    // Where the Project reads and lands, and the bare repository behind it on disk.
+    let (repo, landed_in) = match served {
+        Served::Local => (
+            ProjectRepo {
+                url: format!("file://{}", origin.display()),
+                secret: None,
+            },
+            origin.clone(),
+        ),
+        Served::Remote(servers, transport) => {
+            // The example's history becomes the served repository's.
+            git(
+                &origin,
+                &[
+                    "push",
+                    "-q",
+                    "--force",
+                    &servers.bare.display().to_string(),
+                    "main:main",
+                ],
+            );
+            let secret = "cli-sync-git";
+            let (url, data) = match transport {
+                Transport::Https => (
+                    servers.https_url.clone(),
+                    servers.https_secret(&servers.password),
+                ),
+                Transport::Ssh => (
+                    servers.ssh_url.clone(),
+                    servers.ssh_secret(&servers.known_hosts),
+                ),
+            };
+            create_secret(&client, &ns, secret, data).await;
+            (
+                ProjectRepo {
+                    url,
+                    secret: Some(secret.to_owned()),
+                },
+                servers.bare.clone(),
+            )
+        }
+    };
     apply_example(
         &client,
         &ns,
-        &origin,
+        &repo,
         &merge,
         sandbox_profile,
         egress_proxy.is_some(),
@@ -138,6 +252,18 @@ async fn scenario<E: protobot_jobsite::executor::Executor + 'static>(
             .unwrap();
     // The operator's controllers run as the chart's ServiceAccount.
     let operator = cluster.operator.clone();
+    // The Project controller (which also installs the process's credential source: Secrets
+    // read through the operator's client, once per git operation). Local repositories are
+    // allowed only where the scenario serves one.
+    let mut project_ctx =
+        protobot_controller::project::Context::new(operator.clone(), tmp.path().join("projects"));
+    project_ctx.repositories = protobot_controller::project::decide::RepositoryPolicy {
+        allow_local: repo.secret.is_none(),
+    };
+    let projects = tokio::spawn(protobot_controller::project::run_context(
+        Some(ns.clone()),
+        Arc::new(project_ctx),
+    ));
     let registration = tokio::spawn(protobot_controller::changeset::run_metered(
         operator.clone(),
         Some(ns.clone()),
@@ -256,7 +382,7 @@ async fn scenario<E: protobot_jobsite::executor::Executor + 'static>(
             "--format=%(trailers:key=Work-Item,valueonly)",
             "main",
         ])
-        .current_dir(&origin)
+        .current_dir(&landed_in)
         .output()
         .unwrap();
     let trailers: Vec<String> = String::from_utf8(log.stdout)
@@ -426,9 +552,38 @@ async fn scenario<E: protobot_jobsite::executor::Executor + 'static>(
         reserved,
         "reservations are kept: the change set must not materialize again"
     );
+    // The Project controller read the repository through the same Secret.
+    let projects_api: Api<Project> = Api::namespaced(client.clone(), &ns);
+    let reachable = protobot_testkit::wait::until(
+        &projects_api,
+        "cli-sync",
+        timeout(),
+        |p: Option<&Project>| condition_is(p, "RepoReachable", "True"),
+    )
+    .await;
+    assert!(
+        matches!(reachable, Ok(Some(_))),
+        "the Project never reported RepoReachable=True: {:?}",
+        projects_api
+            .get("cli-sync")
+            .await
+            .ok()
+            .and_then(|p| p.status)
+    );
     job_site.abort();
     registration.abort();
     inspection_runs.abort();
+    projects.abort();
+    completed
+}
+
+/// Whether the Project reports condition `type_` with `status`.
+fn condition_is(project: Option<&Project>, type_: &str, status: &str) -> bool {
+    project.and_then(|p| p.status.as_ref()).is_some_and(|s| {
+        s.conditions
+            .iter()
+            .any(|c| c.type_ == type_ && c.status.to_string() == status)
+    })
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -439,7 +594,11 @@ async fn an_unfinished_work_item_cannot_disappear() {
     let tmp = tempfile::tempdir().unwrap();
     let (work, origin) = (tmp.path().join("work"), tmp.path().join("origin.git"));
     let merge = author(&work, &origin).unwrap();
-    apply_example(&client, &ns, &origin, &merge, "local", false).await;
+    let repo = ProjectRepo {
+        url: format!("file://{}", origin.display()),
+        secret: None,
+    };
+    apply_example(&client, &ns, &repo, &merge, "local", false).await;
     let registration = tokio::spawn(protobot_controller::changeset::run_with(
         cluster.operator.clone(),
         Some(ns.clone()),
@@ -509,7 +668,7 @@ async fn an_applied_change_set_is_built_inspected_and_merged_by_the_operator() {
         BubblewrapConfig::under(&tmp.path().join("sandbox")),
         false,
     ));
-    scenario(&cluster, &tmp, executor, "local", None).await;
+    scenario(&cluster, &tmp, executor, "local", None, Served::Local).await;
     cluster.cleanup().await;
 }
 
@@ -596,7 +755,15 @@ async fn the_operator_runs_every_role_in_pods_from_the_sandbox_profile() {
                 }),
         )
     };
-    scenario(&cluster, &tmp, executor, "kata", Some(EGRESS_PROXY)).await;
+    scenario(
+        &cluster,
+        &tmp,
+        executor,
+        "kata",
+        Some(EGRESS_PROXY),
+        Served::Local,
+    )
+    .await;
     recorder.abort();
     let seen = seen.lock().unwrap().clone();
     let mut roles = std::collections::BTreeSet::new();
@@ -668,5 +835,195 @@ async fn the_operator_runs_every_role_in_pods_from_the_sandbox_profile() {
         assert!(roles.contains(role), "no {role} pod in {roles:?}");
     }
     drop(kubelet);
+    cluster.cleanup().await;
+}
+
+/// Every log line of this test process, as the operator would print them (each test runs
+/// in a process of its own under nextest, so the buffer holds only this scenario's).
+static LOGS: std::sync::LazyLock<std::sync::Mutex<Vec<u8>>> =
+    std::sync::LazyLock::new(Default::default);
+
+struct Tee;
+
+impl std::io::Write for Tee {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        LOGS.lock().unwrap().extend_from_slice(buf);
+        std::io::stderr().write(buf)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        std::io::stderr().flush()
+    }
+}
+
+/// Captures every log line of the operator's crates at debug level (before
+/// [`Cluster::connect`], whose own subscriber then stays out).
+fn capture_logs() {
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::new(
+            "warn,protobot_controller=debug,protobot_jobsite=debug,protobot_repo=debug,protobot_stores=debug,protobot_executors=debug",
+        ))
+        .with_writer(|| Tee)
+        .try_init();
+}
+
+/// Every object of the scenario's namespace a user or a tool can read, but Secrets, as JSON.
+async fn readable_objects(client: &kube::Client, ns: &str) -> String {
+    use k8s_openapi::api::{core::v1::ConfigMap, events::v1::Event};
+    let mut all = String::new();
+    macro_rules! dump {
+        ($kind:ty) => {
+            for o in Api::<$kind>::namespaced(client.clone(), ns)
+                .list(&Default::default())
+                .await
+                .unwrap()
+                .items
+            {
+                all.push_str(&serde_json::to_string(&o).unwrap());
+            }
+        };
+    }
+    dump!(Project);
+    dump!(ChangeSet);
+    dump!(BuildWorkItem);
+    dump!(InspectionRun);
+    dump!(ConfigMap);
+    dump!(Event);
+    all
+}
+
+/// The Job Site on a Project whose repository is served over `transport` by a real
+/// server on loopback, with the credentials of a Secret read through the API server:
+/// registration, the Job Site and the Project controller fetch with it, the merge lands
+/// on the served repository's `main`, and the credential is in no log line, Event,
+/// status, trace or file the operator wrote.
+async fn remote_scenario(transport: Transport, scenario_name: &str) {
+    if !bwrap() {
+        return;
+    }
+    capture_logs();
+    let Some(servers) = GitServers::start() else {
+        return;
+    };
+    let cluster = Cluster::connect(scenario_name).await;
+    let tmp = tempfile::tempdir().unwrap();
+    let executor = Arc::new(LocalExecutor::new(
+        BubblewrapConfig::under(&tmp.path().join("sandbox")),
+        false,
+    ));
+    let completed = scenario(
+        &cluster,
+        &tmp,
+        executor,
+        "local",
+        None,
+        Served::Remote(&servers, transport),
+    )
+    .await;
+    // The merge is on the served repository's main (scenario checked its trailer).
+    let merge = completed
+        .status
+        .as_ref()
+        .and_then(|s| s.merge_commit.clone())
+        .expect("the completed item names its merge commit");
+    assert_eq!(servers.main_head().to_string(), merge);
+    // The credential went nowhere.
+    let credential: &[u8] = match transport {
+        Transport::Https => servers.password.as_bytes(),
+        // A line from the middle of the private key's body.
+        Transport::Ssh => servers
+            .ssh_key
+            .lines()
+            .nth(2)
+            .expect("an OpenSSH key has a body")
+            .as_bytes(),
+    };
+    assert!(credential.len() >= 16, "a credential too short to grep for");
+    let objects = readable_objects(&cluster.client, &cluster.namespace).await
+        + &serde_json::to_string(&completed).unwrap();
+    assert!(
+        !objects
+            .as_bytes()
+            .windows(credential.len())
+            .any(|w| w == credential),
+        "the credential is in an object of the namespace"
+    );
+    let logs = LOGS.lock().unwrap().clone();
+    assert!(!logs.is_empty(), "no log line was captured");
+    assert!(
+        !logs.windows(credential.len()).any(|w| w == credential),
+        "the credential is in a log line"
+    );
+    let on_disk = files_containing(tmp.path(), credential);
+    assert!(
+        on_disk.is_empty(),
+        "the credential is in files the operator wrote: {on_disk:?}"
+    );
+    cluster.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_project_on_an_https_repository_is_built_and_landed_with_its_secret() {
+    remote_scenario(Transport::Https, "remote-https").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_project_on_an_ssh_repository_is_built_and_landed_with_its_secret() {
+    remote_scenario(Transport::Ssh, "remote-ssh").await;
+}
+
+/// A Secret with a wrong password: the Project says which Secret the server refused, and
+/// registration materializes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wrong_credential_is_reported_on_the_project_naming_its_secret() {
+    capture_logs();
+    let Some(servers) = GitServers::start() else {
+        return;
+    };
+    let cluster = Cluster::connect("remote-wrong").await;
+    let (client, ns) = (cluster.client.clone(), cluster.namespace.clone());
+    let wrong = "not-the-password-0123456789";
+    create_secret(&client, &ns, "cli-sync-git", servers.https_secret(wrong)).await;
+    let repo = ProjectRepo {
+        url: servers.https_url.clone(),
+        secret: Some("cli-sync-git".into()),
+    };
+    let main = servers.main_head().to_string();
+    apply_example(&client, &ns, &repo, &main, "local", false).await;
+    let tmp = tempfile::tempdir().unwrap();
+    let mut ctx =
+        protobot_controller::project::Context::new(cluster.operator.clone(), tmp.path().into());
+    ctx.repositories = Default::default();
+    let projects = tokio::spawn(protobot_controller::project::run_context(
+        Some(ns.clone()),
+        Arc::new(ctx),
+    ));
+    let api: Api<Project> = Api::namespaced(client.clone(), &ns);
+    let refused =
+        protobot_testkit::wait::until(&api, "cli-sync", timeout(), |p: Option<&Project>| {
+            condition_is(p, "RepoReachable", "False")
+        })
+        .await
+        .unwrap()
+        .unwrap();
+    let condition = refused
+        .status
+        .unwrap()
+        .conditions
+        .into_iter()
+        .find(|c| c.type_ == "RepoReachable")
+        .unwrap();
+    assert!(
+        condition.message.contains("cli-sync-git"),
+        "the condition does not name the Secret: {condition:?}"
+    );
+    projects.abort();
+    let objects = readable_objects(&client, &ns).await;
+    assert!(
+        !objects.contains(wrong),
+        "the wrong password is in an object"
+    );
+    let logs = String::from_utf8_lossy(&LOGS.lock().unwrap()).into_owned();
+    assert!(!logs.contains(wrong), "the wrong password is in a log line");
+    assert!(files_containing(tmp.path(), wrong.as_bytes()).is_empty());
     cluster.cleanup().await;
 }
