@@ -125,6 +125,10 @@ lint-helm: ## helm lint --strict the chart and render it with every optional par
 	  --set egressProxy.credentialsSecret=egress-credentials \
 	  --set egressProxy.sessionSecret=egress-session > /dev/null
 
+.PHONY: validate-chart
+validate-chart: ## kubernetes-validate --strict every rendering of the chart, CRDs included, for each Kubernetes version it claims (installs kubernetes-validate into .tools/kv)
+	@scripts/validate-chart "$(HELM)"
+
 PROMTOOL ?= $(shell command -v promtool 2>/dev/null || echo .tools/promtool)
 
 .PHONY: test-alerts
