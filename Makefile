@@ -101,7 +101,8 @@ e2e-real: ## the e2e scenarios against the real API server, the operator under t
 	@test -x "$(HELM)" || scripts/install-helm.sh .tools
 	kubeconfig=$$(scripts/kube-test-env up | tail -1); \
 	  KUBECONFIG=$${kubeconfig#KUBECONFIG=} PROTOBOT_E2E_REQUIRE_CLUSTER=1 HELM=$(abspath $(HELM)) \
-	  $(CARGO) nextest run -p protobot-e2e --no-fail-fast
+	  $(CARGO) nextest run -p protobot-e2e -p protobot-cli --no-fail-fast \
+	    -E 'package(protobot-e2e) | binary(operator_replicas)'
 
 ## Lint
 .PHONY: lint

@@ -334,6 +334,28 @@ async fn operator_client(
     service_account: &str,
     sink: &protobot_controller::api_errors::ApiErrorSink,
 ) -> Result<Client, PrepareError> {
+    let token = issue_token(admin, namespace, service_account).await?;
+    let kubeconfig = Kubeconfig::read().map_err(PrepareError::Kubeconfig)?;
+    let mut config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+        .await
+        .map_err(PrepareError::Kubeconfig)?;
+    config.auth_info = serde_json::from_value::<AuthInfo>(serde_json::json!({"token": token}))
+        .map_err(|e| PrepareError::Timeout(e.to_string()))?;
+    // With the operator's own API-error layer: every 4xx it meets is a warning naming the
+    // verb and the object, in the scenario's output.
+    protobot_controller::api_errors::client(config, sink).map_err(|source| PrepareError::Api {
+        verb: "connect",
+        object: format!("as system:serviceaccount:{namespace}:{service_account}"),
+        source,
+    })
+}
+
+/// A fresh token (TokenRequest, one hour) of ServiceAccount `namespace/service_account`.
+async fn issue_token(
+    admin: &Client,
+    namespace: &str,
+    service_account: &str,
+) -> Result<String, PrepareError> {
     let accounts: Api<ServiceAccount> = Api::namespaced(admin.clone(), namespace);
     let request: TokenRequest = serde_json::from_value(serde_json::json!({
         "apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
@@ -348,20 +370,39 @@ async fn operator_client(
             object: format!("serviceaccounts/token {namespace}/{service_account}"),
             source,
         })?;
-    let token = issued.status.map(|s| s.token).unwrap_or_default();
-    let kubeconfig = Kubeconfig::read().map_err(PrepareError::Kubeconfig)?;
-    let mut config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
-        .await
-        .map_err(PrepareError::Kubeconfig)?;
-    config.auth_info = serde_json::from_value::<AuthInfo>(serde_json::json!({"token": token}))
-        .map_err(|e| PrepareError::Timeout(e.to_string()))?;
-    // With the operator's own API-error layer: every 4xx it meets is a warning naming the
-    // verb and the object, in the scenario's output.
-    protobot_controller::api_errors::client(config, sink).map_err(|source| PrepareError::Api {
-        verb: "connect",
-        object: format!("as system:serviceaccount:{namespace}:{service_account}"),
-        source,
-    })
+    Ok(issued.status.and_then(|s| s.token).unwrap_or_default())
+}
+
+/// A kubeconfig (JSON, which every kubeconfig reader takes) for a separate process that
+/// authenticates as the chart's operator ServiceAccount: the admin's server and CA
+/// (from `KUBECONFIG`) with a fresh token of that account.
+pub async fn operator_kubeconfig(admin: &Client) -> Result<String, PrepareError> {
+    let service_account = chart_rbac()?
+        .iter()
+        .find(|o| {
+            o.types.as_ref().is_some_and(|t| t.kind == "ServiceAccount")
+                && o.name_any() != SANDBOX_SERVICE_ACCOUNT
+        })
+        .map(|o| o.name_any())
+        .ok_or(PrepareError::NoServiceAccount)?;
+    let token = issue_token(admin, &release_namespace(), &service_account).await?;
+    let mut kubeconfig = Kubeconfig::read().map_err(PrepareError::Kubeconfig)?;
+    let user = format!(
+        "system:serviceaccount:{}:{service_account}",
+        release_namespace()
+    );
+    kubeconfig.auth_infos = vec![
+        serde_json::from_value(serde_json::json!({
+            "name": user, "user": {"token": token},
+        }))
+        .map_err(|e| PrepareError::Timeout(e.to_string()))?,
+    ];
+    for context in &mut kubeconfig.contexts {
+        if let Some(c) = context.context.as_mut() {
+            c.user = Some(user.clone());
+        }
+    }
+    serde_json::to_string(&kubeconfig).map_err(|e| PrepareError::Timeout(e.to_string()))
 }
 
 /// RBAC bindings take effect through the server's informers: wait until the operator may

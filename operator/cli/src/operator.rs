@@ -42,6 +42,12 @@ pub struct OperatorArgs {
     /// Where that claim is mounted in this pod.
     #[arg(long, default_value = "/var/lib/protobot/staging")]
     pub staging_path: PathBuf,
+    /// Who owns the staged run directories: `profile-user` chowns them to the profile's
+    /// runAsUser (needs root), `keep` leaves them the operator's (when the operator runs as
+    /// that uid, or a node runs containers as the operator's uid), `auto` picks
+    /// `profile-user` when running as root.
+    #[arg(long, value_enum, default_value_t = StagingOwnershipArg::Auto)]
+    pub staging_ownership: StagingOwnershipArg,
     /// Image of the sandbox pods when a worker class names none.
     #[arg(long)]
     pub sandbox_image: Option<String>,
@@ -67,6 +73,29 @@ pub struct OperatorArgs {
     /// terminationGracePeriodSeconds). Their leases lapse and another replica resumes them.
     #[arg(long, default_value_t = 25)]
     pub shutdown_grace_seconds: u64,
+}
+
+/// `--staging-ownership` (see [`protobot_kube_executor::StagingOwnership`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum StagingOwnershipArg {
+    /// `profile-user` as root, else `keep`.
+    Auto,
+    /// chown to the profile's runAsUser:runAsGroup.
+    ProfileUser,
+    /// Leave the operator's uid.
+    Keep,
+}
+
+impl From<StagingOwnershipArg> for protobot_kube_executor::StagingOwnership {
+    fn from(arg: StagingOwnershipArg) -> Self {
+        match arg {
+            StagingOwnershipArg::Auto => protobot_kube_executor::StagingOwnership::Auto,
+            StagingOwnershipArg::ProfileUser => {
+                protobot_kube_executor::StagingOwnership::ProfileUser
+            }
+            StagingOwnershipArg::Keep => protobot_kube_executor::StagingOwnership::Keep,
+        }
+    }
 }
 
 async fn job_site(
@@ -105,6 +134,7 @@ async fn job_site(
         args.workdir.join("collected"),
     );
     config.default_image = args.sandbox_image.clone();
+    config.staging_ownership = args.staging_ownership.into();
     config.egress_session_secret = egress_secret;
     config.instance = identity.clone();
     // Sandbox objects of an item in the sandbox namespace go with the item.
