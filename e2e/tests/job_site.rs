@@ -1027,3 +1027,93 @@ async fn a_wrong_credential_is_reported_on_the_project_naming_its_secret() {
     assert!(files_containing(tmp.path(), wrong.as_bytes()).is_empty());
     cluster.cleanup().await;
 }
+
+/// A TCP server on loopback that accepts connections and never answers: a repository
+/// host that hangs every fetch. Dropping it closes every connection it holds.
+struct BlackHole {
+    addr: std::net::SocketAddr,
+    held: Arc<std::sync::Mutex<Vec<std::net::TcpStream>>>,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl BlackHole {
+    fn start() -> BlackHole {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let held = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (h, s) = (held.clone(), stop.clone());
+        std::thread::spawn(move || {
+            for stream in listener.incoming().flatten() {
+                // Once dropped, every new connection is closed at once (an answer, if a
+                // rude one), so no fetch hangs past the scenario.
+                if !s.load(std::sync::atomic::Ordering::Relaxed) {
+                    h.lock().unwrap().push(stream);
+                }
+            }
+        });
+        BlackHole { addr, held, stop }
+    }
+
+    /// Connections accepted and still held open.
+    fn held(&self) -> usize {
+        self.held.lock().unwrap().len()
+    }
+}
+
+impl Drop for BlackHole {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        for s in self.held.lock().unwrap().drain(..) {
+            let _ = s.shutdown(std::net::Shutdown::Both);
+        }
+    }
+}
+
+/// A second Project in the namespace whose repository host accepts connections and never
+/// answers: its fetches hang while the example project is registered, built, inspected and
+/// merged as if it were alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_project_whose_repository_hangs_does_not_hold_up_another_project() {
+    if !bwrap() {
+        return;
+    }
+    let cluster = Cluster::connect("hung-repo").await;
+    let hole = BlackHole::start();
+    let (client, ns) = (cluster.client.clone(), cluster.namespace.clone());
+    create(
+        &Api::<Project>::namespaced(client.clone(), &ns),
+        json!({
+            "apiVersion": "protobot.dev/v1alpha1", "kind": "Project",
+            "metadata": {"name": "stalled", "namespace": ns},
+            "spec": {
+                "repoUrl": format!("https://{}/team/stalled.git", hole.addr),
+                "sandboxProfile": "local",
+            },
+        }),
+    )
+    .await;
+    let tmp = tempfile::tempdir().unwrap();
+    let executor = Arc::new(LocalExecutor::new(
+        BubblewrapConfig::under(&tmp.path().join("sandbox")),
+        false,
+    ));
+    scenario(&cluster, &tmp, executor, "local", None, Served::Local).await;
+    // The stalled project's fetches were in flight the whole time, and it is not Ready.
+    assert!(
+        hole.held() >= 1,
+        "nothing ever connected to the stalled project's repository host"
+    );
+    let stalled = Api::<Project>::namespaced(client.clone(), &ns)
+        .get("stalled")
+        .await
+        .unwrap();
+    assert!(
+        !condition_is(Some(&stalled), "Ready", "True"),
+        "the stalled project is Ready: {:?}",
+        stalled.status
+    );
+    // Closing the connections ends the hung fetches (before the runtime waits for them).
+    drop(hole);
+    cluster.cleanup().await;
+}

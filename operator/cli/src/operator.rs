@@ -198,6 +198,12 @@ pub fn operator(args: OperatorArgs) -> ExitCode {
         Ok(rt) => rt,
         Err(code) => return code,
     };
+    match protobot_repo::timeouts::ensure() {
+        Ok(t) => tracing::info!(connect = ?t.connect, silence = ?t.silence, "git network timeouts"),
+        Err(e) => {
+            tracing::warn!(error = %e, "git network timeouts not set: a repository host that stops answering can hold its Project's pass until the connection drops")
+        }
+    }
     runtime.block_on(async {
         // One sink for every client of this process: each 4xx is a warning naming the verb
         // and object, counted once the operator's registry exists.

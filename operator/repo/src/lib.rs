@@ -38,6 +38,7 @@ pub mod remote;
 pub mod role;
 pub mod seams;
 pub mod source_odb;
+pub mod timeouts;
 pub mod trailers;
 pub mod tree;
 pub mod validate;

@@ -911,6 +911,9 @@ impl Session {
 
     /// The callbacks for one libgit2 operation.
     pub fn callbacks(&self) -> RemoteCallbacks<'_> {
+        // Bounded waits for every remote operation (crate::timeouts). Should libgit2 refuse
+        // them, its defaults stay; `protobot operator` reports that once at startup.
+        let _ = crate::timeouts::ensure();
         // Each operation starts afresh: a second request for credentials within one
         // operation means the first were refused.
         *self.seen.borrow_mut() = Seen::default();
