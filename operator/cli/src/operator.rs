@@ -121,7 +121,7 @@ async fn job_site(
         .await
         .map_err(|e| e.to_string())?;
     // A missing report is not fatal: the executor then refuses and the Job Site
-    // claims nothing until a passing report is stored and the replica restarts.
+    // claims nothing until a passing report is stored (watched below: no restart).
     let report = read_report_configmap(client.clone(), &args.sandbox_namespace, &profile)
         .await
         .map_err(|e| e.to_string())?;
@@ -146,6 +146,9 @@ async fn job_site(
     });
     let executor =
         KubernetesExecutor::new(client, config, profile, report).map_err(|e| e.to_string())?;
+    // The report's ConfigMap is watched: storing, replacing or deleting it admits or
+    // refuses later runs without a restart.
+    tokio::spawn(executor.clone().watch_report());
     if let Err(refusal) = protobot_jobsite::executor::Executor::admit(&executor) {
         tracing::warn!(error = %refusal, "the sandbox executor refuses runs; this replica will claim no work");
     }

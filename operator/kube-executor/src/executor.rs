@@ -178,6 +178,33 @@ pub async fn read_report_configmap(
         })
 }
 
+/// What a report ConfigMap holds.
+enum ReportRead {
+    Report(Box<ConformanceReport>),
+    Missing,
+    Invalid(ReportError),
+}
+
+fn report_of(
+    cm: &ConfigMap,
+    namespace: &str,
+    source: &crate::profile::ConformanceSource,
+) -> ReportRead {
+    let Some(json) = cm.data.as_ref().and_then(|d| d.get(&source.key)) else {
+        return ReportRead::Missing;
+    };
+    match serde_json::from_str(json) {
+        Ok(r) => ReportRead::Report(Box::new(r)),
+        Err(e) => ReportRead::Invalid(ReportError::Parse {
+            origin: format!(
+                "ConfigMap {namespace}/{} key {}",
+                source.config_map, source.key
+            ),
+            source: e,
+        }),
+    }
+}
+
 /// Reads a conformance report file.
 pub fn read_report_file(path: &std::path::Path) -> Result<ConformanceReport, ReportError> {
     let json = std::fs::read_to_string(path).map_err(|source| ReportError::Read {
@@ -196,7 +223,9 @@ struct Inner {
     runs_dir: PathBuf,
     config: KubeExecutorConfig,
     profile: SandboxProfile,
-    report: Option<ConformanceReport>,
+    /// The profile's conformance report, replaced when its ConfigMap changes
+    /// ([`KubernetesExecutor::watch_report`]).
+    report: std::sync::RwLock<Option<ConformanceReport>>,
     in_flight: Mutex<HashSet<String>>,
 }
 
@@ -292,7 +321,7 @@ impl KubernetesExecutor {
                 client,
                 config,
                 profile,
-                report,
+                report: std::sync::RwLock::new(report),
                 in_flight: Mutex::default(),
             }),
             owner,
@@ -320,7 +349,8 @@ impl KubernetesExecutor {
     /// Whether runs are admitted: a report for this profile that passes.
     pub fn admit(&self) -> Result<(), ExecutorError> {
         let profile = self.inner.profile.name();
-        match &self.inner.report {
+        let report = self.inner.report.read().unwrap_or_else(|e| e.into_inner());
+        match &*report {
             None => Err(ExecutorError::ProfileNotConformant {
                 profile: profile.to_owned(),
                 reason: format!(
@@ -359,6 +389,68 @@ impl KubernetesExecutor {
                         ),
                     })
                 }
+            }
+        }
+    }
+
+    /// Replaces the conformance report (`None`: there is none). Runs already admitted go
+    /// on; every later run is checked against the new one.
+    pub fn set_report(&self, report: Option<ConformanceReport>) {
+        *self.inner.report.write().unwrap_or_else(|e| e.into_inner()) = report;
+    }
+
+    /// Keeps the conformance report current from the ConfigMap the profile names
+    /// (`spec.conformance`) until the watch ends: a report stored, replaced or deleted
+    /// admits or refuses runs without a restart. A report that does not parse refuses runs,
+    /// and says why. Needs `list` and `watch` on ConfigMaps in the sandbox namespace.
+    pub async fn watch_report(self) {
+        use futures::StreamExt;
+        use kube::runtime::{WatchStreamExt, watcher};
+        let source = self.inner.profile.spec().conformance.clone();
+        let namespace = self.inner.config.namespace.clone();
+        let api: Api<ConfigMap> = Api::namespaced(self.inner.client.clone(), &namespace);
+        let config =
+            watcher::Config::default().fields(&format!("metadata.name={}", source.config_map));
+        let mut events = watcher(api, config).default_backoff().boxed();
+        // Whether the current (re)list has shown the ConfigMap: one deleted while the watch
+        // was down is missing from the relist, never a Delete event.
+        let mut listed = false;
+        while let Some(event) = events.next().await {
+            let report = match event {
+                Ok(watcher::Event::Init) => {
+                    listed = false;
+                    continue;
+                }
+                Ok(watcher::Event::InitApply(cm)) => {
+                    listed = true;
+                    report_of(&cm, &namespace, &source)
+                }
+                Ok(watcher::Event::InitDone) if listed => continue,
+                Ok(watcher::Event::InitDone) => ReportRead::Missing,
+                Ok(watcher::Event::Apply(cm)) => report_of(&cm, &namespace, &source),
+                Ok(watcher::Event::Delete(_)) => ReportRead::Missing,
+                Err(e) => {
+                    tracing::warn!(error = %e, namespace, config_map = source.config_map, "watching the sandbox conformance report failed; retrying with backoff, the last report stays in force");
+                    continue;
+                }
+            };
+            match report {
+                ReportRead::Report(r) => {
+                    tracing::info!(
+                        profile = self.inner.profile.name(),
+                        passed = r.passed,
+                        "sandbox conformance report read"
+                    );
+                    self.set_report(Some(*r));
+                }
+                ReportRead::Missing => self.set_report(None),
+                ReportRead::Invalid(e) => {
+                    tracing::warn!(error = %e, "the sandbox conformance report does not parse; runs are refused until it does");
+                    self.set_report(None);
+                }
+            }
+            if let Err(refused) = self.admit() {
+                tracing::warn!(error = %refused, "the sandbox executor refuses runs");
             }
         }
     }

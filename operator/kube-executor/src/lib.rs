@@ -56,7 +56,9 @@
 //!
 //! The report is given at construction ([`KubernetesExecutor::new`]), read by
 //! the caller from the ConfigMap the profile names ([`read_report_configmap`])
-//! or from a file ([`read_report_file`]). Every run checks it first; a missing
+//! or from a file ([`read_report_file`]), and kept current by
+//! [`KubernetesExecutor::watch_report`], which the operator runs: a report
+//! stored, replaced or deleted admits or refuses later runs without a restart. Every run checks it first; a missing
 //! report, a report for another profile or contract, one that does not pass,
 //! or one in which a capability the profile requires is unsupported refuses
 //! the run before any object or directory exists.
