@@ -161,6 +161,128 @@ pub struct ProjectSpec {
     /// Project. Absent: registration is by `ChangeSet` manifests only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub poll_approved_change_sets: Option<ChangeSetPolling>,
+    /// The Git host's API: approvals are checked against the pull request that merged each
+    /// change set, work items land through pull requests (so branch protection and required
+    /// checks apply), stages report commit statuses and blocked items open one escalation issue
+    /// each. Absent: no host API; work items land by a direct push of the merge commit. See
+    /// docs/forge-github.md.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub forge: Option<ForgeSpec>,
+}
+
+/// Default `spec.forge.github.apiBaseUrl`.
+pub const DEFAULT_GITHUB_API_BASE_URL: &str = "https://api.github.com";
+/// Pattern of `spec.forge.github.owner`: a GitHub user or organization name.
+pub const GITHUB_OWNER_PATTERN: &str = "^[A-Za-z0-9][A-Za-z0-9-]{0,38}$";
+/// Pattern of `spec.forge.github.repository`: a GitHub repository name.
+pub const GITHUB_REPOSITORY_PATTERN: &str = "^[A-Za-z0-9._-]{1,100}$";
+
+/// The Git host's API (one host per Project).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ForgeSpec {
+    /// GitHub or GitHub Enterprise Server.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub github: Option<GithubForge>,
+}
+
+/// GitHub settings. Exactly one of `tokenSecretRef` and `app` names the identity the Job Site
+/// acts as; its token is used for the API and for the Git transport and lives only in the
+/// operator's memory.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {"rule": "has(self.tokenSecretRef) != has(self.app)", "message": "set exactly one of spec.forge.github.tokenSecretRef and spec.forge.github.app"},
+    {"rule": "has(self.owner) == has(self.repository)", "message": "set both spec.forge.github.owner and spec.forge.github.repository, or neither (then both are derived from spec.repoUrl)"}
+]))]
+pub struct GithubForge {
+    /// Base URL of the REST API: `https://api.github.com`, or `https://HOST/api/v3` for GitHub
+    /// Enterprise Server. No credentials, query or fragment.
+    #[serde(default = "default_github_api_base_url")]
+    #[schemars(length(min = 1, max = REPO_URL_MAX_LENGTH))]
+    #[schemars(extend("x-kubernetes-validations" = [
+        {"rule": "self.matches('^https://[^/@?#[:space:]]+(/[^?#[:space:]]*)?$')", "message": "spec.forge.github.apiBaseUrl must be https://api.github.com or https://HOST/api/v3, without credentials, query or fragment"}
+    ]))]
+    pub api_base_url: String,
+    /// Repository owner (user or organization). Absent: derived from `spec.repoUrl`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = GITHUB_OWNER_PATTERN))]
+    pub owner: Option<String>,
+    /// Repository name. Absent: derived from `spec.repoUrl`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = GITHUB_REPOSITORY_PATTERN))]
+    #[schemars(extend("x-kubernetes-validations" = [
+        {"rule": "self != '.' && self != '..'", "message": "spec.forge.github.repository must be a repository name"}
+    ]))]
+    pub repository: Option<String>,
+    /// Secret in this namespace whose key `token` holds a token (fine-grained: contents,
+    /// pull requests, issues and commit statuses read and write on the repository).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token_secret_ref: Option<LocalRef>,
+    /// A GitHub App installed on the repository: the operator mints installation tokens
+    /// (scoped to this repository) and refreshes them before they expire.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub app: Option<GithubApp>,
+    /// Review mode approvals are checked under: `single-player` (the contributor merges their
+    /// own pull request) or `multi-player` (a reviewer other than the author approved the merged
+    /// head). Absent: the mode declared in `<specPath>/project.yaml`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub review_mode: Option<ReviewMode>,
+    /// How work items land: `pull-request` (open or reuse a pull request from `wi/...` and
+    /// merge it with the tested head as the expected-head guard) or `direct-push` (push the
+    /// merge commit; needs a default branch without protection).
+    #[serde(default)]
+    pub landing: LandingMode,
+    /// Page of a BuildWorkItem that commit statuses and pull requests link to, with `{name}`
+    /// for the work item's name (for example a console URL). Absent: no link.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = REPO_URL_MAX_LENGTH))]
+    #[schemars(extend("x-kubernetes-validations" = [
+        {"rule": "self.matches('^https://[^/@?#[:space:]]+/[^[:space:]]*$') && self.contains('{name}')", "message": "spec.forge.github.workItemUrl must be an https:// URL without credentials that contains {name}"}
+    ]))]
+    pub work_item_url: Option<String>,
+}
+
+/// A GitHub App installation.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct GithubApp {
+    /// The App's id (its settings page shows it).
+    #[schemars(range(min = 1))]
+    pub app_id: i64,
+    /// The id of the App's installation on the repository's owner.
+    #[schemars(range(min = 1))]
+    pub installation_id: i64,
+    /// Secret in this namespace whose key `private-key.pem` holds the App's private key (the
+    /// PEM file GitHub generated).
+    pub private_key_secret_ref: LocalRef,
+}
+
+/// Review mode approvals are checked under: `single-player` (the contributor merges their own
+/// pull request) or `multi-player` (a reviewer other than the author approved the merged head).
+/// Absent: the mode declared in `<specPath>/project.yaml`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum ReviewMode {
+    /// The merge is the approval.
+    SinglePlayer,
+    /// A reviewer other than the author approved the merged head.
+    MultiPlayer,
+}
+
+/// How work items land.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "kebab-case")]
+pub enum LandingMode {
+    /// Through a pull request and the merge API.
+    #[default]
+    PullRequest,
+    /// A pushed merge commit.
+    DirectPush,
+}
+
+fn default_github_api_base_url() -> String {
+    DEFAULT_GITHUB_API_BASE_URL.to_owned()
 }
 
 /// Registration of change sets by polling the default branch.
@@ -249,4 +371,82 @@ pub struct SandboxConformance {
     pub report_digest: Option<String>,
     /// When the report was produced.
     pub checked_time: Time,
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use kube::CustomResourceExt;
+    use serde_json::{Value, json};
+
+    use super::*;
+
+    fn github_schema() -> Value {
+        let crd = serde_json::to_value(Project::crd()).unwrap();
+        crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+            ["forge"]["properties"]["github"]
+            .clone()
+    }
+
+    fn rules(schema: &Value) -> Vec<String> {
+        schema["x-kubernetes-validations"]
+            .as_array()
+            .map(|rs| {
+                rs.iter()
+                    .map(|r| r["rule"].as_str().unwrap().to_string())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    #[test]
+    fn the_github_forge_requires_exactly_one_identity_and_owner_with_repository() {
+        let github = github_schema();
+        let object_rules = rules(&github);
+        assert!(
+            object_rules.contains(&"has(self.tokenSecretRef) != has(self.app)".to_string()),
+            "{object_rules:?}"
+        );
+        assert!(
+            object_rules.contains(&"has(self.owner) == has(self.repository)".to_string()),
+            "{object_rules:?}"
+        );
+        let props = &github["properties"];
+        assert_eq!(props["apiBaseUrl"]["default"], DEFAULT_GITHUB_API_BASE_URL);
+        assert_eq!(props["landing"]["default"], "pull-request");
+        assert_eq!(
+            props["reviewMode"]["enum"],
+            json!(["single-player", "multi-player"])
+        );
+        assert!(!rules(&props["apiBaseUrl"]).is_empty());
+        assert_eq!(props["app"]["properties"]["appId"]["minimum"], 1.0);
+        let required = props["app"]["required"].as_array().unwrap();
+        for field in ["appId", "installationId", "privateKeySecretRef"] {
+            assert!(required.contains(&json!(field)), "{required:?}");
+        }
+    }
+
+    #[test]
+    fn a_forge_spec_reads_with_its_defaults_and_writes_its_wire_names() {
+        let spec: ProjectSpec = serde_json::from_value(json!({
+            "repoUrl": "https://github.com/acme/widgets.git",
+            "sandboxProfile": "kata",
+            "forge": {"github": {"tokenSecretRef": {"name": "gh"}}},
+        }))
+        .unwrap();
+        let github = spec.forge.clone().unwrap().github.unwrap();
+        assert_eq!(github.api_base_url, DEFAULT_GITHUB_API_BASE_URL);
+        assert_eq!(github.landing, LandingMode::PullRequest);
+        assert_eq!(github.review_mode, None);
+        let wire = serde_json::to_value(&spec).unwrap();
+        assert_eq!(wire["forge"]["github"]["landing"], "pull-request");
+        assert!(wire["forge"]["github"].get("app").is_none());
+        // A Project without a forge stays as it was on the wire.
+        let plain: ProjectSpec = serde_json::from_value(json!({
+            "repoUrl": "https://git.example/x.git",
+            "sandboxProfile": "kata",
+        }))
+        .unwrap();
+        assert!(serde_json::to_value(&plain).unwrap().get("forge").is_none());
+    }
 }

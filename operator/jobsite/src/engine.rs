@@ -60,7 +60,8 @@ use protobot_repo::{
         refresh_work_item,
     },
     land::{
-        AttestationFile, LandError, commit_attestation, fetch_remote_branch, land_tested_work_item,
+        AttestationFile, LandError, commit_attestation, fetch_remote_branch, find_merge_by_trailer,
+        land_tested_work_item, push_with_guard, remote_head, verify_remote_contains,
     },
     manifest::PathClass,
     role::Role,
@@ -77,6 +78,10 @@ use crate::{
     escalation::{Escalation, Outcome, Tier},
     executor::{Executor, Limits, RunSpec, SandboxRole},
     inspection::{ProducerKind, RoutedFinding, Verdict, carried_over, parse_report, record_run},
+    landing::{
+        EscalationRequest, ForgeRefusal, Landing, LandingSummary, PullRequestForge,
+        PullRequestMerge,
+    },
     lease::{Claim, Clock},
     ledger::{Disposition, Ledger},
     sanitizer::{FeedbackOutcome, Origin, RawDiagnostic, RawFeedback, SanitizedFeedback, sanitize},
@@ -322,6 +327,17 @@ pub enum EngineError {
         /// What the verification saw.
         reason: String,
     },
+    /// The forge refused to merge the pull request for a reason a person must resolve (a
+    /// failing required check, branch protection) or because it rejected the request: the
+    /// build stops, the item stays `merging` with its merge envelope, and (for a person's
+    /// decision) the forge's escalation issue says what to decide.
+    #[error("the merge of {work_item_id} was refused: {refusal}")]
+    MergeRefused {
+        /// Item.
+        work_item_id: String,
+        /// The forge's typed reason.
+        refusal: ForgeRefusal,
+    },
     /// The process is shutting down: the engine stopped at an effect boundary. The lease
     /// lapses (or another Job Site recovers it) and the item resumes from its record.
     #[error(
@@ -565,6 +581,7 @@ pub struct Engine<S, E> {
 
 struct Item<'a> {
     id: &'a str,
+    landing: &'a Landing,
     contract: &'a BuildContract,
     repo: &'a Repository,
     repo_dir: &'a Path,
@@ -836,6 +853,19 @@ impl<S: WorkStore, E: Executor> Engine<S, E> {
         contract: &BuildContract,
         repo_dir: &Path,
     ) -> Result<BuildReport, EngineError> {
+        self.build_landing(claim, contract, repo_dir, &Landing::DirectPush)
+            .await
+    }
+
+    /// [`Engine::build`], landing as `landing` says (a direct push, or through a pull request
+    /// on the forge: `crate::landing`).
+    pub async fn build_landing(
+        &self,
+        claim: &Claim,
+        contract: &BuildContract,
+        repo_dir: &Path,
+        landing: &Landing,
+    ) -> Result<BuildReport, EngineError> {
         let id = contract.work_item_id.as_str();
         let repo = Repository::open(repo_dir).map_err(|e| EngineError::Git {
             operation: "open the integration repository",
@@ -857,6 +887,7 @@ impl<S: WorkStore, E: Executor> Engine<S, E> {
         };
         let item = Item {
             id,
+            landing,
             contract,
             repo: &repo,
             repo_dir,
@@ -1858,6 +1889,11 @@ impl<S: WorkStore, E: Executor> Engine<S, E> {
         // between can only rediscover the same merge, never add a second one.
         claim.check()?;
         self.boundary(id, "before:land")?;
+        if let Landing::PullRequest(forge) = item.landing {
+            return self
+                .land_through_pull_request(claim, item, envelope, progress, forge.as_ref())
+                .await;
+        }
         let started = Instant::now();
         let landed = land_tested_work_item(
             item.repo,
@@ -1908,6 +1944,202 @@ impl<S: WorkStore, E: Executor> Engine<S, E> {
             }
             Err(e) => Err(git_err("land the work item")(e.to_string())),
         }
+    }
+
+    /// Lands through a pull request ([`Landing::PullRequest`]): the same preconditions as a
+    /// direct push (the candidate contains the default head, a merge already there by its
+    /// trailer is recorded, not repeated), then push `wi/…` without force, let the forge open
+    /// or reuse the pull request and merge it with the tested head as the guard, and verify
+    /// by fetching that the default branch holds a merge of exactly the tested head.
+    async fn land_through_pull_request(
+        &self,
+        claim: &Claim,
+        item: &Item<'_>,
+        mut envelope: MergeEnvelope,
+        progress: &mut Progress,
+        forge: &dyn PullRequestForge,
+    ) -> Result<(), EngineError> {
+        let id = item.id;
+        let remote = self.config.remote.as_str();
+        let target_ref = format!("refs/heads/{}", self.config.target_branch);
+        let land = |operation: &'static str| move |e: LandError| git_err(operation)(e.to_string());
+        let started = Instant::now();
+        let remote_main = fetch_remote_branch(item.repo, remote, &target_ref)
+            .map_err(land("fetch the default branch"))?
+            .ok_or_else(|| {
+                git_err("fetch the default branch")(format!("{remote} has no {target_ref}"))
+            })?;
+        if let Some(existing) = find_merge_by_trailer(item.repo, remote_main, id)
+            .map_err(land("look for an existing merge of the work item"))?
+        {
+            self.stage("merging: the default branch already holds this work item's merge");
+            return self
+                .record_landed(claim, &mut envelope, existing.to_string(), progress)
+                .await;
+        }
+        let head = self.head(item)?;
+        let contains_main = head == remote_main
+            || item
+                .repo
+                .graph_descendant_of(head, remote_main)
+                .map_err(|e| {
+                    git_err("compare the candidate with the default branch")(e.to_string())
+                })?;
+        if !contains_main {
+            return self
+                .revalidate(claim, "the default branch moved past the tested candidate")
+                .await;
+        }
+        let wi_ref = item.wi.branch_ref();
+        let pushed = remote_head(item.repo, remote, &wi_ref)
+            .map_err(land("read the remote work-item branch"))?;
+        if pushed != Some(head) {
+            push_with_guard(item.repo, remote, &wi_ref, &wi_ref, pushed)
+                .map_err(land("push the work-item branch"))?;
+        }
+        self.boundary(id, "after:push-work-item-branch")?;
+        let request = PullRequestMerge {
+            work_item_id: id.to_string(),
+            head_branch: wi_ref.trim_start_matches("refs/heads/").to_string(),
+            base_branch: self.config.target_branch.clone(),
+            tested_head: head.to_string(),
+            merge_message: trailers::compose(
+                &format!(
+                    "Merge {} into {}",
+                    wi_ref.trim_start_matches("refs/heads/"),
+                    self.config.target_branch
+                ),
+                None,
+                &[(trailers::WORK_ITEM, id.to_string())],
+            ),
+            summary: LandingSummary {
+                // `<project>/<CS-NNNNN>@<merge>` for a change set (a bug has another key).
+                change_set_id: item
+                    .contract
+                    .materialization_key
+                    .split(['/', '@'])
+                    .nth(1)
+                    .filter(|c| c.starts_with("CS-"))
+                    .map(str::to_string),
+                product_tree_digest: envelope.product_tree_digest.clone(),
+                inspection_run_id: envelope.inspection_run_id.clone(),
+                findings: progress.inspections.iter().map(|r| r.findings).sum(),
+                cycles: progress.cycles.len(),
+                evidence: vec![
+                    (
+                        "findings snapshot".to_string(),
+                        format!(".protobot/attestations/{id}/findings.jsonl"),
+                    ),
+                    (
+                        "inspection report".to_string(),
+                        format!(".protobot/attestations/{id}/report.md"),
+                    ),
+                ],
+            },
+        };
+        let answer = forge.merge(&request).await;
+        self.trace(
+            id,
+            "land",
+            None,
+            json!({"integration_head": envelope.integration_head, "tested_head": request.tested_head, "via": "pull-request"}),
+            match &answer {
+                Ok(m) => json!({"merge_commit": m.merge_commit, "pull_request": m.pull_request}),
+                Err(r) => json!({"refused": r.category()}),
+            },
+            started,
+        );
+        match answer {
+            Ok(merged) => {
+                self.boundary(id, "after:land")?;
+                let verified = Oid::from_str(&merged.merge_commit)
+                    .ok()
+                    .map(|merge| self.verify_pull_request_merge(item, &target_ref, merge, head))
+                    .transpose()?
+                    .unwrap_or(false);
+                if !verified {
+                    tracing::error!(work_item = id, merge_commit = %merged.merge_commit, "pull-request merge not verified");
+                    return Err(EngineError::MergeNotVerified {
+                        reason: format!(
+                            "the forge reported pull request #{} merged as {}, but {remote}/{} does not contain a merge of the tested head {head}",
+                            merged.pull_request, merged.merge_commit, self.config.target_branch
+                        ),
+                    });
+                }
+                self.record_landed(claim, &mut envelope, merged.merge_commit, progress)
+                    .await
+            }
+            Err(ForgeRefusal::HeadMoved { reason } | ForgeRefusal::Conflict { reason }) => {
+                self.revalidate(claim, &reason).await
+            }
+            Err(refusal @ ForgeRefusal::Blocked { .. }) => {
+                let escalation = EscalationRequest {
+                    work_item_id: id.to_string(),
+                    reason: refusal.to_string(),
+                    decision: "Make the candidate mergeable under the default branch's rules (fix the failing check, or satisfy or adjust the protection rule), then run `protobot retry`; or `protobot abandon` the work item.".to_string(),
+                };
+                if let Err(error) = forge.escalate(&escalation).await {
+                    // The refusal stands either way; the issue is the visible copy of it.
+                    tracing::warn!(work_item = id, %error, "failed to open the escalation issue");
+                }
+                self.stage(&format!("merging: refused by the forge: {refusal}"));
+                Err(EngineError::MergeRefused {
+                    work_item_id: id.to_string(),
+                    refusal,
+                })
+            }
+            Err(refusal) => Err(EngineError::MergeRefused {
+                work_item_id: id.to_string(),
+                refusal,
+            }),
+        }
+    }
+
+    /// Whether `target_ref`, fetched now, contains `merge` and `merge` is a merge of the
+    /// tested `head` (its second parent): the forge's "merged" is never trusted alone.
+    fn verify_pull_request_merge(
+        &self,
+        item: &Item<'_>,
+        target_ref: &str,
+        merge: Oid,
+        head: Oid,
+    ) -> Result<bool, EngineError> {
+        let contains = verify_remote_contains(item.repo, &self.config.remote, target_ref, merge)
+            .map_err(|e| git_err("verify the default branch")(e.to_string()))?;
+        let merges_head = item
+            .repo
+            .find_commit(merge)
+            .ok()
+            .is_some_and(|c| c.parent_count() == 2 && c.parent_id(1).ok() == Some(head));
+        Ok(contains && merges_head)
+    }
+
+    /// Back to building (a fresh fence): the passed cycle is reused and revalidated against
+    /// the new default head, then the item lands again.
+    async fn revalidate(&self, claim: &Claim, why: &str) -> Result<(), EngineError> {
+        self.stage(&format!("merging: {why}; revalidating before landing"));
+        self.command(claim, Command::MergeConflict, json!({}))
+            .await?;
+        Ok(())
+    }
+
+    async fn record_landed(
+        &self,
+        claim: &Claim,
+        envelope: &mut MergeEnvelope,
+        merge_commit: String,
+        progress: &mut Progress,
+    ) -> Result<(), EngineError> {
+        envelope.merge_commit = merge_commit.clone();
+        self.command(
+            claim,
+            Command::RecordMerge,
+            json!({"merge_envelope": envelope}),
+        )
+        .await?;
+        progress.merge_commit = Some(merge_commit);
+        self.stage("completed: merged, verified on the default branch and recorded");
+        Ok(())
     }
 }
 

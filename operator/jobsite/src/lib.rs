@@ -10,7 +10,8 @@
 //! - [`dispatch`]: which ready items to claim, by priority, age, WIP and conflicts;
 //! - [`triage`]: who is at fault when the integration run fails;
 //! - [`sanitizer`]: the only Worker-facing boundary for feedback;
-//! - [`ledger`]: the Finding Ledger state machine and the Inspection Run seal.
+//! - [`ledger`]: the Finding Ledger state machine and the Inspection Run seal;
+//! - [`landing`]: how `merging` lands (direct push, or a pull request on a forge).
 
 pub mod authoring;
 pub mod contract;
@@ -21,6 +22,7 @@ pub mod example;
 pub mod executor;
 pub mod inspection;
 pub mod intake;
+pub mod landing;
 pub mod lease;
 pub mod ledger;
 pub mod materializer;

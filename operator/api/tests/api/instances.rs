@@ -65,6 +65,22 @@ fn project() -> Project {
             poll_approved_change_sets: Some(ChangeSetPolling {
                 since_commit: Some(MERGE.to_owned()),
             }),
+            forge: Some(protobot_api::project::ForgeSpec {
+                github: Some(protobot_api::project::GithubForge {
+                    api_base_url: "https://ghe.example.invalid/api/v3".to_owned(),
+                    owner: Some("acme".to_owned()),
+                    repository: Some("cli-sync".to_owned()),
+                    token_secret_ref: None,
+                    app: Some(protobot_api::project::GithubApp {
+                        app_id: 1,
+                        installation_id: 2,
+                        private_key_secret_ref: LocalRef::new("cli-sync-app"),
+                    }),
+                    review_mode: Some(protobot_api::project::ReviewMode::MultiPlayer),
+                    landing: protobot_api::project::LandingMode::PullRequest,
+                    work_item_url: Some("https://console.example.invalid/bwi/{name}".to_owned()),
+                }),
+            }),
         },
     );
     let mut conditions = Vec::new();
