@@ -102,7 +102,7 @@ e2e-real: ## the e2e scenarios against the real API server, the operator under t
 	kubeconfig=$$(scripts/kube-test-env up | tail -1); \
 	  KUBECONFIG=$${kubeconfig#KUBECONFIG=} PROTOBOT_E2E_REQUIRE_CLUSTER=1 HELM=$(abspath $(HELM)) \
 	  $(CARGO) nextest run -p protobot-e2e -p protobot-cli --no-fail-fast \
-	    -E 'package(protobot-e2e) | binary(operator_replicas)'
+	    -E 'package(protobot-e2e) | binary(operator_replicas) | binary(wms_kubernetes)'
 
 ## Lint
 .PHONY: lint
@@ -122,6 +122,7 @@ lint-helm: ## helm lint --strict the chart and render it with every optional par
 	@# The values schema refuses a wrong type.
 	@! $(HELM) lint --strict charts/protobot --set replicaCount=two > /dev/null 2>&1 || { echo "values.schema.json accepted replicaCount=two" >&2; exit 1; }
 	$(HELM) template protobot charts/protobot --set jobSite.enabled=false > /dev/null
+	$(HELM) template protobot charts/protobot --set wmsApi.enabled=true --set networkPolicy.enabled=true > /dev/null
 	$(HELM) template protobot charts/protobot --set egressProxy.enabled=true \
 	  --set egressProxy.credentialsSecret=egress-credentials \
 	  --set egressProxy.sessionSecret=egress-session > /dev/null

@@ -19,6 +19,7 @@ mod rules;
 mod run;
 mod sandbox;
 mod status;
+mod wms;
 
 /// protobot: the Job Site of ProtoBot as a Kubernetes operator.
 #[derive(Debug, Parser)]
@@ -66,6 +67,8 @@ enum Command {
     },
     /// Run the egress proxy and credential broker sandboxes reach the network through.
     EgressProxy(egress::EgressProxyArgs),
+    /// Call the WMS Adapter API: one JSON operation envelope (or store read) in, one answer out.
+    Wms(wms::WmsArgs),
     /// Inspect the validation-rules/v1 lifecycle evaluator.
     Rules {
         #[command(subcommand)]
@@ -128,6 +131,7 @@ fn main() -> ExitCode {
         Command::Status(args) => status::status(args),
         Command::Operator(args) => operator::operator(args),
         Command::EgressProxy(args) => egress::egress_proxy(args),
+        Command::Wms(args) => wms::wms(args),
         Command::Crd { command } => {
             let stdout = std::io::stdout();
             let mut out = stdout.lock();

@@ -18,6 +18,15 @@ pub struct OperatorArgs {
     /// Address of `/metrics`, `/healthz` and `/readyz`.
     #[arg(long, default_value = "0.0.0.0:8080")]
     pub admin_addr: SocketAddr,
+    /// Serve the WMS Adapter API over HTTP on this address (TokenReview + SubjectAccessReview;
+    /// docs/wms-api.md). Absent: not served.
+    #[arg(long)]
+    pub wms_api_addr: Option<SocketAddr>,
+    /// Token audience the WMS API accepts (repeatable). Callers mint tokens for it
+    /// (`kubectl create token SA --audience protobot-wms`), so a token for the API server is
+    /// not accepted here, nor one for here by the API server.
+    #[arg(long = "wms-api-audience", default_value = protobot_controller::wms_api::DEFAULT_AUDIENCE)]
+    pub wms_api_audiences: Vec<String>,
     /// Log filter (tracing `EnvFilter` syntax); `RUST_LOG` wins when set.
     #[arg(long, default_value = "info")]
     pub log: String,
@@ -239,6 +248,10 @@ pub fn operator(args: OperatorArgs) -> ExitCode {
                 protobot_controller::project::decide::RepositoryPolicy {
                     allow_local: args.allow_local_repositories,
                 },
+                args.wms_api_addr.map(|addr| protobot_controller::wms_api::WmsApiConfig {
+                    audiences: args.wms_api_audiences.clone(),
+                    ..protobot_controller::wms_api::WmsApiConfig::new(addr)
+                }),
             );
         tokio::pin!(operator);
         tokio::select! {

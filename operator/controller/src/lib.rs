@@ -3,7 +3,8 @@
 //! registration of change sets and true bugs), the Project controller
 //! (repository, configuration and sandbox status), the InspectionRun
 //! controller (its `ProducersComplete` and `Sealed` conditions) and the
-//! in-cluster Job Site (claims, builds, inspections, merges).
+//! in-cluster Job Site (claims, builds, inspections, merges) and the WMS
+//! Adapter API over HTTP (`wms_api`).
 
 pub mod admin;
 pub mod api_errors;
@@ -18,3 +19,4 @@ pub mod operator;
 pub mod project;
 pub mod registration;
 pub mod repo_cache;
+pub mod wms_api;

@@ -29,6 +29,9 @@ pub enum OperatorError {
     /// The admin server could not start.
     #[error(transparent)]
     Admin(#[from] admin::AdminError),
+    /// The WMS API could not start.
+    #[error(transparent)]
+    WmsApi(#[from] crate::wms_api::WmsApiError),
 }
 
 /// Work items by state, read from the reflector's cache at scrape time.
@@ -127,7 +130,9 @@ pub struct JobSiteRuntime<E> {
 /// Runs the operator until the controllers stop: registration (ChangeSets and
 /// BugReports), Project status, the state collector, the admin server and —
 /// when given — this replica's Job Site. `repositories` says which repository
-/// locations Projects may name (`--allow-local-repositories`).
+/// locations Projects may name (`--allow-local-repositories`). With `wms_api`,
+/// the WMS Adapter API is served over HTTP too (`crate::wms_api`).
+#[allow(clippy::too_many_arguments)]
 pub async fn run<E: protobot_jobsite::executor::Executor + 'static>(
     namespace: Option<String>,
     admin_addr: SocketAddr,
@@ -135,6 +140,7 @@ pub async fn run<E: protobot_jobsite::executor::Executor + 'static>(
     profiles: Option<crate::project::ProfileReports>,
     api_errors: crate::api_errors::ApiErrorSink,
     repositories: crate::project::decide::RepositoryPolicy,
+    wms_api: Option<crate::wms_api::WmsApiConfig>,
 ) -> Result<(), OperatorError> {
     let client = crate::api_errors::infer_client(&api_errors)
         .await
@@ -149,6 +155,10 @@ pub async fn run<E: protobot_jobsite::executor::Executor + 'static>(
     api_errors.count_into(metrics.reconcile_errors.clone());
     let readiness = Readiness::default();
     let (bound, _server) = admin::serve(admin_addr, registry, readiness.clone()).await?;
+    let _wms_api = match wms_api {
+        Some(cfg) => Some(crate::wms_api::serve(client.clone(), cfg).await?),
+        None => None,
+    };
     tracing::info!(version = env!("CARGO_PKG_VERSION"), %bound, namespace = ?namespace, "protobot operator starting");
     let ready = {
         let reader = reader.clone();

@@ -15,6 +15,7 @@ use crate::{
 /// The untrusted operation envelope. Unknown fields are rejected, except the
 /// top-level `untrusted_actor`, which is accepted and ignored: a request can
 /// never carry or widen its own authorization.
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct OperationEnvelope {
@@ -121,6 +122,7 @@ pub struct LifecyclePayload {
 }
 
 /// Whether a decision is authoritative or an advisory preview.
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Authority {
@@ -131,6 +133,7 @@ pub enum Authority {
 }
 
 /// Decision outcome.
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum DecisionOutcome {
@@ -143,6 +146,7 @@ pub enum DecisionOutcome {
 }
 
 /// State and contract version at one point.
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StateVersion {
     /// State (`initial` before a materialize).
@@ -152,6 +156,7 @@ pub struct StateVersion {
 }
 
 /// The reservation a materialization leaves under its key.
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ReservationSummary {
     /// The logical key.
@@ -163,6 +168,7 @@ pub struct ReservationSummary {
 }
 
 /// A rejection: stable code, human message, structured details, retry hint.
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Rejection {
     /// Stable code.
@@ -201,6 +207,7 @@ impl Rejection {
 }
 
 /// The validation-rules decision (§4.4).
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Decision {
     /// Allowed, rejected or omitted.
@@ -232,6 +239,7 @@ pub struct Decision {
 }
 
 /// `read`, `applied`, `replayed` or `rejected`.
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum EnvelopeOutcome {
@@ -246,6 +254,7 @@ pub enum EnvelopeOutcome {
 }
 
 /// `none`, `applied`, `unknown` or `not-applicable`.
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Mutation {
@@ -260,6 +269,7 @@ pub enum Mutation {
 }
 
 /// `new` or `replayed`.
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum IdempotencyStatus {
@@ -302,6 +312,7 @@ pub struct WorkItemView {
 }
 
 /// The result envelope of every adapter operation (§4.3).
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ResultEnvelope {
     /// False only for rejections (a preflight is always `ok`).

@@ -90,6 +90,7 @@ pub struct Reservation {
 }
 
 /// One audit event per accepted mutation.
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct AuditEvent {
     /// Operation.

@@ -22,6 +22,8 @@ use protobot_lifecycle::{
 pub mod adapter;
 mod blocked_work;
 pub mod conformance;
+#[cfg(feature = "golden")]
+pub mod golden;
 mod import;
 #[cfg(feature = "kubernetes")]
 pub mod kubernetes;
@@ -33,6 +35,7 @@ mod queries;
 mod requests;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
+pub mod trace;
 pub mod txn;
 
 pub use adapter::AdapterConfig;
@@ -41,6 +44,7 @@ pub use kubernetes::KubeStore;
 pub use memory::MemoryStore;
 #[cfg(feature = "sqlite")]
 pub use sqlite::SqliteStore;
+pub use trace::{Mode, Traced, TracedStore};
 pub use txn::{ChangeSetRecord, FindingRecord, RequestRecord};
 
 /// Why a store call failed (as opposed to a rejected command, which is an

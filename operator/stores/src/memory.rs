@@ -180,6 +180,20 @@ impl MemoryStore {
     }
 }
 
+impl crate::trace::TracedStore for MemoryStore {
+    async fn execute_traced(
+        &self,
+        ctx: Option<&AuthorizationContext>,
+        env: &OperationEnvelope,
+        now: Timestamp,
+        mode: crate::trace::Mode,
+    ) -> Result<crate::trace::Traced, StoreError> {
+        // A dry run's tap keeps every write in its overlay, so committing the
+        // copy commits nothing.
+        self.transact(|state| Ok(crate::trace::handle(state, &self.cfg, ctx, env, now, mode)))
+    }
+}
+
 impl WorkStore for MemoryStore {
     fn project_id(&self) -> String {
         self.read(|s| s.project_id.clone()).unwrap_or_default()

@@ -457,6 +457,35 @@ impl Inner {
     }
 }
 
+impl crate::trace::TracedStore for SqliteStore {
+    async fn execute_traced(
+        &self,
+        ctx: Option<&AuthorizationContext>,
+        env: &OperationEnvelope,
+        now: Timestamp,
+        mode: crate::trace::Mode,
+    ) -> Result<crate::trace::Traced, StoreError> {
+        let ctx = ctx.cloned();
+        let env = env.clone();
+        self.blocking(move |inner| {
+            let action = format!("execute {}", env.operation);
+            // A dry run's tap writes nothing through the view, so the
+            // transaction commits no change.
+            inner.transact(&action, |txn| {
+                Ok(crate::trace::handle(
+                    txn,
+                    &inner.cfg,
+                    ctx.as_ref(),
+                    &env,
+                    now,
+                    mode,
+                ))
+            })
+        })
+        .await
+    }
+}
+
 impl WorkStore for SqliteStore {
     fn project_id(&self) -> String {
         self.inner.project_id.clone()

@@ -4,44 +4,21 @@
 //! `tests/fixtures/upstream/SOURCES`, checked before the replay) line for
 //! line against every WorkStore backend (memory and SQLite) (procedure: contracts/lifecycle.md §19).
 //!
-//! Seeds the fixture does not carry but the upstream test assumes: `wi-001`'s
-//! block reason `undefined-behavior` and change set `CS-00001` (`proposed`, no
-//! build item). One documented upgrade: the fixture predates change-set binding
-//! of approvals (§19 "known staleness", §20.1); resolve-block approvals for
-//! kinds that name a change set are bound to the only seeded change set,
-//! `CS-00001`, exactly as the procedure fills the missing `project_id`.
+//! Seeding, envelopes and the comparison live in `protobot_stores::golden`,
+//! shared with the `protobot wms` binary replay.
 
-use std::{collections::BTreeMap, path::PathBuf};
+use std::path::PathBuf;
 
-use jiff::Timestamp;
-use protobot_lifecycle::{
-    ApprovalRecord, AuthorizationContext, Dependency, Operation, OperationEnvelope, Readiness,
-    Role, State, WorkItemRecord,
-};
+use protobot_lifecycle::{Operation, Role, State};
 use protobot_stores::{
-    AdapterConfig, ChangeSetRecord, Import, MemoryStore, SqliteStore, WorkStore, adapter::partition,
+    AdapterConfig, MemoryStore, SqliteStore, WorkStore,
+    adapter::partition,
+    golden::{FIXTURE, Fixture, listed_sha256, sha256_hex, verify_digest},
 };
 use serde_json::Value;
 
-const FIXTURE: &str = "drafting-table-wms-golden.jsonl";
-
 fn fixtures_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/upstream")
-}
-
-/// The SHA-256 `SOURCES` lists for `file` (`file | repository | commit | path | sha256`).
-fn listed_sha256(sources: &str, file: &str) -> Option<String> {
-    sources
-        .lines()
-        .filter(|l| !l.trim_start().starts_with('#'))
-        .map(|l| l.split(" | ").map(str::trim).collect::<Vec<_>>())
-        .find(|f| f.len() == 5 && f[0] == file)
-        .map(|f| f[4].to_owned())
-}
-
-fn sha256_hex(bytes: &[u8]) -> String {
-    use sha2::{Digest, Sha256};
-    hex::encode(Sha256::digest(bytes))
 }
 
 /// The fixture's bytes, after checking them against the digest in `SOURCES`.
@@ -49,16 +26,12 @@ fn fixture_bytes() -> Vec<u8> {
     let dir = fixtures_dir();
     let sources = std::fs::read_to_string(dir.join("SOURCES"))
         .unwrap_or_else(|e| panic!("{}/SOURCES is missing: {e}", dir.display()));
-    let listed = listed_sha256(&sources, FIXTURE)
-        .unwrap_or_else(|| panic!("SOURCES lists no digest for {FIXTURE}"));
     let path = dir.join(FIXTURE);
     let raw = std::fs::read(&path)
         .unwrap_or_else(|e| panic!("golden fixture {} is missing: {e}", path.display()));
-    assert_eq!(
-        sha256_hex(&raw),
-        listed,
-        "{FIXTURE} differs from the upstream bytes SOURCES records: restore it from the listed commit"
-    );
+    if let Err(e) = verify_digest(&sources, FIXTURE, &raw) {
+        panic!("{e}");
+    }
     raw
 }
 
@@ -97,57 +70,6 @@ fn strings(v: &Value) -> Vec<String> {
         .collect()
 }
 
-/// Every non-empty, non-zero expected field must equal the actual one.
-fn assert_fields(step: &str, expected: &Value, actual: &Value) {
-    const FIELDS: [&str; 15] = [
-        "request_id",
-        "request_revision",
-        "approval_status",
-        "audit_event",
-        "linked_change_set_priority",
-        "linked_work_item_priority",
-        "submission",
-        "resolution_submission_id",
-        "resolution_submission_revision",
-        "prior_resolution_submission_id",
-        "prior_submission_status",
-        "prior_approval_status",
-        "work_item_state",
-        "contract_version",
-        "planned_dependency",
-    ];
-    for f in FIELDS {
-        let want = &expected[f];
-        let empty = want.is_null() || want == "" || want == 0;
-        if !empty {
-            assert_eq!(&actual[f], want, "{step}: field {f}");
-        }
-    }
-    if let Some(link) = expected.get("link") {
-        assert_eq!(&actual["link"], link, "{step}: link");
-    }
-    if let Some(items) = expected.get("items").and_then(Value::as_array) {
-        let got = actual["items"]
-            .as_array()
-            .unwrap_or_else(|| panic!("{step}: no items in {actual}"));
-        assert_eq!(got.len(), items.len(), "{step}: item count");
-        for (w, g) in items.iter().zip(got) {
-            for key in [
-                "id",
-                "state",
-                "contract_version",
-                "dependencies",
-                "reason_kind",
-                "resolution_options",
-            ] {
-                if let Some(v) = w.get(key) {
-                    assert_eq!(&g[key], v, "{step}: items.{key}");
-                }
-            }
-        }
-    }
-}
-
 #[tokio::test]
 async fn drafting_table_wms_golden_replays_line_for_line_on_memory() {
     replay(MemoryStore::new).await;
@@ -163,93 +85,13 @@ async fn drafting_table_wms_golden_replays_line_for_line_on_sqlite() {
 async fn replay<S: WorkStore>(make: impl FnOnce(&str, AdapterConfig) -> S) {
     let lines = fixture();
     assert_eq!(lines.len(), 48, "the fixture has 48 records");
-    let base = &lines[0];
-    assert_eq!(base["step"], "base-state");
-    let approvals_line = &lines[1];
-    assert_eq!(approvals_line["step"], "approval-validation-state");
-    assert_eq!(approvals_line["replaces_base_approval_records"], true);
-    let project = base["project_id"].as_str().unwrap();
-    let now: Timestamp = approvals_line["evaluation_time"]
-        .as_str()
-        .unwrap()
-        .parse()
-        .unwrap();
+    let golden = Fixture::parse(&fixture_bytes()).unwrap();
+    assert_eq!(golden.lines[1]["replaces_base_approval_records"], true);
+    let (project, now) = (golden.project_id.as_str(), golden.now);
 
-    // 1. Trusted contexts from the fake Gate.
-    let mut contexts: BTreeMap<String, AuthorizationContext> = BTreeMap::new();
-    for (actor, c) in base["fake_gate_contexts"].as_object().unwrap() {
-        let mut ctx: AuthorizationContext = serde_json::from_value(c.clone()).unwrap();
-        ctx.project_id = project.to_string();
-        contexts.insert(actor.clone(), ctx);
-    }
-    let materializer = contexts["materializer"].subject.clone();
-    let store = make(
-        project,
-        AdapterConfig {
-            materializer_subject: materializer,
-            lease_seconds: 900,
-        },
-    );
-
-    // 2. Seeds.
-    for (id, a) in approvals_line["approval_records"].as_object().unwrap() {
-        let mut approval: ApprovalRecord = serde_json::from_value(a.clone()).unwrap();
-        approval.id = id.clone();
-        approval
-            .project_id
-            .get_or_insert_with(|| project.to_string());
-        let names_change_set = matches!(
-            approval.resolution_kind.as_deref(),
-            Some("add-requirement" | "impact-amendment")
-        );
-        if approval.action == "resolve-block"
-            && names_change_set
-            && approval.change_set_id.is_none()
-        {
-            approval.change_set_id = Some("CS-00001".to_string());
-        }
-        store.import(Import::Approval(approval)).await.unwrap();
-    }
-    let seeded: BTreeMap<String, State> = base["work_items"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|w| {
-            (
-                w["id"].as_str().unwrap().to_string(),
-                State::parse(w["state"].as_str().unwrap()).unwrap(),
-            )
-        })
-        .collect();
-    for w in base["work_items"].as_array().unwrap() {
-        let id = w["id"].as_str().unwrap();
-        let mut record = WorkItemRecord::new(
-            id,
-            project,
-            seeded[id],
-            w["contract_version"].as_u64().unwrap(),
-        );
-        record.readiness = Readiness::default();
-        record.dependencies = strings(&w["dependencies"])
-            .into_iter()
-            .map(|d| Dependency {
-                state: seeded.get(&d).copied().unwrap_or(State::Waiting),
-                id: d,
-            })
-            .collect();
-        if id == "wi-001" {
-            record.block_reason = "undefined-behavior".to_string();
-        }
-        store.import(Import::Record(record)).await.unwrap();
-    }
-    store
-        .import(Import::ChangeSet(ChangeSetRecord {
-            id: "CS-00001".into(),
-            revision: "proposed".into(),
-            ..ChangeSetRecord::default()
-        }))
-        .await
-        .unwrap();
+    // 1. Trusted contexts from the fake Gate; 2. seeds.
+    let store = make(project, golden.adapter_config());
+    golden.seed(&store).await.unwrap();
 
     // 3. Declarations: tool manifest and operation partition.
     let manifest = &lines[2];
@@ -331,70 +173,16 @@ async fn replay<S: WorkStore>(make: impl FnOnce(&str, AdapterConfig) -> S) {
 
     // 4. Operation records, in order.
     let mut replayed = 0;
-    for line in &lines[4..] {
-        let step = line["step"].as_str().unwrap();
-        if line.get("adapter_call") == Some(&Value::Bool(false)) {
-            assert!(
-                line["operation"].is_null(),
-                "{step}: a session-local step names no operation"
-            );
-            continue;
-        }
-        let Some(expected) = line.get("result") else {
+    for step in golden.steps().unwrap() {
+        let (Some(env), Some(expected)) = (&step.envelope, &step.expected) else {
             continue;
         };
-        let mut env = OperationEnvelope::default();
-        for key in [
-            "operation",
-            "actor_context_ref",
-            "request_id",
-            "work_item_id",
-            "human_approval_id",
-            "idempotency_key",
-        ] {
-            if let Some(v) = line.get(key).and_then(Value::as_str) {
-                let slot = match key {
-                    "operation" => &mut env.operation,
-                    "actor_context_ref" => &mut env.actor_context_ref,
-                    "request_id" => &mut env.request_id,
-                    "work_item_id" => &mut env.work_item_id,
-                    "human_approval_id" => &mut env.human_approval_id,
-                    _ => &mut env.idempotency_key,
-                };
-                *slot = v.to_string();
-            }
-        }
-        env.expected_request_revision = line
-            .get("expected_request_revision")
-            .and_then(Value::as_u64);
-        env.expected_state = line
-            .get("expected_state")
-            .and_then(Value::as_str)
-            .map(str::to_string);
-        env.expected_contract_version = line
-            .get("expected_contract_version")
-            .and_then(Value::as_u64);
-        env.payload = line.get("payload").cloned();
-        let ctx = contexts.get(&env.actor_context_ref);
-        let got = store.execute(ctx, &env, now).await.unwrap();
+        let ctx = golden.contexts.get(&env.actor_context_ref);
+        let got = store.execute(ctx, env, now).await.unwrap();
         let actual = serde_json::to_value(&got).unwrap();
-        for key in ["ok", "outcome", "mutation"] {
-            assert_eq!(actual[key], expected[key], "{step}: {key} ({actual})");
+        if let Err(diffs) = protobot_stores::golden::compare(&step.step, expected, &actual) {
+            panic!("{}\n({actual})", diffs.join("\n"));
         }
-        assert_eq!(
-            actual["error"]["code"], expected["error"]["code"],
-            "{step}: error.code ({actual})"
-        );
-        if let Some(d) = expected.get("decision") {
-            for key in ["outcome", "authority", "operation", "rule_version"] {
-                assert_eq!(actual["decision"][key], d[key], "{step}: decision.{key}");
-            }
-            assert_eq!(
-                actual["decision"]["rejection"]["code"], d["rejection"]["code"],
-                "{step}: decision code"
-            );
-        }
-        assert_fields(step, expected, &actual);
         replayed += 1;
     }
     assert_eq!(

@@ -341,6 +341,17 @@ impl KubeStore {
         now: Option<Timestamp>,
         f: impl Fn(&mut dyn WmsTxn) -> Result<T, StoreError>,
     ) -> Result<T, StoreError> {
+        self.transact_mode(now, crate::trace::Mode::Apply, f).await
+    }
+
+    /// [`KubeStore::transact`]; with [`crate::trace::Mode::DryRun`] the call
+    /// reads what it needs and returns before writing anything.
+    async fn transact_mode<T>(
+        &self,
+        now: Option<Timestamp>,
+        mode: crate::trace::Mode,
+        f: impl Fn(&mut dyn WmsTxn) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
         let mut hint: BTreeSet<ShardId> = BTreeSet::new();
         let mut everything = false;
         for _ in 0..MAX_ATTEMPTS {
@@ -368,6 +379,9 @@ impl KubeStore {
                     }
                 }
             };
+            if mode == crate::trace::Mode::DryRun {
+                return Ok(out);
+            }
             let mut shards = shard::split(&after, &snapshot.shards);
             // Results archived out of an item move into their claims, which
             // must be read before they are rewritten.
@@ -641,6 +655,21 @@ pub fn label_value(project: &str) -> String {
         } else {
             format!("{prefix}-{}", &digest(project)[..16])
         }
+    }
+}
+
+impl crate::trace::TracedStore for KubeStore {
+    async fn execute_traced(
+        &self,
+        ctx: Option<&AuthorizationContext>,
+        env: &OperationEnvelope,
+        now: Timestamp,
+        mode: crate::trace::Mode,
+    ) -> Result<crate::trace::Traced, StoreError> {
+        self.transact_mode(Some(now), mode, |state| {
+            Ok(crate::trace::handle(state, &self.cfg, ctx, env, now, mode))
+        })
+        .await
     }
 }
 

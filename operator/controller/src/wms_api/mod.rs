@@ -1,0 +1,468 @@
+//! The WMS Adapter API over HTTP: every adapter operation and the store reads,
+//! served by the operator so a Drafting Table (or a script) in the cluster
+//! goes through the rules-checked boundary instead of writing CRDs.
+//!
+//! Pipeline per request, only the edges touch the API server:
+//! bearer token → [`gate::authenticate`] (TokenReview; none or refused: 401) →
+//! parse the body ([`wire::WmsRequest`]; unusable: 400) → [`gate::authorize`]
+//! (SubjectAccessReview of the operation's verb; refused: 403) → the Project
+//! (absent: 404) → [`wire::answer`] on the Project's [`KubeStore`] → 200 with
+//! the answer (a rejection is an ordinary answer with its stable code). Nothing
+//! is read from or written to the work store before the Gate allowed the call.
+//! The trusted context is built by [`gate::context`] from the reviewed caller;
+//! nothing in the body can widen it. Every API-server call goes through the
+//! operator's client, so each 4xx is a warning naming verb and object
+//! (`crate::api_errors`).
+//!
+//! Routes (docs/wms-api.md, docs/wms-api.openapi.json):
+//! - `POST /wms/v1/namespaces/{namespace}/projects/{project}/operations?role=<role>[&dryRun=true]`
+//! - `POST /wms/v1/namespaces/{namespace}/projects/{project}/reads`
+//! - `GET /wms/v1/openapi.json`
+
+pub mod gate;
+pub mod openapi;
+pub mod wire;
+
+use std::{net::SocketAddr, sync::Arc};
+
+use axum::{
+    Router,
+    body::Bytes,
+    extract::{Path, State as AxumState},
+    http::{HeaderMap, StatusCode, Uri, header},
+    response::{IntoResponse, Response},
+    routing::{get, post},
+};
+use jiff::Timestamp;
+use kube::{Api, Client};
+use protobot_api::Project;
+use protobot_lifecycle::Role;
+use protobot_stores::{AdapterConfig, KubeStore, Mode};
+use serde::Serialize;
+use tokio::{net::TcpListener, task::JoinHandle};
+
+use self::{
+    gate::{Access, GateError},
+    wire::{RequestError, WmsRequest},
+};
+
+/// Settings of the endpoint.
+#[derive(Clone, Debug)]
+pub struct WmsApiConfig {
+    /// Listen address.
+    pub addr: SocketAddr,
+    /// Token audiences the endpoint accepts (empty: the API server's default audience).
+    pub audiences: Vec<String>,
+    /// The Gate's policy version (recorded on every decision and audit event).
+    pub policy_version: String,
+}
+
+impl WmsApiConfig {
+    /// The endpoint on `addr` with the operator's policy version and the
+    /// audience `protobot-wms`.
+    pub fn new(addr: SocketAddr) -> WmsApiConfig {
+        WmsApiConfig {
+            addr,
+            audiences: vec![DEFAULT_AUDIENCE.to_string()],
+            policy_version: crate::changeset::POLICY_VERSION.to_string(),
+        }
+    }
+}
+
+/// The token audience the chart configures by default.
+pub const DEFAULT_AUDIENCE: &str = "protobot-wms";
+
+/// Why the endpoint could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum WmsApiError {
+    /// Binding the listen address failed.
+    #[error("failed to bind the WMS API to {addr}; pick another --wms-api-addr or free the port")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// Cause.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+#[derive(Clone)]
+struct App {
+    client: Client,
+    cfg: Arc<WmsApiConfig>,
+}
+
+/// The error body of every non-200 answer.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, serde::Deserialize, schemars::JsonSchema)]
+pub struct Problem {
+    /// The HTTP status.
+    pub status: u16,
+    /// `Unauthenticated`, `Forbidden`, `BadRequest`, `NotFound` or `Unavailable`.
+    pub reason: String,
+    /// What went wrong and what to do.
+    pub message: String,
+}
+
+fn json<T: Serialize>(status: StatusCode, body: &T) -> Response {
+    match serde_json::to_vec(body) {
+        Ok(bytes) => (status, [(header::CONTENT_TYPE, "application/json")], bytes).into_response(),
+        Err(e) => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            [(header::CONTENT_TYPE, "text/plain")],
+            format!("failed to encode the answer: {e}"),
+        )
+            .into_response(),
+    }
+}
+
+fn problem(status: StatusCode, reason: &str, message: impl Into<String>) -> Response {
+    let body = Problem {
+        status: status.as_u16(),
+        reason: reason.to_string(),
+        message: message.into(),
+    };
+    let mut response = json(status, &body);
+    if status == StatusCode::UNAUTHORIZED {
+        response.headers_mut().insert(
+            header::WWW_AUTHENTICATE,
+            header::HeaderValue::from_static("Bearer"),
+        );
+    }
+    response
+}
+
+impl IntoResponse for GateError {
+    fn into_response(self) -> Response {
+        match &self {
+            GateError::Unauthenticated(_) => problem(
+                StatusCode::UNAUTHORIZED,
+                "Unauthenticated",
+                self.to_string(),
+            ),
+            GateError::Forbidden { .. } => {
+                problem(StatusCode::FORBIDDEN, "Forbidden", self.to_string())
+            }
+            GateError::Review { .. } => {
+                tracing::error!(error = %crate::wms_api::chain(&self), "the WMS API cannot review callers");
+                problem(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "Unavailable",
+                    self.to_string(),
+                )
+            }
+        }
+    }
+}
+
+fn chain(error: &dyn std::error::Error) -> String {
+    let mut out = error.to_string();
+    let mut source = error.source();
+    while let Some(s) = source {
+        out.push_str(": ");
+        out.push_str(&s.to_string());
+        source = s.source();
+    }
+    out
+}
+
+/// The bearer token of `headers`, if any.
+fn bearer(headers: &HeaderMap) -> Option<&str> {
+    let value = headers.get(header::AUTHORIZATION)?.to_str().ok()?;
+    let (scheme, token) = value.split_once(' ')?;
+    let token = token.trim();
+    (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
+}
+
+/// The query of an operation call.
+#[derive(Debug, PartialEq, Eq)]
+struct OperationQuery {
+    role: Role,
+    mode: Mode,
+}
+
+fn operation_query(uri: &Uri) -> Result<OperationQuery, String> {
+    let mut role = None;
+    let mut mode = Mode::Apply;
+    for pair in uri
+        .query()
+        .unwrap_or_default()
+        .split('&')
+        .filter(|p| !p.is_empty())
+    {
+        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+        match key {
+            "role" => {
+                role = Some(Role::parse(value).ok_or_else(|| {
+                    format!("role `{value}` is not one of human-maintainer, drafting-table, materializer, job-site, reconciler")
+                })?)
+            }
+            "dryRun" => {
+                mode = match value {
+                    "true" | "" => Mode::DryRun,
+                    "false" => Mode::Apply,
+                    other => return Err(format!("dryRun `{other}` is not true or false")),
+                }
+            }
+            other => return Err(format!("query parameter `{other}` is unknown (role, dryRun)")),
+        }
+    }
+    let role = role.ok_or("name the role you act in: ?role=drafting-table (or another role)")?;
+    Ok(OperationQuery { role, mode })
+}
+
+/// The router (exposed for in-process tests and embedding).
+pub fn router(client: Client, cfg: WmsApiConfig) -> Router {
+    Router::new()
+        .route(
+            "/wms/v1/namespaces/{namespace}/projects/{project}/operations",
+            post(operation),
+        )
+        .route(
+            "/wms/v1/namespaces/{namespace}/projects/{project}/reads",
+            post(read),
+        )
+        .route("/wms/v1/openapi.json", get(openapi_document))
+        .with_state(App {
+            client,
+            cfg: Arc::new(cfg),
+        })
+}
+
+async fn openapi_document() -> Response {
+    json(StatusCode::OK, &openapi::document())
+}
+
+/// The adapter settings of Project `namespace/project` (`None`: no such
+/// Project): the Project's lease length and the operator's Materializer
+/// subject, exactly as the in-cluster Job Site opens its store.
+pub async fn project_adapter_config(
+    client: &Client,
+    namespace: &str,
+    project: &str,
+) -> Result<Option<AdapterConfig>, kube::Error> {
+    let projects: Api<Project> = Api::namespaced(client.clone(), namespace);
+    Ok(projects.get_opt(project).await?.map(|p| AdapterConfig {
+        materializer_subject: crate::changeset::MATERIALIZER_SUBJECT.into(),
+        lease_seconds: i64::from(p.spec.lease_duration_seconds),
+    }))
+}
+
+/// The work store of Project `namespace/project` (`None`: no such Project),
+/// configured by [`project_adapter_config`].
+pub async fn project_store(
+    client: &Client,
+    namespace: &str,
+    project: &str,
+) -> Result<Option<KubeStore>, kube::Error> {
+    Ok(project_adapter_config(client, namespace, project)
+        .await?
+        .map(|cfg| KubeStore::new(client.clone(), namespace, project, cfg)))
+}
+
+/// The Project's store, or the answer saying why not.
+async fn store(app: &App, namespace: &str, project: &str) -> Result<KubeStore, Response> {
+    match project_store(&app.client, namespace, project).await {
+        Ok(Some(store)) => Ok(store),
+        Ok(None) => Err(problem(
+            StatusCode::NOT_FOUND,
+            "NotFound",
+            format!("no Project {namespace}/{project}; check the namespace and the Project's name"),
+        )),
+        Err(e) => Err(problem(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "Unavailable",
+            format!("failed to read Project {namespace}/{project}: {e}"),
+        )),
+    }
+}
+
+async fn operation(
+    AxumState(app): AxumState<App>,
+    Path((namespace, project)): Path<(String, String)>,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let Some(token) = bearer(&headers) else {
+        return GateError::Unauthenticated("send `Authorization: Bearer <token>`".into())
+            .into_response();
+    };
+    let caller = match gate::authenticate(&app.client, token, &app.cfg.audiences).await {
+        Ok(c) => c,
+        Err(e) => return e.into_response(),
+    };
+    let query = match operation_query(&uri) {
+        Ok(q) => q,
+        Err(e) => return problem(StatusCode::BAD_REQUEST, "BadRequest", e),
+    };
+    let env = match parse(&body) {
+        Ok(WmsRequest::Operation(env)) => env,
+        Ok(WmsRequest::Read(_)) => {
+            return problem(
+                StatusCode::BAD_REQUEST,
+                "BadRequest",
+                "a store read goes to .../reads, not .../operations",
+            );
+        }
+        Err(e) => return problem(StatusCode::BAD_REQUEST, "BadRequest", e.to_string()),
+    };
+    let access = Access {
+        verb: env.operation.clone(),
+        resource: gate::OPERATIONS,
+        subresource: query.role.as_str().to_string(),
+        namespace: namespace.clone(),
+        project: project.clone(),
+    };
+    if let Err(e) = gate::authorize(&app.client, &caller, &access).await {
+        tracing::info!(user = %caller.username, access = %access.describe(), "WMS API call refused");
+        return e.into_response();
+    }
+    let store = match store(&app, &namespace, &project).await {
+        Ok(s) => s,
+        Err(r) => return r,
+    };
+    let now = Timestamp::now();
+    let ctx = gate::context(
+        &caller,
+        query.role,
+        &project,
+        &env.operation,
+        &app.cfg.policy_version,
+        now,
+    );
+    match wire::operate(&store, &ctx, &env, now, query.mode).await {
+        Ok(answer) => {
+            tracing::info!(
+                user = %caller.username,
+                access = %access.describe(),
+                dry_run = answer.dry_run,
+                code = answer.result.error.as_ref().map(|r| r.code.as_str()).unwrap_or("ok"),
+                audit_events = answer.audit.count,
+                "WMS API call answered"
+            );
+            json(StatusCode::OK, &answer)
+        }
+        Err(e) => problem(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "Unavailable",
+            format!("WMS_UNAVAILABLE: {e}; read first, then retry with the same idempotency key"),
+        ),
+    }
+}
+
+async fn read(
+    AxumState(app): AxumState<App>,
+    Path((namespace, project)): Path<(String, String)>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    let Some(token) = bearer(&headers) else {
+        return GateError::Unauthenticated("send `Authorization: Bearer <token>`".into())
+            .into_response();
+    };
+    let caller = match gate::authenticate(&app.client, token, &app.cfg.audiences).await {
+        Ok(c) => c,
+        Err(e) => return e.into_response(),
+    };
+    let read = match parse(&body) {
+        Ok(WmsRequest::Read(r)) => r,
+        Ok(WmsRequest::Operation(_)) => {
+            return problem(
+                StatusCode::BAD_REQUEST,
+                "BadRequest",
+                "an operation goes to .../operations?role=<role>; a read names `read`",
+            );
+        }
+        Err(e) => return problem(StatusCode::BAD_REQUEST, "BadRequest", e.to_string()),
+    };
+    let access = Access {
+        verb: "get".into(),
+        resource: gate::READS,
+        subresource: read.kind().to_string(),
+        namespace: namespace.clone(),
+        project: project.clone(),
+    };
+    if let Err(e) = gate::authorize(&app.client, &caller, &access).await {
+        tracing::info!(user = %caller.username, access = %access.describe(), "WMS API read refused");
+        return e.into_response();
+    }
+    let store = match store(&app, &namespace, &project).await {
+        Ok(s) => s,
+        Err(r) => return r,
+    };
+    match wire::read(&store, &read).await {
+        Ok(answer) => json(StatusCode::OK, &answer),
+        Err(e) => problem(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "Unavailable",
+            format!("WMS_UNAVAILABLE: {e}"),
+        ),
+    }
+}
+
+fn parse(body: &[u8]) -> Result<WmsRequest, RequestError> {
+    let text = std::str::from_utf8(body).map_err(|e| RequestError::NotJson(e.to_string()))?;
+    WmsRequest::parse(text)
+}
+
+/// Binds `cfg.addr` and serves the endpoint until the task is aborted.
+/// Returns the bound address (useful with port 0) and the server task.
+pub async fn serve(
+    client: Client,
+    cfg: WmsApiConfig,
+) -> Result<(SocketAddr, JoinHandle<()>), WmsApiError> {
+    let addr = cfg.addr;
+    let listener = TcpListener::bind(addr)
+        .await
+        .map_err(|source| WmsApiError::Bind { addr, source })?;
+    let bound = listener
+        .local_addr()
+        .map_err(|source| WmsApiError::Bind { addr, source })?;
+    let app = router(client, cfg);
+    let task = tokio::spawn(async move {
+        if let Err(e) = axum::serve(listener, app).await {
+            tracing::error!(error = %e, "WMS API server stopped");
+        }
+    });
+    tracing::info!(%bound, "WMS API listening");
+    Ok((bound, task))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    #[test]
+    fn only_a_bearer_token_is_a_credential() {
+        let mut h = HeaderMap::new();
+        assert_eq!(bearer(&h), None);
+        h.insert(header::AUTHORIZATION, "Basic abc".parse().unwrap());
+        assert_eq!(bearer(&h), None);
+        h.insert(header::AUTHORIZATION, "Bearer ".parse().unwrap());
+        assert_eq!(bearer(&h), None);
+        h.insert(header::AUTHORIZATION, "bearer tok".parse().unwrap());
+        assert_eq!(bearer(&h), Some("tok"));
+    }
+
+    #[test]
+    fn the_query_names_a_known_role_and_an_optional_dry_run() {
+        let q = |s: &str| operation_query(&s.parse::<Uri>().unwrap());
+        assert_eq!(
+            q("/x?role=drafting-table&dryRun=true"),
+            Ok(OperationQuery {
+                role: Role::DraftingTable,
+                mode: Mode::DryRun
+            })
+        );
+        assert_eq!(q("/x?role=job-site").map(|q| q.mode), Ok(Mode::Apply));
+        assert!(q("/x").is_err(), "a role is required");
+        assert!(q("/x?role=admin").is_err());
+        assert!(q("/x?role=job-site&dryRun=maybe").is_err());
+        assert!(
+            q("/x?role=job-site&subject=root").is_err(),
+            "no identity in the query"
+        );
+    }
+}
