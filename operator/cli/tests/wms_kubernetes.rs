@@ -2,7 +2,7 @@
 //! The upstream drafting-table golden fixture replayed line for line through
 //! `protobot wms --store kubernetes:NAMESPACE/PROJECT` against a real
 //! kube-apiserver (`scripts/kube-test-env up`; KUBECONFIG with rights on the
-//! protobot.dev CRDs, which must be installed: `kubectl apply -f crds/`).
+//! protobot.dev CRDs, installed from `crds/` by `protobot_e2e::real::prepare`).
 //! Skipped without KUBECONFIG unless `PROTOBOT_E2E_REQUIRE_CLUSTER=1`. Runs in
 //! its own namespace, deleted afterwards unless `PROTOBOT_E2E_KEEP=1`.
 
@@ -70,6 +70,11 @@ async fn drafting_table_wms_golden_replays_line_for_line_through_the_binary_on_k
     let client = Client::try_default()
         .await
         .expect("KUBECONFIG names a reachable cluster");
+    // The CRDs (and the chart's RBAC), as every real-apiserver scenario installs them: CI's
+    // control plane is fresh, and this test may run first.
+    protobot_e2e::real::prepare(&client)
+        .await
+        .unwrap_or_else(|e| panic!("preparing the cluster: {e}"));
     let nanos = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.subsec_nanos())
@@ -98,7 +103,7 @@ async fn drafting_table_wms_golden_replays_line_for_line_through_the_binary_on_k
     projects
         .create(&PostParams::default(), &project)
         .await
-        .expect("the protobot.dev CRDs are installed (kubectl apply -f crds/)");
+        .expect("create the fixture's Project");
     let store = KubeStore::new(
         client.clone(),
         &ns,
