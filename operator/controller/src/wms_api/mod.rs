@@ -276,6 +276,19 @@ async fn store(app: &App, namespace: &str, project: &str) -> Result<KubeStore, R
     }
 }
 
+/// The caller named by the request's bearer token (TokenReview), or the 401 to answer.
+async fn authenticated(app: &App, headers: &HeaderMap) -> Result<gate::Caller, Response> {
+    let Some(token) = bearer(headers) else {
+        return Err(
+            GateError::Unauthenticated("send `Authorization: Bearer <token>`".into())
+                .into_response(),
+        );
+    };
+    gate::authenticate(&app.client, token, &app.cfg.audiences)
+        .await
+        .map_err(IntoResponse::into_response)
+}
+
 async fn operation(
     AxumState(app): AxumState<App>,
     Path((namespace, project)): Path<(String, String)>,
@@ -283,13 +296,9 @@ async fn operation(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let Some(token) = bearer(&headers) else {
-        return GateError::Unauthenticated("send `Authorization: Bearer <token>`".into())
-            .into_response();
-    };
-    let caller = match gate::authenticate(&app.client, token, &app.cfg.audiences).await {
+    let caller = match authenticated(&app, &headers).await {
         Ok(c) => c,
-        Err(e) => return e.into_response(),
+        Err(refused) => return refused,
     };
     let query = match operation_query(&uri) {
         Ok(q) => q,
@@ -356,13 +365,9 @@ async fn read(
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let Some(token) = bearer(&headers) else {
-        return GateError::Unauthenticated("send `Authorization: Bearer <token>`".into())
-            .into_response();
-    };
-    let caller = match gate::authenticate(&app.client, token, &app.cfg.audiences).await {
+    let caller = match authenticated(&app, &headers).await {
         Ok(c) => c,
-        Err(e) => return e.into_response(),
+        Err(refused) => return refused,
     };
     let read = match parse(&body) {
         Ok(WmsRequest::Read(r)) => r,
