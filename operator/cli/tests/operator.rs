@@ -8,7 +8,10 @@ use std::{
     time::Duration,
 };
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+#[path = "support/admin_http.rs"]
+mod admin_http;
+
+use admin_http::get;
 
 struct Killed(Child);
 
@@ -17,19 +20,6 @@ impl Drop for Killed {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
-}
-
-async fn get(addr: &str, path: &str) -> Option<(u16, String)> {
-    let mut stream = tokio::net::TcpStream::connect(addr).await.ok()?;
-    let req = format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
-    stream.write_all(req.as_bytes()).await.ok()?;
-    let mut buf = String::new();
-    stream.read_to_string(&mut buf).await.ok()?;
-    let status = buf.split_whitespace().nth(1)?.parse().ok()?;
-    Some((
-        status,
-        buf.split("\r\n\r\n").nth(1).unwrap_or("").to_string(),
-    ))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

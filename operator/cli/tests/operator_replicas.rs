@@ -28,7 +28,10 @@ use protobot_api::{BuildWorkItem, ChangeSet, LifecycleState, Project};
 use protobot_e2e::Cluster;
 use protobot_jobsite::example::{INTEGRATION, WORKER_A, WORKER_B, author};
 use serde_json::json;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+#[path = "support/admin_http.rs"]
+mod admin_http;
+
+use admin_http::get;
 
 /// How long the building replica gets on SIGTERM (`--shutdown-grace-seconds`).
 const GRACE: Duration = Duration::from_secs(10);
@@ -101,19 +104,6 @@ fn start_replica(
         .spawn()
         .unwrap();
     Replica { child, admin, log }
-}
-
-async fn get(addr: &str, path: &str) -> Option<(u16, String)> {
-    let mut stream = tokio::net::TcpStream::connect(addr).await.ok()?;
-    let req = format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
-    stream.write_all(req.as_bytes()).await.ok()?;
-    let mut buf = String::new();
-    stream.read_to_string(&mut buf).await.ok()?;
-    let status = buf.split_whitespace().nth(1)?.parse().ok()?;
-    Some((
-        status,
-        buf.split("\r\n\r\n").nth(1).unwrap_or("").to_string(),
-    ))
 }
 
 async fn until_ready(replica: &Replica) {
