@@ -79,7 +79,12 @@ enum Command {
 #[derive(Debug, Subcommand)]
 enum RulesCommand {
     /// Evaluate one lifecycle command read as JSON from stdin and print the result.
-    Evaluate,
+    Evaluate {
+        /// Also print the audit events the command produces (`"audit": {"count", "events"}`,
+        /// each with its subject and authorized human subject).
+        #[arg(long)]
+        with_audit: bool,
+    },
 }
 
 /// Invoked as `ears-manager` (a link to this binary): the spec store CLI,
@@ -141,8 +146,8 @@ fn main() -> ExitCode {
             }
         }
         Command::Rules {
-            command: RulesCommand::Evaluate,
-        } => rules::run_evaluate(),
+            command: RulesCommand::Evaluate { with_audit },
+        } => rules::run_evaluate(with_audit),
         Command::Projection {
             command: repo::ProjectionCommand::Export(args),
         } => repo::export(args),

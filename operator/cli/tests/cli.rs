@@ -69,9 +69,14 @@ fn crd_write_failure_exits_1_with_one_line_naming_the_path() {
 }
 
 fn rules_evaluate(stdin: &str) -> Output {
+    rules_evaluate_with(&[], stdin)
+}
+
+fn rules_evaluate_with(flags: &[&str], stdin: &str) -> Output {
     use std::io::Write;
     let mut child = Command::new(env!("CARGO_BIN_EXE_protobot"))
         .args(["rules", "evaluate"])
+        .args(flags)
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
@@ -92,6 +97,32 @@ fn example_claim() -> String {
         "/../../examples/rules/claim.json"
     );
     std::fs::read_to_string(path).unwrap()
+}
+
+#[test]
+fn rules_evaluate_with_audit_prints_the_events_the_command_produces() {
+    let output = rules_evaluate_with(&["--with-audit"], &example_claim());
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let out: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let example: serde_json::Value = serde_json::from_str(&example_claim()).unwrap();
+    assert_eq!(out["result"]["ok"], true, "{out}");
+    assert_eq!(out["audit"]["count"], 1, "{out}");
+    let event = &out["audit"]["events"][0];
+    assert_eq!(event["operation"], "claim");
+    assert_eq!(
+        event["subject"], example["context"]["subject"],
+        "the trusted actor"
+    );
+    assert_eq!(event["outcome"], "allowed");
+    // Without the flag the answer is as before.
+    let plain: serde_json::Value =
+        serde_json::from_slice(&rules_evaluate(&example_claim()).stdout).unwrap();
+    assert!(plain.get("audit").is_none());
+    assert_eq!(plain["result"], out["result"]);
 }
 
 #[test]

@@ -131,6 +131,7 @@ impl ApprovalRecord {
 }
 
 /// A durable blocked-work resolution submission.
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct Submission {

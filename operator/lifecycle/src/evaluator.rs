@@ -56,7 +56,10 @@ use crate::{
         Mutation, OperationEnvelope, Rejection, ReservationSummary, ResultEnvelope, StateVersion,
     },
     fingerprint,
-    record::{CHANGE_TYPES, Dependency, Lease, Readiness, Reconciliation, WorkItemRecord},
+    record::{
+        CHANGE_TYPES, Dependency, Lease, MergeEnvelope, NamedRef, Readiness, Reconciliation,
+        WorkItemRecord,
+    },
     ruleset::{Destination, RULE_VERSION, Ruleset, TransitionRule},
     vocab::{Code, Command, Operation, Retry, Role, State},
 };
@@ -206,30 +209,34 @@ impl Prepared {
         }
     }
 
-    /// Payload refs for the ref-subset check (§3 item 7).
-    pub fn payload_refs(&self, role: Option<Role>) -> Vec<String> {
-        let mut refs = match self.command {
+    /// Payload refs for the ref-subset check (§3 item 7), with the fields
+    /// that name them (a Gate that grants refs one by one needs the field).
+    pub fn named_payload_refs(&self, role: Option<Role>) -> Vec<NamedRef> {
+        let envelope = match self.command {
             Command::Materialize => self
                 .payload
                 .work_item
                 .as_ref()
-                .and_then(|w| w.expected_merge.as_ref())
-                .map(|m| m.refs())
-                .unwrap_or_default(),
-            Command::BeginMerge => self
-                .payload
-                .merge_envelope
-                .as_ref()
-                .map(|m| m.refs())
-                .unwrap_or_default(),
-            Command::RecordMerge if role != Some(Role::Reconciler) => self
-                .payload
-                .merge_envelope
-                .as_ref()
-                .map(|m| m.refs())
-                .unwrap_or_default(),
-            _ => Vec::new(),
+                .and_then(|w| w.expected_merge.as_ref()),
+            Command::BeginMerge => self.payload.merge_envelope.as_ref(),
+            Command::RecordMerge if role != Some(Role::Reconciler) => {
+                self.payload.merge_envelope.as_ref()
+            }
+            _ => None,
         };
+        let mut refs = envelope.map(MergeEnvelope::named_refs).unwrap_or_default();
+        refs.sort();
+        refs.dedup();
+        refs
+    }
+
+    /// Payload refs for the ref-subset check (§3 item 7).
+    pub fn payload_refs(&self, role: Option<Role>) -> Vec<String> {
+        let mut refs: Vec<String> = self
+            .named_payload_refs(role)
+            .into_iter()
+            .map(|r| r.name)
+            .collect();
         refs.sort();
         refs.dedup();
         refs

@@ -88,6 +88,42 @@ fn one_line(s: &str) -> String {
 
 /// Evaluates one input document (see the module docs).
 pub fn evaluate_document(text: &str) -> Result<Value, InputError> {
+    Ok(evaluate_input(text)?.to_json(false))
+}
+
+/// [`evaluate_document`], with the audit events the command produced:
+/// `"audit": {"count": n, "events": [...]}` (each event with its subject and
+/// authorized human subject), the shape `protobot wms` answers with. A
+/// rejection or a read produces none; an accepted mutation exactly one.
+pub fn evaluate_document_with_audit(text: &str) -> Result<Value, InputError> {
+    Ok(evaluate_input(text)?.to_json(true))
+}
+
+/// One evaluated document, typed.
+struct Evaluated {
+    evaluation: crate::Evaluation,
+    /// The record after the command (unchanged: the input record).
+    after: Option<WorkItemRecord>,
+}
+
+impl Evaluated {
+    fn to_json(&self, with_audit: bool) -> Value {
+        // `idempotency` is the entry a store would freeze under the key (null when
+        // nothing is recorded); feed it back in `idempotency` to see a replay.
+        let mut out = json!({
+            "result": self.evaluation.result,
+            "record": self.after,
+            "idempotency": self.evaluation.effects.idempotency,
+        });
+        if with_audit {
+            let events: Vec<&crate::AuditEvent> = self.evaluation.effects.audit.iter().collect();
+            out["audit"] = json!({"count": events.len(), "events": events});
+        }
+        out
+    }
+}
+
+fn evaluate_input(text: &str) -> Result<Evaluated, InputError> {
     let doc: Value = crate::strict::parse_document(text)
         .map_err(|e| InputError::NotAnObject(one_line(&e.to_string())))?;
     let Value::Object(map) = doc else {
@@ -165,16 +201,37 @@ pub fn evaluate_document(text: &str) -> Result<Value, InputError> {
         lease_seconds,
         next_fencing_token,
     };
-    let out = evaluate(rules, &operation, &context, &inputs);
-    let after = out.effects.record.or(record);
-    // `idempotency` is the entry a store would freeze under the key (null when
-    // nothing is recorded); feed it back in `idempotency` to see a replay.
-    Ok(json!({ "result": out.result, "record": after, "idempotency": out.effects.idempotency }))
+    let evaluation = evaluate(rules, &operation, &context, &inputs);
+    let after = evaluation.effects.record.clone().or(record);
+    Ok(Evaluated { evaluation, after })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn with_audit_an_accepted_command_carries_its_one_event_and_a_rejection_none() {
+        let out = evaluate_document_with_audit(&input(json!({}))).unwrap();
+        assert_eq!(out["result"]["ok"], true, "{out}");
+        assert_eq!(out["audit"]["count"], 1, "{out}");
+        let event = &out["audit"]["events"][0];
+        assert_eq!(event["operation"], "claim");
+        assert_eq!(event["subject"], "job-site-a", "the trusted subject: {out}");
+        assert!(
+            event["authorized_human_subject"]
+                .as_str()
+                .unwrap_or("")
+                .is_empty(),
+            "a claim has no human subject: {event}"
+        );
+        let plain = evaluate_document(&input(json!({}))).unwrap();
+        assert!(plain.get("audit").is_none(), "only asked for");
+        let late =
+            evaluate_document_with_audit(&input(json!({"now": "2026-09-20T12:00:00Z"}))).unwrap();
+        assert_eq!(late["result"]["ok"], false, "{late}");
+        assert_eq!(late["audit"], json!({"count": 0, "events": []}));
+    }
 
     fn input(extra: Value) -> String {
         let mut doc = json!({

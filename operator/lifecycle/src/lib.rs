@@ -29,8 +29,8 @@ pub use evaluator::{
     evaluate_prepared, prepare,
 };
 pub use record::{
-    ATTEMPTS_KEPT, AttemptRecord, BUILD_BRANCH_SLUG, Dependency, Lease, MergeEnvelope, Readiness,
-    Reconciliation, SourceContract, WorkItemRecord, integration_branch,
+    ATTEMPTS_KEPT, AttemptRecord, BUILD_BRANCH_SLUG, Dependency, Lease, MergeEnvelope, NamedRef,
+    Readiness, Reconciliation, RefField, SourceContract, WorkItemRecord, integration_branch,
 };
 pub use ruleset::{RULE_VERSION, Ruleset};
 pub use vocab::{Code, Command, Operation, Retry, Role, State};

@@ -10,6 +10,7 @@ use crate::vocab::State;
 pub const CHANGE_TYPES: [&str; 3] = ["undefined", "changes", "contradicts"];
 
 /// An execution lease. Lease time comes from the trusted evaluation clock only.
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Lease {
@@ -19,6 +20,7 @@ pub struct Lease {
     pub fencing_token: String,
     /// The lease is live while `now < expires_at`.
     #[serde(with = "crate::strict::timestamp")]
+    #[cfg_attr(feature = "schemars", schemars(with = "String"))]
     pub expires_at: Timestamp,
 }
 
@@ -30,6 +32,7 @@ impl Lease {
 }
 
 /// A build-work dependency with its state as the WMS observed it.
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Dependency {
@@ -46,6 +49,7 @@ fn initial_state() -> State {
 }
 
 /// Readiness flags: five contract-level flags, two blocker flags and open reasons.
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Readiness {
@@ -115,6 +119,7 @@ impl Readiness {
 }
 
 /// The tested-candidate merge envelope.
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct MergeEnvelope {
@@ -132,19 +137,61 @@ pub struct MergeEnvelope {
     pub merge_commit: String,
 }
 
+/// The field of a merge envelope that names a ref (§3 item 7).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum RefField {
+    /// `target`: the branch the merge lands on.
+    Target,
+    /// `integration_head`: the tested integration commit.
+    IntegrationHead,
+    /// `merge_commit`: the merge commit.
+    MergeCommit,
+    /// `inspection_run_id`: the sealed inspection run.
+    InspectionRunId,
+}
+
+impl RefField {
+    /// The field's name in the envelope.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RefField::Target => "target",
+            RefField::IntegrationHead => "integration_head",
+            RefField::MergeCommit => "merge_commit",
+            RefField::InspectionRunId => "inspection_run_id",
+        }
+    }
+}
+
+/// One ref a payload names, with the field that names it.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct NamedRef {
+    /// The field.
+    pub field: RefField,
+    /// The ref as written.
+    pub name: String,
+}
+
 impl MergeEnvelope {
-    /// Non-empty refs this envelope names, for the ref-subset check (§3.7).
-    pub fn refs(&self) -> Vec<String> {
+    /// Non-empty refs this envelope names, with their fields.
+    pub fn named_refs(&self) -> Vec<NamedRef> {
         [
-            &self.target,
-            &self.integration_head,
-            &self.merge_commit,
-            &self.inspection_run_id,
+            (RefField::Target, &self.target),
+            (RefField::IntegrationHead, &self.integration_head),
+            (RefField::MergeCommit, &self.merge_commit),
+            (RefField::InspectionRunId, &self.inspection_run_id),
         ]
         .into_iter()
-        .filter(|s| !s.is_empty())
-        .cloned()
+        .filter(|(_, name)| !name.is_empty())
+        .map(|(field, name)| NamedRef {
+            field,
+            name: name.clone(),
+        })
         .collect()
+    }
+
+    /// Non-empty refs this envelope names, for the ref-subset check (§3.7).
+    pub fn refs(&self) -> Vec<String> {
+        self.named_refs().into_iter().map(|r| r.name).collect()
     }
 
     /// Whether it asserts any tested-candidate field beyond `target`.
@@ -158,6 +205,7 @@ impl MergeEnvelope {
 }
 
 /// Reconciliation evidence, written only by trusted WMS/Git observation.
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Reconciliation {
@@ -171,6 +219,7 @@ pub struct Reconciliation {
 }
 
 /// The work-item record (§4.1).
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct WorkItemRecord {
@@ -240,6 +289,7 @@ pub struct WorkItemRecord {
         skip_serializing_if = "Option::is_none",
         with = "crate::strict::timestamp_option"
     )]
+    #[cfg_attr(feature = "schemars", schemars(with = "Option<String>"))]
     pub state_since: Option<Timestamp>,
 }
 
@@ -256,6 +306,7 @@ pub fn integration_branch(work_item_id: &str) -> String {
 pub const ATTEMPTS_KEPT: usize = 32;
 
 /// One finished build or inspection attempt of a work item.
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AttemptRecord {
@@ -277,9 +328,11 @@ pub struct AttemptRecord {
         skip_serializing_if = "Option::is_none",
         with = "crate::strict::timestamp_option"
     )]
+    #[cfg_attr(feature = "schemars", schemars(with = "Option<String>"))]
     pub started_at: Option<Timestamp>,
     /// When the attempt ended (trusted clock).
     #[serde(with = "crate::strict::timestamp")]
+    #[cfg_attr(feature = "schemars", schemars(with = "String"))]
     pub finished_at: Timestamp,
 }
 

@@ -35,6 +35,8 @@ mod queries;
 mod requests;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
+#[cfg(feature = "golden")]
+pub mod tour;
 pub mod trace;
 pub mod txn;
 
@@ -175,7 +177,11 @@ pub trait WorkStore: Send + Sync {
         inspection_run_id: &str,
     ) -> impl Future<Output = Result<Vec<FindingRecord>, StoreError>> + Send;
 
-    /// The audit log.
+    /// The audit log: every event once, in order within each work item. The
+    /// Kubernetes store reads events item by item and keeps an event without
+    /// a work item (request operations) with its idempotency key, so across
+    /// items, and among events without an item, its order is by name rather
+    /// than by time; the memory and SQLite stores keep one timeline.
     fn audit_events(&self) -> impl Future<Output = Result<Vec<AuditEvent>, StoreError>> + Send;
 
     /// One approval.

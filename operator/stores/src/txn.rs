@@ -14,6 +14,7 @@ use protobot_lifecycle::{
 use serde::{Deserialize, Serialize};
 
 /// A Drafting Table request (§14).
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct RequestRecord {
@@ -48,6 +49,7 @@ pub struct RequestRecord {
 }
 
 /// A relationship between two requests.
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Relationship {
@@ -73,6 +75,7 @@ pub struct ChangeSetRecord {
 }
 
 /// One finding in the ledger.
+#[cfg_attr(feature = "schemars", derive(schemars::JsonSchema))]
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct FindingRecord {

@@ -22,7 +22,7 @@ use k8s_openapi::api::{
     authorization::v1::{ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec},
 };
 use kube::{Api, Client, api::PostParams};
-use protobot_lifecycle::{AuthorizationContext, Role};
+use protobot_lifecycle::{AuthorizationContext, NamedRef, RefField, Role};
 
 /// The API group of the authorization resources.
 pub const GROUP: &str = "protobot.dev";
@@ -30,6 +30,18 @@ pub const GROUP: &str = "protobot.dev";
 pub const OPERATIONS: &str = "wmsoperations";
 /// The resource whose subresources are the store reads (verb `get`).
 pub const READS: &str = "wmsreads";
+/// The resource whose subresource is the Project and whose names are the refs
+/// a payload may name (verbs [`ref_verb`]).
+pub const REFS: &str = "wmsrefs";
+
+/// The verb a ref named in `field` is reviewed with.
+pub fn ref_verb(field: RefField) -> &'static str {
+    match field {
+        RefField::Target => "target",
+        RefField::IntegrationHead | RefField::MergeCommit => "commit",
+        RefField::InspectionRunId => "inspection-run",
+    }
+}
 
 /// A caller the API server authenticated.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -47,24 +59,57 @@ pub struct Caller {
 /// What the caller asks to do, as the SubjectAccessReview checks it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Access {
-    /// The verb (an operation name, or `get`).
+    /// The verb (an operation name, `get`, or a [`ref_verb`]).
     pub verb: String,
-    /// `wmsoperations` or `wmsreads`.
+    /// [`OPERATIONS`], [`READS`] or [`REFS`].
     pub resource: &'static str,
-    /// The role (operations) or the read kind (reads).
+    /// The role (operations), the read kind (reads) or the Project (refs).
     pub subresource: String,
     /// The Project's namespace.
     pub namespace: String,
-    /// The Project's name.
-    pub project: String,
+    /// The object's name: the Project (operations, reads) or the ref (refs).
+    pub name: String,
 }
 
 impl Access {
-    /// `verb resource/subresource namespace/project`, for logs and refusals.
+    /// Operation `operation` in `role` on Project `namespace/project`.
+    pub fn operation(operation: &str, role: Role, namespace: &str, project: &str) -> Access {
+        Access {
+            verb: operation.to_string(),
+            resource: OPERATIONS,
+            subresource: role.as_str().to_string(),
+            namespace: namespace.to_string(),
+            name: project.to_string(),
+        }
+    }
+
+    /// Store read `kind` on Project `namespace/project`.
+    pub fn read(kind: &str, namespace: &str, project: &str) -> Access {
+        Access {
+            verb: "get".to_string(),
+            resource: READS,
+            subresource: kind.to_string(),
+            namespace: namespace.to_string(),
+            name: project.to_string(),
+        }
+    }
+
+    /// Naming `named` in a payload for Project `namespace/project`.
+    pub fn reference(named: &NamedRef, namespace: &str, project: &str) -> Access {
+        Access {
+            verb: ref_verb(named.field).to_string(),
+            resource: REFS,
+            subresource: project.to_string(),
+            namespace: namespace.to_string(),
+            name: named.name.clone(),
+        }
+    }
+
+    /// `verb resource/subresource namespace/name`, for logs and refusals.
     pub fn describe(&self) -> String {
         format!(
             "{} {}.{GROUP}/{} {}/{}",
-            self.verb, self.resource, self.subresource, self.namespace, self.project
+            self.verb, self.resource, self.subresource, self.namespace, self.name
         )
     }
 }
@@ -153,7 +198,7 @@ pub async fn authorize(client: &Client, caller: &Caller, access: &Access) -> Res
                 subresource: Some(access.subresource.clone()),
                 verb: Some(access.verb.clone()),
                 namespace: Some(access.namespace.clone()),
-                name: Some(access.project.clone()),
+                name: Some(access.name.clone()),
                 ..ResourceAttributes::default()
             }),
             ..SubjectAccessReviewSpec::default()
@@ -184,15 +229,23 @@ pub const CONTEXT_TTL: SignedDuration = SignedDuration::from_secs(60);
 
 /// The trusted context for an authorized call: the authenticated user is the
 /// subject, the reviewed role the role; the only granted action is the one
-/// the SubjectAccessReview allowed, the only ref the Project's.
+/// the SubjectAccessReview allowed, the only refs the Project's and the
+/// payload refs each reviewed on its own (`refs`).
 pub fn context(
     caller: &Caller,
     role: Role,
     project: &str,
     operation: &str,
+    refs: &[NamedRef],
     policy_version: &str,
     now: Timestamp,
 ) -> AuthorizationContext {
+    let mut allowed_refs = vec![format!("project:{project}")];
+    for r in refs {
+        if !allowed_refs.contains(&r.name) {
+            allowed_refs.push(r.name.clone());
+        }
+    }
     AuthorizationContext {
         subject: caller.username.clone(),
         role: role.as_str().to_string(),
@@ -200,7 +253,7 @@ pub fn context(
         work_item_id: None,
         change_set_id: None,
         allowed_actions: vec![operation.to_string()],
-        allowed_refs: vec![format!("project:{project}")],
+        allowed_refs,
         expires_at: now.checked_add(CONTEXT_TTL).ok(),
         policy_version: policy_version.to_string(),
     }
@@ -226,6 +279,7 @@ mod tests {
             Role::DraftingTable,
             "shop",
             "request.create",
+            &[],
             "p/v1",
             now,
         );
@@ -246,16 +300,68 @@ mod tests {
 
     #[test]
     fn access_describes_verb_resource_and_object() {
-        let a = Access {
-            verb: "claim".into(),
-            resource: OPERATIONS,
-            subresource: "job-site".into(),
-            namespace: "ns".into(),
-            project: "p".into(),
-        };
+        let a = Access::operation("claim", Role::JobSite, "ns", "p");
         assert_eq!(
             a.describe(),
             "claim wmsoperations.protobot.dev/job-site ns/p"
+        );
+        assert_eq!(
+            Access::read("findings", "ns", "p").describe(),
+            "get wmsreads.protobot.dev/findings ns/p"
+        );
+    }
+
+    fn named(field: RefField, name: &str) -> NamedRef {
+        NamedRef {
+            field,
+            name: name.into(),
+        }
+    }
+
+    #[test]
+    fn each_payload_ref_is_reviewed_by_name_with_its_fields_verb_and_then_granted() {
+        let target = Access::reference(&named(RefField::Target, "main"), "ns", "shop");
+        assert_eq!(
+            target.describe(),
+            "target wmsrefs.protobot.dev/shop ns/main"
+        );
+        for (field, verb) in [
+            (RefField::IntegrationHead, "commit"),
+            (RefField::MergeCommit, "commit"),
+            (RefField::InspectionRunId, "inspection-run"),
+        ] {
+            let a = Access::reference(&named(field, "x"), "ns", "shop");
+            assert_eq!(
+                (a.verb.as_str(), a.resource, a.name.as_str()),
+                (verb, REFS, "x")
+            );
+        }
+        let caller = Caller {
+            username: "system:serviceaccount:ns:job-site".into(),
+            uid: String::new(),
+            groups: vec![],
+            extra: BTreeMap::new(),
+        };
+        let now: Timestamp = "2026-12-01T00:00:00Z".parse().unwrap();
+        let refs = [
+            named(RefField::Target, "main"),
+            named(RefField::IntegrationHead, "abc"),
+            named(RefField::MergeCommit, "abc"),
+        ];
+        let ctx = context(
+            &caller,
+            Role::JobSite,
+            "shop",
+            "record-merge",
+            &refs,
+            "p/v1",
+            now,
+        );
+        assert_eq!(ctx.allowed_refs, ["project:shop", "main", "abc"]);
+        assert!(ctx.check_refs(&["main".into(), "abc".into()]).is_ok());
+        assert!(
+            ctx.check_refs(&["run-1".into()]).is_err(),
+            "a ref that was not reviewed is not granted"
         );
     }
 }

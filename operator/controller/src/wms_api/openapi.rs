@@ -35,7 +35,7 @@ pub fn document() -> Value {
         "info": {
             "title": "protobot WMS Adapter API",
             "version": "v1",
-            "description": "Every operation of the WMS Adapter API (contracts/lifecycle.md), evaluated by validation-rules/v1 on the Project's Kubernetes work store. The caller authenticates with a Kubernetes bearer token (TokenReview); each operation is authorized by a SubjectAccessReview of verb = operation name on resource wmsoperations/<role> in group protobot.dev, named after the Project; a store read by verb get on wmsreads/<kind>. The trusted authorization context is built from the reviewed caller, never from the request. A rejection is an ordinary 200 answer with its stable code. See docs/wms-api.md."
+            "description": "Every operation of the WMS Adapter API (contracts/lifecycle.md), evaluated by validation-rules/v1 on the Project's Kubernetes work store. The caller authenticates with a Kubernetes bearer token (TokenReview); each operation is authorized by a SubjectAccessReview of verb = operation name on resource wmsoperations/<role> in group protobot.dev, named after the Project; each ref a payload names (a merge envelope's target, integration head, merge commit and inspection run) by verb target, commit or inspection-run on wmsrefs/<project>, named after the ref; a store read by verb get on wmsreads/<kind>. The trusted authorization context is built from the reviewed caller, never from the request. A rejection is an ordinary 200 answer with its stable code. See docs/wms-api.md."
         },
         "security": [{"bearer": []}],
         "paths": {
@@ -56,7 +56,7 @@ pub fn document() -> Value {
                                 "content": {"application/json": {"schema": operation_answer}}},
                         "400": problem_response("The body is not one operation envelope, or the query names no known role."),
                         "401": problem_response("No bearer token, or the API server did not authenticate it. Nothing was read or written."),
-                        "403": problem_response("The caller may not perform this operation in this role on this Project. Nothing was read or written."),
+                        "403": problem_response("The caller may not perform this operation in this role on this Project, or may not name one of the payload's refs. Nothing was read or written."),
                         "404": problem_response("No such Project."),
                         "503": problem_response("The work store or the API server's reviews are unavailable (WMS_UNAVAILABLE): read first, then retry with the same idempotency key.")
                     }
@@ -133,6 +133,10 @@ mod tests {
             "AuditEvent",
             "StoreRead",
             "ReadAnswer",
+            "WorkItemRecord",
+            "RequestRecord",
+            "Submission",
+            "FindingRecord",
             "Problem",
             "Code",
         ] {

@@ -182,7 +182,7 @@ pub struct OperationAnswer {
 }
 
 /// What a store read found.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, schemars::JsonSchema)]
 #[serde(untagged)]
 pub enum ReadValue {
     /// A work-item record, if it exists.
@@ -206,7 +206,6 @@ pub struct ReadAnswer {
     pub found: bool,
     /// The object (null when not found): the §4.1 work-item record, the §14
     /// request record, the §12 submission, a list of findings or of audit events.
-    #[schemars(with = "Value")]
     pub value: ReadValue,
 }
 
