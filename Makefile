@@ -123,6 +123,8 @@ lint-helm: ## helm lint --strict the chart and render it with every optional par
 	@! $(HELM) lint --strict charts/protobot --set replicaCount=two > /dev/null 2>&1 || { echo "values.schema.json accepted replicaCount=two" >&2; exit 1; }
 	$(HELM) template protobot charts/protobot --set jobSite.enabled=false > /dev/null
 	$(HELM) template protobot charts/protobot --set wmsApi.enabled=true --set networkPolicy.enabled=true > /dev/null
+	$(HELM) template protobot charts/protobot --set wmsApi.enabled=true --set wmsApi.tls.secretName=wms-api-tls \
+	  | grep -q -- '--wms-api-tls-cert=/etc/protobot/wms-api-tls/tls.crt' || { echo "wmsApi.tls.secretName did not reach the operator's arguments" >&2; exit 1; }
 	$(HELM) template protobot charts/protobot --set egressProxy.enabled=true \
 	  --set egressProxy.credentialsSecret=egress-credentials \
 	  --set egressProxy.sessionSecret=egress-session > /dev/null

@@ -27,6 +27,13 @@ pub struct OperatorArgs {
     /// not accepted here, nor one for here by the API server.
     #[arg(long = "wms-api-audience", default_value = protobot_controller::wms_api::DEFAULT_AUDIENCE)]
     pub wms_api_audiences: Vec<String>,
+    /// Serve the WMS API over HTTPS with this PEM certificate chain (with
+    /// `--wms-api-tls-key`); re-read when the file changes. Absent: plain HTTP.
+    #[arg(long, requires = "wms_api_tls_key", requires = "wms_api_addr")]
+    pub wms_api_tls_cert: Option<PathBuf>,
+    /// The PEM private key of `--wms-api-tls-cert`.
+    #[arg(long, requires = "wms_api_tls_cert")]
+    pub wms_api_tls_key: Option<PathBuf>,
     /// Log filter (tracing `EnvFilter` syntax); `RUST_LOG` wins when set.
     #[arg(long, default_value = "info")]
     pub log: String,
@@ -250,6 +257,9 @@ pub fn operator(args: OperatorArgs) -> ExitCode {
                 },
                 args.wms_api_addr.map(|addr| protobot_controller::wms_api::WmsApiConfig {
                     audiences: args.wms_api_audiences.clone(),
+                    tls: args.wms_api_tls_cert.clone().zip(args.wms_api_tls_key.clone()).map(
+                        |(cert, key)| protobot_controller::wms_api::tls::TlsFiles { cert, key },
+                    ),
                     ..protobot_controller::wms_api::WmsApiConfig::new(addr)
                 }),
             );

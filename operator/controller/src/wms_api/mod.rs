@@ -22,6 +22,7 @@
 
 pub mod gate;
 pub mod openapi;
+pub mod tls;
 pub mod wire;
 
 use std::{net::SocketAddr, sync::Arc};
@@ -58,6 +59,8 @@ pub struct WmsApiConfig {
     pub policy_version: String,
     /// The time decisions are taken at.
     pub clock: Clock,
+    /// Serve HTTPS with this certificate (re-read when it changes); `None`: plain HTTP.
+    pub tls: Option<tls::TlsFiles>,
 }
 
 /// The time the endpoint decides at.
@@ -89,6 +92,7 @@ impl WmsApiConfig {
             audiences: vec![DEFAULT_AUDIENCE.to_string()],
             policy_version: crate::changeset::POLICY_VERSION.to_string(),
             clock: Clock::System,
+            tls: None,
         }
     }
 }
@@ -108,7 +112,13 @@ pub enum WmsApiError {
         #[source]
         source: std::io::Error,
     },
+    /// The TLS certificate could not be loaded.
+    #[error(transparent)]
+    Tls(#[from] tls::TlsError),
 }
+
+/// How long a client has to finish the TLS handshake.
+const HANDSHAKE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 #[derive(Clone)]
 struct App {
@@ -448,14 +458,68 @@ pub async fn serve(
     let bound = listener
         .local_addr()
         .map_err(|source| WmsApiError::Bind { addr, source })?;
-    let app = router(client, cfg);
-    let task = tokio::spawn(async move {
-        if let Err(e) = axum::serve(listener, app).await {
-            tracing::error!(error = %e, "WMS API server stopped");
+    let tls = match &cfg.tls {
+        Some(files) => {
+            let resolver = Arc::new(tls::ReloadingCert::new(files.clone())?);
+            Some(tokio_rustls::TlsAcceptor::from(Arc::new(
+                resolver.server_config()?,
+            )))
         }
-    });
-    tracing::info!(%bound, "WMS API listening");
+        None => None,
+    };
+    let app = router(client, cfg);
+    let task = match tls {
+        None => {
+            tracing::info!(%bound, "WMS API listening (plain HTTP)");
+            tokio::spawn(async move {
+                if let Err(e) = axum::serve(listener, app).await {
+                    tracing::error!(error = %e, "WMS API server stopped");
+                }
+            })
+        }
+        Some(acceptor) => {
+            tracing::info!(%bound, "WMS API listening (HTTPS)");
+            tokio::spawn(serve_tls(listener, acceptor, app))
+        }
+    };
     Ok((bound, task))
+}
+
+/// Accepts TLS connections and serves each with HTTP/1.1 on its own task. A client
+/// that fails or stalls its handshake costs only its own connection.
+async fn serve_tls(listener: TcpListener, acceptor: tokio_rustls::TlsAcceptor, app: Router) {
+    loop {
+        let (stream, peer) = match listener.accept().await {
+            Ok(accepted) => accepted,
+            Err(e) => {
+                // Out of file descriptors and similar: wait, then accept again.
+                tracing::warn!(error = %e, "the WMS API could not accept a connection");
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let (acceptor, app) = (acceptor.clone(), app.clone());
+        tokio::spawn(async move {
+            let tls = match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await {
+                Ok(Ok(tls)) => tls,
+                Ok(Err(e)) => {
+                    tracing::debug!(%peer, error = %e, "WMS API TLS handshake failed");
+                    return;
+                }
+                Err(_) => {
+                    tracing::debug!(%peer, "WMS API TLS handshake timed out");
+                    return;
+                }
+            };
+            let service = hyper_util::service::TowerToHyperService::new(app);
+            if let Err(e) = hyper::server::conn::http1::Builder::new()
+                .serve_connection(hyper_util::rt::TokioIo::new(tls), service)
+                .await
+            {
+                tracing::debug!(%peer, error = %e, "WMS API connection ended with an error");
+            }
+        });
+    }
 }
 
 #[cfg(test)]
@@ -463,6 +527,140 @@ mod tests {
     #![allow(clippy::unwrap_used)]
 
     use super::*;
+
+    /// GET `path` over TLS trusting `ca`; the status line's code, the body and the leaf
+    /// certificate the server presented.
+    async fn get_tls(
+        addr: SocketAddr,
+        ca: &std::path::Path,
+        path: &str,
+    ) -> std::io::Result<(u16, String, Vec<u8>)> {
+        use rustls::pki_types::{CertificateDer, ServerName, pem::PemObject};
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut roots = rustls::RootCertStore::empty();
+        for cert in CertificateDer::pem_file_iter(ca).unwrap() {
+            roots.add(cert.unwrap()).unwrap();
+        }
+        let config = rustls::ClientConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+        let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+        let tcp = tokio::net::TcpStream::connect(addr).await?;
+        let name = ServerName::try_from("127.0.0.1").unwrap();
+        let mut tls = connector.connect(name, tcp).await?;
+        let leaf = tls.get_ref().1.peer_certificates().unwrap()[0]
+            .as_ref()
+            .to_vec();
+        tls.write_all(
+            format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n")
+                .as_bytes(),
+        )
+        .await?;
+        let mut raw = Vec::new();
+        let _ = tls.read_to_end(&mut raw).await;
+        let text = String::from_utf8_lossy(&raw).into_owned();
+        let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+        let status = head
+            .split(' ')
+            .nth(1)
+            .and_then(|c| c.parse().ok())
+            .unwrap_or(0);
+        Ok((status, body.to_string(), leaf))
+    }
+
+    #[tokio::test]
+    async fn with_a_certificate_the_endpoint_speaks_only_https_and_serves_a_rotated_certificate() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let dir = tempfile::tempdir().unwrap();
+        let first = tls::tests::self_signed(dir.path(), "first");
+        let second = tls::tests::self_signed(dir.path(), "second");
+        let live = tls::TlsFiles {
+            cert: dir.path().join("tls.crt"),
+            key: dir.path().join("tls.key"),
+        };
+        std::fs::copy(&first.cert, &live.cert).unwrap();
+        std::fs::copy(&first.key, &live.key).unwrap();
+        // The endpoint's own routes need no API server: an unreachable one will do.
+        let client =
+            Client::try_from(kube::Config::new("http://127.0.0.1:9".parse().unwrap())).unwrap();
+        let mut cfg = WmsApiConfig::new("127.0.0.1:0".parse().unwrap());
+        cfg.tls = Some(live.clone());
+        let (addr, task) = serve(client, cfg).await.unwrap();
+        let ca = dir.path().join("ca.crt");
+
+        let (status, body, leaf) = get_tls(addr, &ca, "/wms/v1/openapi.json").await.unwrap();
+        assert_eq!(status, 200, "{body}");
+        assert!(body.contains("protobot WMS Adapter API"));
+        let first_der = CertificateDerPem::read(&first.cert);
+        assert_eq!(leaf, first_der, "the mounted certificate is presented");
+
+        // Plain HTTP on the TLS port gets no HTTP answer (and no token crosses in clear).
+        let mut plain = tokio::net::TcpStream::connect(addr).await.unwrap();
+        plain
+            .write_all(b"GET /wms/v1/openapi.json HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            .await
+            .unwrap();
+        let mut raw = Vec::new();
+        let _ = plain.read_to_end(&mut raw).await;
+        assert!(
+            !String::from_utf8_lossy(&raw).contains("HTTP/1.1 200"),
+            "no plain answer"
+        );
+
+        // A rotated Secret is served from the next handshake on.
+        std::fs::copy(&second.cert, &live.cert).unwrap();
+        std::fs::copy(&second.key, &live.key).unwrap();
+        let later = std::time::SystemTime::now() + std::time::Duration::from_secs(5);
+        for p in [&live.cert, &live.key] {
+            std::fs::File::options()
+                .append(true)
+                .open(p)
+                .unwrap()
+                .set_modified(later)
+                .unwrap();
+        }
+        let (status, _, leaf) = get_tls(addr, &ca, "/wms/v1/openapi.json").await.unwrap();
+        assert_eq!(status, 200);
+        assert_eq!(
+            leaf,
+            CertificateDerPem::read(&second.cert),
+            "the rotated certificate"
+        );
+        task.abort();
+    }
+
+    /// The DER of the first certificate of a PEM file.
+    struct CertificateDerPem;
+    impl CertificateDerPem {
+        fn read(path: &std::path::Path) -> Vec<u8> {
+            use rustls::pki_types::{CertificateDer, pem::PemObject};
+            CertificateDer::from_pem_file(path)
+                .unwrap()
+                .as_ref()
+                .to_vec()
+        }
+    }
+
+    #[tokio::test]
+    async fn an_unloadable_certificate_stops_the_endpoint_from_starting() {
+        let dir = tempfile::tempdir().unwrap();
+        let client =
+            Client::try_from(kube::Config::new("http://127.0.0.1:9".parse().unwrap())).unwrap();
+        let mut cfg = WmsApiConfig::new("127.0.0.1:0".parse().unwrap());
+        cfg.tls = Some(tls::TlsFiles {
+            cert: dir.path().join("tls.crt"),
+            key: dir.path().join("tls.key"),
+        });
+        let e = serve(client, cfg).await.unwrap_err().to_string();
+        assert!(
+            e.contains("tls.crt") && e.contains("--wms-api-tls-cert"),
+            "{e}"
+        );
+    }
 
     #[test]
     fn only_a_bearer_token_is_a_credential() {
