@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::{
     api::{
         core::v1::{
-            Capabilities, Container, EmptyDirVolumeSource, EnvVar,
+            Capabilities, Container, EmptyDirVolumeSource, EnvVar, LocalObjectReference,
             PersistentVolumeClaimVolumeSource, Pod, PodSecurityContext, PodSpec,
             ResourceRequirements, SeccompProfile, SecurityContext, Volume, VolumeMount,
         },
@@ -369,6 +369,12 @@ pub fn build_pod(
         spec: Some(PodSpec {
             runtime_class_name: Some(p.runtime_class_name.clone()),
             service_account_name: p.service_account_name.clone(),
+            image_pull_secrets: (!p.image_pull_secrets.is_empty()).then(|| {
+                p.image_pull_secrets
+                    .iter()
+                    .map(|name| LocalObjectReference { name: name.clone() })
+                    .collect()
+            }),
             automount_service_account_token: Some(false),
             enable_service_links: Some(false),
             host_network: Some(false),
@@ -512,6 +518,25 @@ mod tests {
     }
 
     #[test]
+    fn image_pull_secrets_of_the_profile_reach_the_pod_and_bad_names_are_refused() {
+        let text = include_str!("../../../sandbox-profiles/kata.yaml").replace(
+            "  serviceAccountName: protobot-sandbox\n",
+            "  serviceAccountName: protobot-sandbox\n  imagePullSecrets: [registry-a, registry-b]\n",
+        );
+        let profile = SandboxProfile::parse(&text, "kata.yaml").unwrap();
+        let pod = json_of(&build_pod(&profile, &config(), &spec(), None).unwrap());
+        assert_eq!(
+            pod["spec"]["imagePullSecrets"],
+            json!([{"name": "registry-a"}, {"name": "registry-b"}])
+        );
+        let bad = text.replace("registry-b", "Not_A_Name");
+        let e = SandboxProfile::parse(&bad, "kata.yaml")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("spec.imagePullSecrets"), "{e}");
+    }
+
+    #[test]
     fn the_pod_carries_every_profile_field() {
         let owner = OwnerReference {
             api_version: "protobot.dev/v1alpha1".into(),
@@ -541,6 +566,7 @@ mod tests {
         let s = &pod["spec"];
         assert_eq!(s["runtimeClassName"], json!("kata"));
         assert_eq!(s["serviceAccountName"], json!("protobot-sandbox"));
+        assert!(s.get("imagePullSecrets").is_none(), "none unless named");
         assert_eq!(s["automountServiceAccountToken"], json!(false));
         assert_eq!(s["enableServiceLinks"], json!(false));
         assert_eq!(s["restartPolicy"], json!("Never"));

@@ -97,6 +97,10 @@ pub struct ProfileSpec {
     /// `default`. Its token is never mounted either way.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub service_account_name: Option<String>,
+    /// Secrets in the sandbox namespace the kubelet pulls worker images with
+    /// (`imagePullSecrets`; never visible inside the sandbox).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub image_pull_secrets: Vec<String>,
     /// The restricted security context (validated to be exactly restricted).
     pub security_context: ProfileSecurityContext,
     /// Resource ceilings.
@@ -313,6 +317,12 @@ impl SandboxProfile {
             return Err(invalid(
                 "spec.serviceAccountName",
                 format!("{sa:?} is not a valid name"),
+            ));
+        }
+        if let Some(bad) = s.image_pull_secrets.iter().find(|n| !is_dns_subdomain(n)) {
+            return Err(invalid(
+                "spec.imagePullSecrets",
+                format!("{bad:?} is not a valid Secret name"),
             ));
         }
         let sc = &s.security_context;
