@@ -946,3 +946,48 @@ async fn a_deleted_bug_report_stays_until_its_work_item_is_finished() {
     controller.abort();
     cluster.cleanup().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_annotated_bug_report_abandons_its_unfinished_item_when_deleted() {
+    // The way out for GitOps deletes: `protobot.dev/abandon-work-item: "true"`.
+    let (cluster, tmp, _origin) = example_project("bug-abandon").await;
+    create_bug(&cluster, "gh-3", "GH-3", &["REQ-CLI-00001"]).await;
+    let controller = bug_controller(&cluster, &tmp.path().join("cache")).await;
+    let bugs: Api<BugReport> = Api::namespaced(cluster.client.clone(), &cluster.namespace);
+    let bug = settled_bug(&bugs, "gh-3", 1, "Materialized").await;
+    let item_name = bug.status.unwrap().work_item_ref.unwrap().name;
+    bugs.patch(
+        "gh-3",
+        &PatchParams::default(),
+        &Patch::Merge(&json!({"metadata": {"annotations": {
+            protobot_controller::bugreport::decide::ABANDON_ANNOTATION: "true"}}})),
+    )
+    .await
+    .unwrap();
+    bugs.delete("gh-3", &Default::default()).await.unwrap();
+    let gone = protobot_testkit::wait::until(&bugs, "gh-3", timeout(), |b: Option<&BugReport>| {
+        b.is_none()
+    })
+    .await
+    .unwrap();
+    assert!(gone.is_none(), "released once its item was abandoned");
+    let items: Api<BuildWorkItem> = Api::namespaced(cluster.client.clone(), &cluster.namespace);
+    let item = items.get(&item_name).await.unwrap();
+    assert_eq!(
+        item.status.map(|s| s.state),
+        Some(protobot_api::LifecycleState::Abandoned),
+        "abandoned through the lifecycle, not deleted"
+    );
+    let events: Api<k8s_openapi::api::events::v1::Event> =
+        Api::namespaced(cluster.client.clone(), &cluster.namespace);
+    let abandoned = events
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .any(|e| e.reason.as_deref() == Some("WorkItemAbandoned"));
+    assert!(abandoned, "the Event says what happened");
+    controller.abort();
+    cluster.cleanup().await;
+}

@@ -19,12 +19,9 @@ use std::{path::PathBuf, process::ExitCode};
 use clap::Args;
 use jiff::{SignedDuration, Timestamp};
 use protobot_lifecycle::{
-    ApprovalRecord, AuthorizationContext, OperationEnvelope, Reconciliation, ResultEnvelope, State,
-    WorkItemRecord,
+    ApprovalRecord, AuthorizationContext, OperationEnvelope, ResultEnvelope, State, WorkItemRecord,
 };
-use protobot_stores::{
-    AdapterConfig, ChangeSetRecord, Import, Observation, SqliteStore, WorkStore,
-};
+use protobot_stores::{AdapterConfig, ChangeSetRecord, Import, SqliteStore, WorkStore};
 
 use crate::demo::Output;
 
@@ -190,48 +187,15 @@ pub async fn abandon_item<S: WorkStore>(
     integrated: Option<String>,
     now: Timestamp,
 ) -> Result<u64, String> {
-    if let Some(merge) = integrated {
-        return Err(format!(
-            "work item {} is already merged on the default branch ({merge}); `protobot run` records it as completed",
-            record.id
-        ));
-    }
-    if !record.state.is_terminal() {
-        store
-            .observe(
-                &record.id,
-                Observation::Reconciliation(Reconciliation {
-                    status: "not-integrated".into(),
-                    git_mutation: "none".into(),
-                    merge_envelope: None,
-                }),
-            )
-            .await
-            .map_err(|e| format!("failed to record that {} is not integrated: {e}", record.id))?;
-    }
-    let env = OperationEnvelope {
-        operation: "abandon".into(),
-        actor_context_ref: "protobot-abandon".into(),
-        work_item_id: record.id.clone(),
-        expected_state: Some(record.state.as_str().into()),
-        expected_contract_version: Some(record.contract_version),
-        idempotency_key: format!("abandon-{}-v{}", record.id, record.contract_version),
-        payload: Some(serde_json::json!({"cancellation_confirmed": true})),
-        ..OperationEnvelope::default()
-    };
     let ctx = context(project, "human-maintainer", human, &["abandon"]);
-    let result = store
-        .execute(Some(&ctx), &env, now)
+    protobot_stores::maintainer::abandon(store, &ctx, record, "protobot-abandon", integrated, now)
         .await
-        .map_err(|e| format!("failed to abandon {}: {e}", record.id))?;
-    if !result.ok {
-        return Err(rejection("abandon", &result));
-    }
-    Ok(result
-        .decision
-        .as_ref()
-        .and_then(|d| d.after)
-        .map_or(record.contract_version + 1, |a| a.contract_version))
+        .map_err(|e| match e {
+            protobot_stores::maintainer::AbandonError::Integrated { work_item, merge } => format!(
+                "work item {work_item} is already merged on the default branch ({merge}); `protobot run` records it as completed"
+            ),
+            other => other.to_string(),
+        })
 }
 
 /// Arguments of `protobot abandon`.

@@ -28,6 +28,7 @@ mod import;
 #[cfg(feature = "kubernetes")]
 pub mod kubernetes;
 mod ledger;
+pub mod maintainer;
 pub mod memory;
 mod namespace;
 mod observe;

@@ -432,13 +432,75 @@ pub fn may_release(work_item_state: Option<protobot_api::LifecycleState>) -> boo
     work_item_state.is_none_or(protobot_api::LifecycleState::is_terminal)
 }
 
+/// Annotation on a BugReport: `"true"` abandons its unfinished work item when
+/// the report is deleted (through the lifecycle `abandon` command, after Git
+/// shows the item's merge is not on the default branch), so a GitOps delete
+/// (`argocd app delete`, a pruned Kustomization) is never blocked for good.
+/// Who may set it is who may patch BugReports in the namespace.
+pub const ABANDON_ANNOTATION: &str = "protobot.dev/abandon-work-item";
+
+/// Whether `annotations` ask for the item to be abandoned on deletion.
+pub fn abandon_requested(annotations: &std::collections::BTreeMap<String, String>) -> bool {
+    annotations
+        .get(ABANDON_ANNOTATION)
+        .is_some_and(|v| v.trim().eq_ignore_ascii_case("true"))
+}
+
+/// The trusted context the operator abandons a deleted BugReport's item
+/// with: a human maintainer whose subject names the annotated report, so the
+/// audit event says where the decision came from.
+pub fn abandon_context(
+    ns: &str,
+    bug_name: &str,
+    project: &str,
+    now: Timestamp,
+) -> protobot_lifecycle::AuthorizationContext {
+    protobot_lifecycle::AuthorizationContext {
+        subject: format!("bugreport-annotation:{ns}/{bug_name}"),
+        role: protobot_lifecycle::Role::HumanMaintainer.as_str().into(),
+        project_id: project.into(),
+        allowed_actions: vec!["abandon".into()],
+        allowed_refs: vec![format!("project:{project}")],
+        expires_at: now.checked_add(jiff::SignedDuration::from_secs(60)).ok(),
+        policy_version: crate::changeset::POLICY_VERSION.into(),
+        ..protobot_lifecycle::AuthorizationContext::default()
+    }
+}
+
+/// The Event after the annotation abandoned the item.
+pub fn abandoned_on_deletion(work_item: &str) -> kube::runtime::events::Event {
+    kube::runtime::events::Event {
+        type_: kube::runtime::events::EventType::Normal,
+        reason: "WorkItemAbandoned".into(),
+        note: Some(format!(
+            "work item {work_item} was abandoned ({ABANDON_ANNOTATION}=true) and this report is released"
+        )),
+        action: "Finalize".into(),
+        secondary: None,
+    }
+}
+
+/// The Event when the annotation could not abandon the item (merged, merging,
+/// or the repository is unreachable): the report stays, and why.
+pub fn abandon_refused(work_item: &str, why: &str) -> kube::runtime::events::Event {
+    kube::runtime::events::Event {
+        type_: kube::runtime::events::EventType::Warning,
+        reason: "AbandonRefused".into(),
+        note: Some(format!(
+            "work item {work_item} was not abandoned: {why}; the report stays until the item is finished"
+        )),
+        action: "Finalize".into(),
+        secondary: None,
+    }
+}
+
 /// The Event saying why a BugReport being deleted is still there.
 pub fn deletion_waits(work_item: Option<&str>) -> kube::runtime::events::Event {
     kube::runtime::events::Event {
         type_: kube::runtime::events::EventType::Normal,
         reason: "DeletionWaitsForWorkItem".into(),
         note: Some(format!(
-            "kept until work item {} is completed or abandoned: its contract is rebuilt from the facts on this report",
+            "kept until work item {} is completed or abandoned: its contract is rebuilt from the facts on this report (annotate {ABANDON_ANNOTATION}=true to abandon it)",
             work_item.unwrap_or("-")
         )),
         action: "Finalize".into(),
@@ -786,6 +848,24 @@ mod tests {
         ] {
             assert!(!may_release(Some(live)), "{live:?}");
         }
+    }
+
+    #[test]
+    fn only_the_annotation_set_to_true_asks_for_abandon_and_its_context_names_the_report() {
+        let mut a = std::collections::BTreeMap::new();
+        assert!(!abandon_requested(&a));
+        a.insert(ABANDON_ANNOTATION.to_string(), "false".to_string());
+        assert!(!abandon_requested(&a));
+        a.insert(ABANDON_ANNOTATION.to_string(), " True ".to_string());
+        assert!(abandon_requested(&a));
+        let now: Timestamp = "2026-12-01T00:00:00Z".parse().unwrap();
+        let ctx = abandon_context("team-a", "gh-2", "shop", now);
+        assert_eq!(ctx.subject, "bugreport-annotation:team-a/gh-2");
+        assert_eq!(
+            ctx.validate("shop", Some(now)),
+            Ok(protobot_lifecycle::Role::HumanMaintainer)
+        );
+        assert_eq!(ctx.allowed_actions, ["abandon"]);
     }
 
     #[test]

@@ -148,6 +148,23 @@ async fn release_when_finished(bug: &BugReport, ns: &str, ctx: &Context) -> Resu
         tracing::info!(bug = %bug.spec.bug_id, "released: its work item is finished");
         return Ok(Action::await_change());
     }
+    if let Some(name) = item.as_deref()
+        && decide::abandon_requested(bug.annotations())
+    {
+        match abandon_on_deletion(bug, ns, ctx, name).await? {
+            Ok(()) => {
+                patch_finalizers(&ctx.client, ns, bug, finalizers).await?;
+                tracing::info!(bug = %bug.spec.bug_id, work_item = name, "abandoned its work item and released");
+                publish_events(&ctx.client, bug, &[decide::abandoned_on_deletion(name)]).await;
+                return Ok(Action::await_change());
+            }
+            Err(why) => {
+                tracing::warn!(bug = %bug.spec.bug_id, work_item = name, reason = %why, "the abandon annotation could not abandon the work item");
+                publish_events(&ctx.client, bug, &[decide::abandon_refused(name, &why)]).await;
+                return Ok(Action::requeue(Duration::from_secs(30)));
+            }
+        }
+    }
     tracing::info!(
         bug = %bug.spec.bug_id,
         work_item = ?item,
@@ -156,6 +173,80 @@ async fn release_when_finished(bug: &BugReport, ns: &str, ctx: &Context) -> Resu
     );
     publish_events(&ctx.client, bug, &[decide::deletion_waits(item.as_deref())]).await;
     Ok(Action::requeue(Duration::from_secs(30)))
+}
+
+/// Abandons work item `name` of a deleted, annotated BugReport through its
+/// Project's work store. The inner `Err` is why it was not abandoned (the
+/// report stays); the outer one a store failure (requeued).
+async fn abandon_on_deletion(
+    bug: &BugReport,
+    ns: &str,
+    ctx: &Context,
+    name: &str,
+) -> Result<Result<(), String>, Error> {
+    use protobot_stores::WorkStore;
+    let project_name = bug.spec.project_ref.name.clone();
+    let Some(project) = Api::<Project>::namespaced(ctx.client.clone(), ns)
+        .get_opt(&project_name)
+        .await
+        .map_err(|source| Error::ReadProject {
+            name: project_name.clone(),
+            source,
+        })?
+    else {
+        return Ok(Err(format!(
+            "Project {project_name} does not exist in {ns}"
+        )));
+    };
+    let store = protobot_stores::KubeStore::new(
+        ctx.client.clone(),
+        ns,
+        &project_name,
+        protobot_stores::AdapterConfig {
+            materializer_subject: crate::changeset::MATERIALIZER_SUBJECT.into(),
+            lease_seconds: i64::from(project.spec.lease_duration_seconds),
+        },
+    );
+    let store_error = |source| Error::Store {
+        what: format!("the abandon of {name}"),
+        source,
+    };
+    let Some(record) = store.get(name).await.map_err(store_error)? else {
+        return Ok(Ok(()));
+    };
+    // Git's evidence: is the item's merge on the default branch?
+    let repo = clone_dir(&ctx.workdir, ns, &project_name);
+    if let Err(why) = crate::changeset::mirror_project(&project, repo.clone()).await {
+        return Ok(Err(why));
+    }
+    let (branch, id) = (project.spec.default_branch.clone(), record.id.clone());
+    let integrated = tokio::task::spawn_blocking(move || -> Result<Option<String>, String> {
+        let git = git2::Repository::open(&repo).map_err(|e| e.to_string())?;
+        let tip = git
+            .refname_to_id(&format!("refs/heads/{branch}"))
+            .map_err(|e| format!("the mirror has no {branch}: {e}"))?;
+        protobot_repo::land::find_merge_by_trailer(&git, tip, &id)
+            .map(|m| m.map(|oid| oid.to_string()))
+            .map_err(|e| e.to_string())
+    })
+    .await
+    .map_err(|e| e.to_string())
+    .and_then(|r| r);
+    let integrated = match integrated {
+        Ok(i) => i,
+        Err(why) => return Ok(Err(format!("failed to look for its merge: {why}"))),
+    };
+    let now = Timestamp::now();
+    let context = decide::abandon_context(ns, &bug.name_any(), &project_name, now);
+    match protobot_stores::maintainer::abandon(&store, &context, &record, REPORTER, integrated, now)
+        .await
+    {
+        Ok(_) => Ok(Ok(())),
+        Err(protobot_stores::maintainer::AbandonError::Store { source, .. }) => {
+            Err(store_error(source))
+        }
+        Err(refused) => Ok(Err(refused.to_string())),
+    }
 }
 
 /// Server-side applies `status`. With `expected_version`, the write is also a
