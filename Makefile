@@ -119,6 +119,10 @@ lint-helm: ## helm lint --strict the chart and render it with every optional par
 	$(HELM) template protobot charts/protobot --set metrics.serviceMonitor.enabled=true \
 	  --set metrics.prometheusRule.enabled=true --set grafana.dashboard.enabled=true > /dev/null
 	$(HELM) template protobot charts/protobot --set watchNamespace=team-a > /dev/null
+	@# A sandbox namespace cannot share a claim the chart creates in another namespace: refused.
+	@! $(HELM) template protobot charts/protobot --set jobSite.sandboxNamespace=sb > /dev/null 2>&1 || { echo "the chart rendered a staging claim the operator cannot mount" >&2; exit 1; }
+	$(HELM) template protobot charts/protobot --set watchNamespace=team-a --set jobSite.sandboxNamespace=sb \
+	  --set jobSite.staging.create=false | grep -q 'name: protobot-protobot-sandboxes' || { echo "no sandbox Role in the sandbox namespace" >&2; exit 1; }
 	@# The values schema refuses a wrong type.
 	@! $(HELM) lint --strict charts/protobot --set replicaCount=two > /dev/null 2>&1 || { echo "values.schema.json accepted replicaCount=two" >&2; exit 1; }
 	$(HELM) template protobot charts/protobot --set jobSite.enabled=false > /dev/null

@@ -40,6 +40,11 @@ pub struct Cluster {
     _double: Option<protobot_testkit::server::ApiServer>,
 }
 
+/// The repository policy of scenarios that serve their repositories from the local
+/// filesystem (an operator started with `--allow-local-repositories`).
+pub const LOCAL_REPOSITORIES: protobot_controller::project::decide::RepositoryPolicy =
+    protobot_controller::project::decide::RepositoryPolicy { allow_local: true };
+
 /// How long a scenario waits for any one condition.
 pub fn timeout() -> Duration {
     if std::env::var_os("KUBECONFIG").is_some() {

@@ -132,6 +132,38 @@ pub async fn prepare(
     Ok((operator, sink))
 }
 
+/// A second release of the chart, rendered with `sets` (a topology: `watchNamespace`,
+/// `jobSite.sandboxNamespace`, …) and applied beside the default one: its RBAC objects, and a
+/// client of its own operator ServiceAccount, which holds exactly the rights that rendering
+/// grants. Waits until that account may list BuildWorkItems in `namespace`.
+pub async fn prepare_release(
+    admin: &Client,
+    release: &str,
+    sets: &[String],
+    namespace: &str,
+) -> Result<(Client, protobot_controller::api_errors::ApiErrorSink), PrepareError> {
+    install_crds(admin).await?;
+    let objects = chart_rbac_with(release, sets)?;
+    ensure_namespace(admin, &release_namespace()).await?;
+    let mut service_account = None;
+    for object in &objects {
+        apply(admin, object).await?;
+        if object
+            .types
+            .as_ref()
+            .is_some_and(|t| t.kind == "ServiceAccount")
+            && object.name_any() != SANDBOX_SERVICE_ACCOUNT
+        {
+            service_account = Some(object.name_any());
+        }
+    }
+    let service_account = service_account.ok_or(PrepareError::NoServiceAccount)?;
+    let sink = protobot_controller::api_errors::ApiErrorSink::new();
+    let operator = operator_client(admin, &release_namespace(), &service_account, &sink).await?;
+    wait_for_rbac_in(&operator, Some(namespace)).await?;
+    Ok((operator, sink))
+}
+
 /// The chart's sandbox ServiceAccount (bound to nothing), not the operator's.
 const SANDBOX_SERVICE_ACCOUNT: &str = "protobot-sandbox";
 
@@ -240,18 +272,26 @@ fn helm() -> PathBuf {
 /// The RBAC objects (ServiceAccounts, Roles, ClusterRoles and their bindings) the chart
 /// renders with its default values, in the release namespace.
 pub fn chart_rbac() -> Result<Vec<DynamicObject>, PrepareError> {
+    chart_rbac_with("protobot", &[])
+}
+
+/// The chart's RBAC objects for release `release` rendered with `sets` (helm `--set`
+/// values, e.g. `watchNamespace=team-a`), in the release namespace.
+pub fn chart_rbac_with(release: &str, sets: &[String]) -> Result<Vec<DynamicObject>, PrepareError> {
     let chart = std::env::var_os("PROTOBOT_E2E_CHART")
         .map(PathBuf::from)
         .unwrap_or_else(|| repo_root().join("charts/protobot"));
-    let out = Command::new(helm())
-        .args(["template", "protobot"])
+    let mut helm = Command::new(helm());
+    helm.args(["template", release])
         .arg(&chart)
-        .args(["--namespace", &release_namespace()])
-        .output()
-        .map_err(|e| PrepareError::Helm {
-            chart: chart.clone(),
-            detail: e.to_string(),
-        })?;
+        .args(["--namespace", &release_namespace()]);
+    for set in sets {
+        helm.args(["--set", set]);
+    }
+    let out = helm.output().map_err(|e| PrepareError::Helm {
+        chart: chart.clone(),
+        detail: e.to_string(),
+    })?;
     if !out.status.success() {
         return Err(PrepareError::Helm {
             chart,
@@ -408,6 +448,11 @@ pub async fn operator_kubeconfig(admin: &Client) -> Result<String, PrepareError>
 /// RBAC bindings take effect through the server's informers: wait until the operator may
 /// list BuildWorkItems.
 async fn wait_for_rbac(operator: &Client) -> Result<(), PrepareError> {
+    wait_for_rbac_in(operator, None).await
+}
+
+/// [`wait_for_rbac`] in `namespace` (`None`: cluster-wide).
+async fn wait_for_rbac_in(operator: &Client, namespace: Option<&str>) -> Result<(), PrepareError> {
     let reviews: Api<SelfSubjectAccessReview> = Api::all(operator.clone());
     let allowed = poll(Duration::from_secs(30), || {
         let reviews = reviews.clone();
@@ -416,6 +461,7 @@ async fn wait_for_rbac(operator: &Client) -> Result<(), PrepareError> {
                 "apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
                 "spec": {"resourceAttributes": {
                     "group": "protobot.dev", "resource": "buildworkitems", "verb": "list",
+                    "namespace": namespace,
                 }},
             })) {
                 Ok(r) => r,

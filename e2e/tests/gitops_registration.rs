@@ -74,6 +74,7 @@ async fn an_applied_change_set_materializes_one_ready_build_work_item() {
         cluster.operator.clone(),
         Some(cluster.namespace.clone()),
         cache.path().to_path_buf(),
+        protobot_e2e::LOCAL_REPOSITORIES,
     ));
     let change_sets: Api<ChangeSet> = Api::namespaced(cluster.client.clone(), &cluster.namespace);
     assert_eq!(
@@ -116,6 +117,7 @@ async fn a_wrong_merge_commit_is_reported_and_materializes_nothing() {
         cluster.operator.clone(),
         Some(cluster.namespace.clone()),
         cache.path().to_path_buf(),
+        protobot_e2e::LOCAL_REPOSITORIES,
     ));
     let change_sets: Api<ChangeSet> = Api::namespaced(cluster.client.clone(), &cluster.namespace);
     assert_eq!(
@@ -133,6 +135,72 @@ async fn a_wrong_merge_commit_is_reported_and_materializes_nothing() {
     );
     controller.abort();
     cluster.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_network_only_operator_reads_no_local_repository_for_a_change_set() {
+    let cluster = Cluster::connect("local-refused").await;
+    let (repo, merge) = spec_repo("cli-sync");
+    apply(&cluster, repo.path(), &merge).await;
+    let cache = tempfile::tempdir().unwrap();
+    // As deployed: without --allow-local-repositories.
+    let controller = tokio::spawn(protobot_controller::changeset::run_with(
+        cluster.operator.clone(),
+        Some(cluster.namespace.clone()),
+        cache.path().to_path_buf(),
+        Default::default(),
+    ));
+    let change_sets: Api<ChangeSet> = Api::namespaced(cluster.client.clone(), &cluster.namespace);
+    assert_eq!(
+        condition(&change_sets, "Verified").await,
+        ("Unknown".into(), "RepositoryUnavailable".into())
+    );
+    let cs = change_sets.get("cs-00001").await.unwrap();
+    let verified = cs
+        .status
+        .unwrap()
+        .conditions
+        .into_iter()
+        .find(|c| c.type_ == "Verified")
+        .unwrap();
+    assert!(
+        verified.message.contains("--allow-local-repositories"),
+        "{}",
+        verified.message
+    );
+    // Nothing was read: no clone in the cache, no work item.
+    let cloned: Vec<_> = walk(cache.path())
+        .into_iter()
+        .filter(|p| p.ends_with(".git"))
+        .collect();
+    assert!(cloned.is_empty(), "{cloned:?}");
+    let items: Api<BuildWorkItem> = Api::namespaced(cluster.client.clone(), &cluster.namespace);
+    assert!(
+        items
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty()
+    );
+    controller.abort();
+    cluster.cleanup().await;
+}
+
+/// Every path under `dir`.
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                stack.push(path.clone());
+            }
+            out.push(path);
+        }
+    }
+    out
 }
 
 async fn create_project(cluster: &Cluster, name: &str, repo_url: &str) {
@@ -207,6 +275,7 @@ async fn the_project_controller_reports_the_repository_and_its_configuration() {
         cluster.operator.clone(),
         Some(cluster.namespace.clone()),
         cache.path().to_path_buf(),
+        protobot_e2e::LOCAL_REPOSITORIES,
     ));
     let projects: Api<Project> = Api::namespaced(cluster.client.clone(), &cluster.namespace);
 
@@ -311,6 +380,7 @@ async fn the_project_controller_reads_each_profiles_conformance_report() {
         cluster.client.clone(),
         cache.path().to_path_buf(),
     );
+    ctx.repositories = protobot_e2e::LOCAL_REPOSITORIES;
     ctx.profiles = Some(protobot_controller::project::ProfileReports {
         dir: std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../sandbox-profiles"),
         namespace: cluster.namespace.clone(),
@@ -444,6 +514,7 @@ async fn bug_controller(cluster: &Cluster, cache: &std::path::Path) -> tokio::ta
         cluster.operator.clone(),
         Some(cluster.namespace.clone()),
         cache.to_path_buf(),
+        protobot_e2e::LOCAL_REPOSITORIES,
     ))
 }
 
@@ -711,6 +782,7 @@ async fn an_applied_bug_report_is_built_to_completed_by_the_in_cluster_job_site(
             egress_proxy: None,
             claim_sweeps: Default::default(),
             metrics: None,
+            repositories: protobot_e2e::LOCAL_REPOSITORIES,
             ..protobot_controller::jobsite::Settings::new(
                 "protobot-0",
                 tmp.path().join("jobsite"),
@@ -798,11 +870,13 @@ async fn a_polling_project_registers_change_sets_merged_since_its_baseline() {
         cluster.operator.clone(),
         Some(ns.clone()),
         cache.path().join("projects"),
+        protobot_e2e::LOCAL_REPOSITORIES,
     ));
     let registration = tokio::spawn(protobot_controller::changeset::run_with(
         cluster.operator.clone(),
         Some(ns.clone()),
         cache.path().join("registry"),
+        protobot_e2e::LOCAL_REPOSITORIES,
     ));
     // The change set merged after sinceCommit is registered, owned by its
     // Project, and materialized like an applied manifest.

@@ -260,6 +260,7 @@ async fn scenario<E: protobot_jobsite::executor::Executor + 'static>(
     project_ctx.repositories = protobot_controller::project::decide::RepositoryPolicy {
         allow_local: repo.secret.is_none(),
     };
+    let repositories = project_ctx.repositories;
     let projects = tokio::spawn(protobot_controller::project::run_context(
         Some(ns.clone()),
         Arc::new(project_ctx),
@@ -268,6 +269,7 @@ async fn scenario<E: protobot_jobsite::executor::Executor + 'static>(
         operator.clone(),
         Some(ns.clone()),
         tmp.path().join("registry"),
+        repositories,
         Some(metrics.clone()),
     ));
     let inspection_runs = tokio::spawn(protobot_controller::inspectionrun::run_metered(
@@ -290,6 +292,7 @@ async fn scenario<E: protobot_jobsite::executor::Executor + 'static>(
                 Duration::ZERO,
             ),
             metrics: Some(metrics.clone()),
+            repositories,
             ..Settings::new("protobot-0", tmp.path().join("jobsite"), 8)
         },
         executor,
@@ -603,6 +606,7 @@ async fn an_unfinished_work_item_cannot_disappear() {
         cluster.operator.clone(),
         Some(ns.clone()),
         tmp.path().join("registry"),
+        protobot_e2e::LOCAL_REPOSITORIES,
     ));
     let change_sets: Api<ChangeSet> = Api::namespaced(client.clone(), &ns);
     let registered = protobot_testkit::wait::until(
@@ -631,6 +635,7 @@ async fn an_unfinished_work_item_cannot_disappear() {
         egress_proxy: None,
         claim_sweeps: Default::default(),
         metrics: None,
+        repositories: protobot_e2e::LOCAL_REPOSITORIES,
         ..Settings::new("protobot-0", tmp.path().join("jobsite"), 8)
     };
     protobot_controller::jobsite::pass(&cluster.operator, Some(&ns), &settings, refusing).await;
@@ -835,6 +840,183 @@ async fn the_operator_runs_every_role_in_pods_from_the_sandbox_profile() {
         assert!(roles.contains(role), "no {role} pod in {roles:?}");
     }
     drop(kubelet);
+    cluster.cleanup().await;
+}
+
+/// The chart installed for one namespace (`watchNamespace`) with its sandbox pods in
+/// another (`jobSite.sandboxNamespace`, the staging claim made by the administrator in both,
+/// here one node directory): the operator's ServiceAccount holds only what that rendering
+/// grants (a Role in each namespace, no ClusterRole over the project's kinds), and the item
+/// is built with every pod in the sandbox namespace. Real API server only: on the double
+/// RBAC is not enforced.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_namespace_install_builds_with_its_pods_in_a_separate_sandbox_namespace() {
+    use k8s_openapi::api::core::v1::{Namespace, Pod};
+    use protobot_kube_executor::{
+        KubeExecutorConfig, KubernetesExecutor, SandboxProfile, StagingOwnership, StagingVolume,
+    };
+    if std::env::var_os("KUBECONFIG").is_none() {
+        eprintln!("skipping: the topology needs a real API server (RBAC)");
+        return;
+    }
+    let Some(bwrap) = protobot_testkit::BubblewrapContainerExecutor::from_path() else {
+        assert!(std::env::var_os("PROTOBOT_REQUIRE_BWRAP").is_none());
+        eprintln!("skipping: bubblewrap is not installed");
+        return;
+    };
+    let mut cluster = Cluster::connect("topology").await;
+    let ns = cluster.namespace.clone();
+    let sandboxes = format!("{ns}-sandboxes");
+    let namespace: Namespace =
+        serde_json::from_value(json!({"metadata": {"name": sandboxes}})).unwrap();
+    Api::<Namespace>::all(cluster.client.clone())
+        .create(&Default::default(), &namespace)
+        .await
+        .unwrap();
+    // A release of its own, so the default release's ClusterRole grants it nothing.
+    let release = format!("topo{}", &ns[ns.len().saturating_sub(7)..]);
+    let (operator, refused) = protobot_e2e::real::prepare_release(
+        &cluster.client,
+        &release,
+        &[
+            format!("watchNamespace={ns}"),
+            format!("jobSite.sandboxNamespace={sandboxes}"),
+            "jobSite.staging.create=false".into(),
+        ],
+        &ns,
+    )
+    .await
+    .unwrap();
+    // It really is confined: no BuildWorkItems in another namespace, no pods in the watched
+    // one, pods in the sandbox one (asked of the API server's authorizer, as the account).
+    let account = format!(
+        "system:serviceaccount:{}:{release}-protobot",
+        protobot_e2e::real::release_namespace()
+    );
+    for (verb, group, resource, namespace, allowed) in [
+        ("list", "protobot.dev", "buildworkitems", "default", false),
+        ("list", "protobot.dev", "buildworkitems", ns.as_str(), true),
+        ("create", "", "pods", ns.as_str(), false),
+        ("create", "", "pods", sandboxes.as_str(), true),
+        (
+            "create",
+            "protobot.dev",
+            "buildworkitems",
+            sandboxes.as_str(),
+            false,
+        ),
+    ] {
+        let review: k8s_openapi::api::authorization::v1::SubjectAccessReview =
+            serde_json::from_value(json!({
+                "spec": {"user": account, "groups": ["system:serviceaccounts"],
+                         "resourceAttributes": {"verb": verb, "group": group, "resource": resource,
+                                                "namespace": namespace}},
+            }))
+            .unwrap();
+        let answer = Api::<k8s_openapi::api::authorization::v1::SubjectAccessReview>::all(
+            cluster.client.clone(),
+        )
+        .create(&Default::default(), &review)
+        .await
+        .unwrap();
+        assert_eq!(
+            answer.status.map(|s| s.allowed),
+            Some(allowed),
+            "{verb} {resource} in {namespace}"
+        );
+    }
+    cluster.operator = operator.clone();
+    cluster.refused = Some(refused);
+    protobot_e2e::sandbox_platform(&cluster, "kata").await;
+    let kubelet = protobot_testkit::Kubelet::connect(
+        cluster.client.clone(),
+        Arc::new(bwrap),
+        &format!("node-{ns}"),
+        vec![sandboxes.clone()],
+    )
+    .await
+    .unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let mut config = KubeExecutorConfig::new(
+        &sandboxes,
+        StagingVolume {
+            claim_name: "protobot-staging".into(),
+            mount_path: kubelet.claim_dir(&sandboxes, "protobot-staging").unwrap(),
+        },
+        tmp.path().join("collected"),
+    );
+    config.default_image = Some("registry.example.invalid/worker:e2e".into());
+    config.staging_ownership = StagingOwnership::Keep;
+    // As `protobot operator` configures it here: no owner lookup (an owner reference
+    // cannot cross namespaces).
+    config.work_item_owner = None;
+    config.egress_session_secret = Some(protobot_egress::SessionSecret::new(vec![1u8; 32]));
+    let profile = SandboxProfile::load(std::path::Path::new(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../sandbox-profiles/kata.yaml"
+    )))
+    .unwrap();
+    let executor = Arc::new(
+        KubernetesExecutor::new(
+            operator,
+            config,
+            profile,
+            Some(protobot_e2e::conformant_report("kata")),
+        )
+        .unwrap(),
+    );
+    let pods: Api<Pod> = Api::namespaced(cluster.client.clone(), &sandboxes);
+    let seen = Arc::new(std::sync::Mutex::new(
+        std::collections::BTreeSet::<String>::new(),
+    ));
+    let recorder = {
+        let seen = seen.clone();
+        tokio::spawn(
+            kube::runtime::watcher(pods, Default::default())
+                .applied_objects()
+                .for_each(move |p| {
+                    if let Ok(p) = p {
+                        let role = kube::ResourceExt::labels(&p)
+                            .get("protobot.dev/role")
+                            .cloned()
+                            .unwrap_or_default();
+                        seen.lock().unwrap().insert(role);
+                    }
+                    async {}
+                }),
+        )
+    };
+    scenario(
+        &cluster,
+        &tmp,
+        executor,
+        "kata",
+        Some(EGRESS_PROXY),
+        Served::Local,
+    )
+    .await;
+    recorder.abort();
+    let roles = seen.lock().unwrap().clone();
+    for role in ["worker-a", "worker-b", "integration-runner"] {
+        assert!(
+            roles.contains(role),
+            "no {role} pod in {sandboxes}: {roles:?}"
+        );
+    }
+    let project_pods: Api<Pod> = Api::namespaced(cluster.client.clone(), &ns);
+    assert!(
+        project_pods
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty(),
+        "no sandbox pod in the project's namespace"
+    );
+    drop(kubelet);
+    let _ = Api::<Namespace>::all(cluster.client.clone())
+        .delete(&sandboxes, &Default::default())
+        .await;
     cluster.cleanup().await;
 }
 

@@ -153,13 +153,18 @@ async fn job_site(
     config.staging_ownership = args.staging_ownership.into();
     config.egress_session_secret = egress_secret;
     config.instance = identity.clone();
-    // Sandbox objects of an item in the sandbox namespace go with the item.
-    config.work_item_owner = Some(protobot_kube_executor::WorkItemOwner {
-        api_version: "protobot.dev/v1alpha1".into(),
-        kind: "BuildWorkItem".into(),
-        plural: "buildworkitems".into(),
-        name_of: protobot_stores::kubernetes::item_name,
-    });
+    // Sandbox objects of an item in the sandbox namespace go with the item. An owner
+    // reference cannot cross namespaces, so an operator that watches only another namespace
+    // looks for no owner there (where it may not even read BuildWorkItems).
+    config.work_item_owner =
+        owners_in_sandbox_namespace(args.namespace.as_deref(), &args.sandbox_namespace).then_some(
+            protobot_kube_executor::WorkItemOwner {
+                api_version: "protobot.dev/v1alpha1".into(),
+                kind: "BuildWorkItem".into(),
+                plural: "buildworkitems".into(),
+                name_of: protobot_stores::kubernetes::item_name,
+            },
+        );
     let executor =
         KubernetesExecutor::new(client, config, profile, report).map_err(|e| e.to_string())?;
     // The report's ConfigMap is watched: storing, replacing or deleting it admits or
@@ -304,5 +309,24 @@ pub(crate) async fn shutdown_signal() -> &'static str {
             let _ = tokio::signal::ctrl_c().await;
             "SIGINT"
         }
+    }
+}
+
+/// Whether a work item can live in the sandbox namespace, so its pods may be owned by it:
+/// always when every namespace is watched, else only when the watched one is the sandbox one.
+fn owners_in_sandbox_namespace(watched: Option<&str>, sandbox_namespace: &str) -> bool {
+    watched.is_none_or(|w| w == sandbox_namespace)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn pods_are_owned_by_their_item_only_where_an_item_can_be() {
+        assert!(super::owners_in_sandbox_namespace(None, "protobot-system"));
+        assert!(super::owners_in_sandbox_namespace(Some("team-a"), "team-a"));
+        assert!(!super::owners_in_sandbox_namespace(
+            Some("team-a"),
+            "sandboxes"
+        ));
     }
 }

@@ -75,6 +75,9 @@ pub struct Settings {
     pub stop: StopSignal,
     /// Notified once, after a raised [`Settings::stop`], when no pass runs any more.
     pub drained: Arc<tokio::sync::Notify>,
+    /// Which repository locations Projects may name: network URLs only unless
+    /// `--allow-local-repositories` (the default of [`Settings::new`]: network only).
+    pub repositories: crate::project::decide::RepositoryPolicy,
 }
 
 /// Default of `--max-concurrent-builds`.
@@ -99,6 +102,7 @@ impl Settings {
             capacity: Arc::new(tokio::sync::Semaphore::new(max_concurrent_builds.max(1))),
             stop: StopSignal::new(),
             drained: Arc::new(tokio::sync::Notify::new()),
+            repositories: crate::project::decide::RepositoryPolicy::default(),
         }
     }
 }
@@ -340,7 +344,13 @@ async fn drive_project<E: Executor + 'static>(
             worker_classes(&name, &map.data.unwrap_or_default())?
         }
     };
-    let url = crate::repo_cache::clone_url(&spec.repo_url);
+    let url = crate::repo_cache::clone_url(&spec.repo_url, settings.repositories).map_err(|e| {
+        ProjectError::Repository {
+            project: name.clone(),
+            url: spec.repo_url.clone(),
+            reason: e.to_string(),
+        }
+    })?;
     let home = settings.workdir.join(&ns).join(&name);
     let clone = home.join("repo");
     {

@@ -179,12 +179,14 @@ pub async fn run<E: protobot_jobsite::executor::Executor + 'static>(
         client.clone(),
         namespace.clone(),
         registry_dir.clone(),
+        repositories,
         Some(metrics.clone()),
     );
     let bug_registration = crate::bugreport::run_metered(
         client.clone(),
         namespace.clone(),
         registry_dir.clone(),
+        repositories,
         Some(metrics.clone()),
     );
     // Every replica observes Projects: the status is applied under one field
@@ -204,6 +206,7 @@ pub async fn run<E: protobot_jobsite::executor::Executor + 'static>(
             Some(j) => {
                 let settings = crate::jobsite::Settings {
                     metrics: Some(metrics.clone()),
+                    repositories,
                     ..j.settings
                 };
                 crate::jobsite::run(client.clone(), namespace.clone(), settings, j.executor).await

@@ -91,4 +91,6 @@ pub struct Context {
     pub client: Client,
     /// The repository cache.
     pub workdir: PathBuf,
+    /// Which repository locations Projects may name (`--allow-local-repositories`).
+    pub repositories: crate::project::decide::RepositoryPolicy,
 }

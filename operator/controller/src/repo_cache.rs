@@ -30,11 +30,20 @@ use protobot_repo::{
     },
 };
 
-/// The clone URL of a project's `repoUrl` (`file://` stripped for local paths).
-pub fn clone_url(repo_url: &str) -> String {
-    crate::changeset::local_repository(repo_url)
+/// The clone URL of a project's `repoUrl` (`file://` stripped for local paths), once
+/// `policy` allows its location: every controller that clones a Project's repository —
+/// Project status, registration of ChangeSets and BugReports, the Job Site — asks here,
+/// so a path on the operator's filesystem is read only by an operator started with
+/// `--allow-local-repositories`.
+pub fn clone_url(
+    repo_url: &str,
+    policy: crate::project::decide::RepositoryPolicy,
+) -> Result<String, MirrorError> {
+    crate::project::decide::validate_location(repo_url, policy)
+        .map_err(|reason| MirrorError::Location { reason })?;
+    Ok(crate::changeset::local_repository(repo_url)
         .map(|p| p.display().to_string())
-        .unwrap_or_else(|| repo_url.to_string())
+        .unwrap_or_else(|| repo_url.to_string()))
 }
 
 /// Why a clone could not be brought up to its remote.
@@ -59,6 +68,13 @@ pub enum MirrorError {
         /// Cause.
         #[source]
         source: git2::Error,
+    },
+    /// The Project names a location this operator does not read (see
+    /// [`crate::project::decide::validate_location`]); nothing was cloned.
+    #[error("{reason}")]
+    Location {
+        /// What is wrong and what to do, credentials redacted.
+        reason: String,
     },
     /// Fetching from the remote failed (credentials, host key, network).
     #[error("{source}")]
@@ -257,6 +273,32 @@ mod tests {
     use std::sync::{LazyLock, Mutex};
 
     use super::*;
+
+    #[test]
+    fn a_local_location_is_cloned_only_when_the_policy_allows_it() {
+        use crate::project::decide::RepositoryPolicy;
+        let network = RepositoryPolicy::default();
+        let local = RepositoryPolicy { allow_local: true };
+        for url in ["file:///srv/git/demo.git", "/srv/git/demo.git", "../demo"] {
+            let refused = clone_url(url, network).unwrap_err();
+            assert!(matches!(refused, MirrorError::Location { .. }), "{url}");
+            assert!(
+                refused.to_string().contains("--allow-local-repositories"),
+                "{refused}"
+            );
+        }
+        assert_eq!(
+            clone_url("file:///srv/git/demo.git", local).unwrap(),
+            "/srv/git/demo.git"
+        );
+        assert_eq!(
+            clone_url("https://git.example/demo.git", network).unwrap(),
+            "https://git.example/demo.git"
+        );
+        // A URL that is not one refuses without echoing credentials.
+        let bad = clone_url("https://user:s3cret@/x", network).unwrap_err();
+        assert!(!bad.to_string().contains("s3cret"), "{bad}");
+    }
 
     /// A Secret's `data`.
     type SecretData = BTreeMap<String, Vec<u8>>;

@@ -216,7 +216,9 @@ async fn abandon_on_deletion(
     };
     // Git's evidence: is the item's merge on the default branch?
     let repo = clone_dir(&ctx.workdir, ns, &project_name);
-    if let Err(why) = crate::changeset::mirror_project(&project, repo.clone()).await {
+    if let Err(why) =
+        crate::changeset::mirror_project(&project, ctx.repositories, repo.clone()).await
+    {
         return Ok(Err(why));
     }
     let (branch, id) = (project.spec.default_branch.clone(), record.id.clone());
@@ -335,7 +337,7 @@ async fn validate_and_materialize(
         Plan::FactsChanged(why) => return Ok(Outcome::FactsChanged(why)),
         Plan::Reuse(facts) => *facts,
         Plan::ReadFacts => {
-            let facts = match read_facts(bug, &project, &validated, ns, &ctx.workdir).await {
+            let facts = match read_facts(bug, &project, &validated, ns, ctx).await {
                 Ok(f) => f,
                 Err(outcome) => return Ok(outcome),
             };
@@ -394,11 +396,11 @@ async fn read_facts(
     project: &Project,
     validated: &decide::Validated,
     ns: &str,
-    workdir: &std::path::Path,
+    ctx: &Context,
 ) -> Result<BugFacts, Outcome> {
     let project_name = project.name_any();
-    let repo = clone_dir(workdir, ns, &project_name);
-    crate::changeset::mirror_project(project, repo.clone())
+    let repo = clone_dir(&ctx.workdir, ns, &project_name);
+    crate::changeset::mirror_project(project, ctx.repositories, repo.clone())
         .await
         .map_err(Outcome::RepositoryUnavailable)?;
     let intake = BugIntake {
@@ -431,8 +433,13 @@ pub fn error_policy(bug: Arc<BugReport>, error: &Error, _ctx: Arc<Context>) -> A
 
 /// Runs the controller until the stream ends (shutdown), with the repository
 /// cache under `workdir`.
-pub async fn run_with(client: Client, namespace: Option<String>, workdir: PathBuf) {
-    run_metered(client, namespace, workdir, None).await;
+pub async fn run_with(
+    client: Client,
+    namespace: Option<String>,
+    workdir: PathBuf,
+    repositories: crate::project::decide::RepositoryPolicy,
+) {
+    run_metered(client, namespace, workdir, repositories, None).await;
 }
 
 /// [`run_with`], with reconciles timed and failures counted (`controller="bugreport"`).
@@ -440,10 +447,15 @@ pub async fn run_metered(
     client: Client,
     namespace: Option<String>,
     workdir: PathBuf,
+    repositories: crate::project::decide::RepositoryPolicy,
     metrics: Option<crate::metrics::JobSiteMetrics>,
 ) {
     let api = crate::drive::scoped_api::<BugReport>(client.clone(), namespace.as_deref());
-    let ctx = Arc::new(Context { client, workdir });
+    let ctx = Arc::new(Context {
+        client,
+        workdir,
+        repositories,
+    });
     let metered = crate::drive::Metered::of(metrics, "bugreport");
     crate::drive::run(api, reconcile, error_policy, ctx, metered).await;
 }

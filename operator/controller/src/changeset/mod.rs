@@ -69,7 +69,7 @@ pub async fn reconcile(cs: Arc<ChangeSet>, ctx: Arc<Context>) -> Result<Action, 
         name: name.clone(),
     })?;
     let now = Timestamp::now();
-    let outcome = verify_and_materialize(&cs, &ns, &ctx.client, &ctx.workdir, now).await?;
+    let outcome = verify_and_materialize(&cs, &ns, ctx.as_ref(), now).await?;
     let status = decide::status(cs.status.as_ref(), &outcome, cs.metadata.generation, now);
     if cs.status.as_ref() != Some(&status) {
         let api: Api<ChangeSet> = Api::namespaced(ctx.client.clone(), &ns);
@@ -108,10 +108,10 @@ fn ctx_workdir(workdir: &std::path::Path, ns: &str, project: &str) -> PathBuf {
 async fn verify_and_materialize(
     cs: &ChangeSet,
     ns: &str,
-    client: &Client,
-    workdir: &std::path::Path,
+    ctx: &Context,
     now: Timestamp,
 ) -> Result<Outcome, Error> {
+    let (client, workdir) = (&ctx.client, ctx.workdir.as_path());
     let projects: Api<Project> = Api::namespaced(client.clone(), ns);
     let project_name = cs.spec.project_ref.name.clone();
     let project = match projects.get_opt(&project_name).await {
@@ -131,7 +131,7 @@ async fn verify_and_materialize(
     // Read through the operator's repository cache: a working clone whose default
     // branch mirrors the project's remote (the remote itself may be bare).
     let repo = ctx_workdir(workdir, ns, &project_name);
-    if let Err(reason) = mirror_project(&project, repo.clone()).await {
+    if let Err(reason) = mirror_project(&project, ctx.repositories, repo.clone()).await {
         return Ok(Outcome::RepositoryUnavailable(reason));
     }
     let registration = Registration {
@@ -188,23 +188,25 @@ async fn verify_and_materialize(
 
 /// Brings the operator's clone of `project` in `dir` up to its remote's default
 /// branch (git is blocking: it runs off the async workers). The error says
-/// which repository could not be mirrored and why.
-pub(crate) async fn mirror_project(project: &Project, dir: PathBuf) -> Result<(), String> {
+/// which repository could not be mirrored and why — a location `repositories` does not
+/// allow included, before anything is read.
+pub(crate) async fn mirror_project(
+    project: &Project,
+    repositories: crate::project::decide::RepositoryPolicy,
+    dir: PathBuf,
+) -> Result<(), String> {
     let secret = crate::repo_cache::project_secret(
         project.metadata.namespace.as_deref().unwrap_or_default(),
         project,
     );
-    let (url, branch) = (
-        crate::repo_cache::clone_url(&project.spec.repo_url),
-        project.spec.default_branch.clone(),
-    );
+    let branch = project.spec.default_branch.clone();
+    let url = crate::repo_cache::clone_url(&project.spec.repo_url, repositories);
     tokio::task::spawn_blocking(move || {
-        crate::repo_cache::mirror_with(&url, &branch, &dir, secret.as_ref())
-            .map_err(|e| e.to_string())
+        crate::repo_cache::mirror_with(&url?, &branch, &dir, secret.as_ref())
     })
     .await
     .map_err(|e| e.to_string())
-    .and_then(|r| r)
+    .and_then(|r| r.map_err(|e| e.to_string()))
     .map_err(|reason| {
         crate::project::decide::redact_credentials(&format!(
             "repository {} could not be mirrored: {reason}",
@@ -244,19 +246,15 @@ pub fn error_policy(cs: Arc<ChangeSet>, error: &Error, _ctx: Arc<Context>) -> Ac
     Action::requeue(Duration::from_secs(5))
 }
 
-/// Runs the controller until the stream ends (shutdown).
-pub async fn run(client: Client, namespace: Option<String>) {
-    run_with(
-        client,
-        namespace,
-        std::env::temp_dir().join("protobot-repositories"),
-    )
-    .await;
-}
-
-/// [`run`] with the repository cache under `workdir`.
-pub async fn run_with(client: Client, namespace: Option<String>, workdir: PathBuf) {
-    run_metered(client, namespace, workdir, None).await;
+/// Runs the controller until the stream ends (shutdown), with the repository cache
+/// under `workdir` and the repository locations `repositories` allows.
+pub async fn run_with(
+    client: Client,
+    namespace: Option<String>,
+    workdir: PathBuf,
+    repositories: crate::project::decide::RepositoryPolicy,
+) {
+    run_metered(client, namespace, workdir, repositories, None).await;
 }
 
 /// [`run_with`], with reconciles timed and failures counted (`controller="changeset"`).
@@ -264,10 +262,15 @@ pub async fn run_metered(
     client: Client,
     namespace: Option<String>,
     workdir: PathBuf,
+    repositories: crate::project::decide::RepositoryPolicy,
     metrics: Option<crate::metrics::JobSiteMetrics>,
 ) {
     let api = crate::drive::scoped_api::<ChangeSet>(client.clone(), namespace.as_deref());
-    let ctx = Arc::new(Context { client, workdir });
+    let ctx = Arc::new(Context {
+        client,
+        workdir,
+        repositories,
+    });
     let metered = crate::drive::Metered::of(metrics, "changeset");
     crate::drive::run(api, reconcile, error_policy, ctx, metered).await;
 }

@@ -102,7 +102,8 @@ pub struct ProfileReports {
 }
 
 impl Context {
-    /// A context with no conformance information. Installs the process's
+    /// A context with no conformance information that accepts network repositories only
+    /// (set [`Context::repositories`] to allow local ones). Installs the process's
     /// credentials source (Secrets read through `client`, once per git operation).
     pub fn new(client: Client, workdir: PathBuf) -> Context {
         crate::repo_cache::SecretResolver::install(&client);
@@ -112,7 +113,7 @@ impl Context {
             workdir,
             conformance: BTreeMap::new(),
             profiles: None,
-            repositories: decide::RepositoryPolicy { allow_local: true },
+            repositories: decide::RepositoryPolicy::default(),
         }
     }
 }
@@ -283,22 +284,24 @@ async fn conformance(ctx: &Context, profile: &str) -> Conformance {
 
 async fn observe(project: &Project, dir: &Path, ctx: &Context) -> Outcome {
     let spec = &project.spec;
+    // The same location check every controller that clones makes (repo_cache::clone_url).
+    let clone_url = crate::repo_cache::clone_url(&spec.repo_url, ctx.repositories);
     let problems: Vec<String> = [
-        decide::validate_spec(spec),
-        decide::validate_location(&spec.repo_url, ctx.repositories),
+        decide::validate_spec(spec).err(),
+        clone_url.as_ref().err().map(ToString::to_string),
     ]
     .into_iter()
-    .filter_map(Result::err)
+    .flatten()
     .collect();
-    if !problems.is_empty() {
+    let (Ok(url), true) = (clone_url, problems.is_empty()) else {
         return Outcome::InvalidSpec(problems.join("; "));
-    }
+    };
     let conformance = conformance(ctx, &spec.sandbox_profile).await;
     let ns = project.namespace().unwrap_or_default();
     let secret = crate::repo_cache::project_secret(&ns, project);
     let local = crate::changeset::local_repository(&spec.repo_url);
     let (url, branch, spec_path, dir) = (
-        crate::repo_cache::clone_url(&spec.repo_url),
+        url,
         spec.default_branch.clone(),
         spec.spec_path.clone(),
         dir.to_path_buf(),
@@ -445,9 +448,17 @@ pub fn error_policy(project: Arc<Project>, error: &Error, _ctx: Arc<Context>) ->
 }
 
 /// Runs the controller until the stream ends (shutdown), with the repository
-/// cache under `workdir` and no sandbox profiles.
-pub async fn run_with(client: Client, namespace: Option<String>, workdir: PathBuf) {
-    run_context(namespace, Arc::new(Context::new(client, workdir))).await;
+/// cache under `workdir`, no sandbox profiles, and the repository locations
+/// `repositories` allows.
+pub async fn run_with(
+    client: Client,
+    namespace: Option<String>,
+    workdir: PathBuf,
+    repositories: decide::RepositoryPolicy,
+) {
+    let mut ctx = Context::new(client, workdir);
+    ctx.repositories = repositories;
+    run_context(namespace, Arc::new(ctx)).await;
 }
 
 /// [`run_with`] with a prepared [`Context`] (e.g. with sandbox profiles).
