@@ -14,6 +14,15 @@
 //! concurrent repack, a base outside every pack) is reported as *not handled*, and the caller
 //! reads the object with libgit2. Damaged data is an error naming the file and offset.
 //!
+//! Memory per object is bounded ([`ReadLimits`]). A whole (undeltified) object above
+//! [`ReadLimits::stream_above`] (default [`STREAM_ABOVE`], 32 MiB), loose or packed, is not
+//! read into memory: [`SourceReader::read_bounded`] describes it ([`LargeObject`]) and
+//! [`SourceReader::stream`] inflates it in pieces of at most 1 MiB, hashing them as they
+//! come and checking the ID at the end. A deltified object is resolved in memory (a delta
+//! copies from anywhere in its base) up to [`ReadLimits::max_deltified`] (default
+//! [`MAX_DELTIFIED`], 512 MiB, Git's `core.bigFileThreshold`, above which Git stores blobs
+//! whole); a larger one is an error telling the user to repack.
+//!
 //! [`SourceObjects`] holds the pack indexes and is shared; each thread takes its own
 //! [`SourceReader`] (file handles, inflate state, base cache).
 
@@ -35,6 +44,39 @@ const BASE_CACHE_BYTES: usize = 32 << 20;
 const MAX_CHAIN: usize = 10_000;
 /// Largest read of compressed input at once.
 const MAX_CHUNK: usize = 1 << 20;
+/// Largest piece of a streamed object handed on at once.
+const STREAM_CHUNK: usize = 1 << 20;
+/// Compressed bytes read to find the header of a loose object too large to read whole; a
+/// dynamic Huffman block header takes at most a few hundred.
+const LOOSE_HEADER_PEEK: usize = 4096;
+
+/// Default [`ReadLimits::stream_above`]: 32 MiB. Objects up to this size are read whole (fast
+/// for the many small files of a tree); larger ones stream, so an export's memory no longer
+/// grows with its largest file.
+pub const STREAM_ABOVE: u64 = 32 << 20;
+/// Default [`ReadLimits::max_deltified`]: 512 MiB, Git's default `core.bigFileThreshold`, above
+/// which `git repack` and `git gc` store blobs whole, never as deltas.
+pub const MAX_DELTIFIED: u64 = 512 << 20;
+
+/// How much of one object a reader holds in memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReadLimits {
+    /// A whole object larger than this is streamed ([`SourceReader::read_bounded`] returns
+    /// [`Found::Large`]), not read into memory.
+    pub stream_above: u64,
+    /// Largest deltified object, and delta base, resolved (in memory). Larger is an error
+    /// ([`SourceReadError::DeltaTooLarge`]).
+    pub max_deltified: u64,
+}
+
+impl Default for ReadLimits {
+    fn default() -> Self {
+        Self {
+            stream_above: STREAM_ABOVE,
+            max_deltified: MAX_DELTIFIED,
+        }
+    }
+}
 
 /// Whether `compressed` bytes of deflate can hold `size` bytes (deflate expands at most
 /// 1032:1). A larger announced size is damage: refusing it avoids allocating for it.
@@ -66,6 +108,20 @@ pub enum SourceReadError {
         /// What is wrong.
         reason: String,
     },
+    /// A deltified object (or its base) is larger than the reader resolves in memory.
+    #[error(
+        "unable to read the object at {path} offset {offset}: it is stored as a delta of a {size}-byte object, over the {limit}-byte bound for deltified objects, which are resolved in memory; repack the source repository with `git repack -a -d -f` (at the default core.bigFileThreshold of 512 MiB, Git stores larger blobs whole, which are streamed)"
+    )]
+    DeltaTooLarge {
+        /// The pack.
+        path: PathBuf,
+        /// Offset of the entry.
+        offset: u64,
+        /// Size of the object (or base).
+        size: u64,
+        /// [`ReadLimits::max_deltified`].
+        limit: u64,
+    },
 }
 
 /// An object read from the store.
@@ -86,6 +142,48 @@ impl SourceObject {
         hasher.update(&self.data);
         hasher.finalize().as_slice() == id.as_bytes()
     }
+}
+
+/// What [`SourceReader::read_bounded`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Found {
+    /// Read into memory and checked against its ID.
+    Loaded(SourceObject),
+    /// A whole object above [`ReadLimits::stream_above`]; read it with [`SourceReader::stream`].
+    Large(LargeObject),
+}
+
+/// A whole object too large to read into memory: its type, its size and where it is. Any
+/// reader of the same [`SourceObjects`] can [`stream`](SourceReader::stream) it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LargeObject {
+    /// Its type.
+    pub kind: ObjectType,
+    /// Its size in bytes, as the store announces it (checked while streaming).
+    pub size: u64,
+    at: LargeAt,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum LargeAt {
+    /// A loose object file whose inflated header is `header_len` bytes.
+    Loose { path: PathBuf, header_len: u64 },
+    /// A whole entry of pack `pack` at `entry_at`, its zlib stream at `data_at`.
+    Packed {
+        pack: usize,
+        entry_at: u64,
+        data_at: u64,
+    },
+}
+
+/// Why streaming an object stopped.
+enum StreamFailure<E> {
+    /// The zlib stream is damaged at this offset from its start.
+    Data { at: u64, reason: String },
+    /// Reading the store failed.
+    Io(io::Error),
+    /// The sink refused a piece.
+    Sink(E),
 }
 
 /// The pack indexes of one object store (shared by every reader).
@@ -243,10 +341,16 @@ impl SourceObjects {
         })
     }
 
-    /// A reader for one thread.
+    /// A reader for one thread, with the default [`ReadLimits`].
     pub fn reader(&self) -> SourceReader<'_> {
+        self.reader_with(ReadLimits::default())
+    }
+
+    /// A reader for one thread that holds at most `limits` of an object in memory.
+    pub fn reader_with(&self, limits: ReadLimits) -> SourceReader<'_> {
         SourceReader {
             store: self,
+            limits,
             files: (0..self.packs.len()).map(|_| None).collect(),
             inflate: Inflate::new(true, 15),
             input: Vec::new(),
@@ -265,6 +369,7 @@ impl SourceObjects {
 /// Reads objects of a [`SourceObjects`] store; one per thread.
 pub struct SourceReader<'a> {
     store: &'a SourceObjects,
+    limits: ReadLimits,
     files: Vec<Option<(fs::File, u64)>>,
     inflate: Inflate,
     input: Vec<u8>,
@@ -327,31 +432,167 @@ enum EntryHeader {
 }
 
 impl SourceReader<'_> {
-    /// Reads object `id`. `Ok(None)`: this reader does not handle where the object is
-    /// (read it with libgit2).
+    /// Reads object `id` into memory, whatever its size (a large whole object is streamed
+    /// into one buffer). `Ok(None)`: this reader does not handle where the object is (read it
+    /// with libgit2).
     pub fn read(&mut self, id: Oid) -> Result<Option<SourceObject>, SourceReadError> {
+        match self.read_bounded(id)? {
+            None => Ok(None),
+            Some(Found::Loaded(object)) => Ok(Some(object)),
+            Some(Found::Large(large)) => {
+                let mut data = Vec::new();
+                self.stream(id, &large, |piece| {
+                    data.extend_from_slice(piece);
+                    Ok::<_, SourceReadError>(())
+                })?;
+                Ok(Some(SourceObject {
+                    kind: large.kind,
+                    data,
+                }))
+            }
+        }
+    }
+
+    /// Reads object `id` into memory, or, for a whole object above
+    /// [`ReadLimits::stream_above`], only finds it ([`Found::Large`]: read it with
+    /// [`SourceReader::stream`]). `Ok(None)`: this reader does not handle where the object is
+    /// (read it with libgit2).
+    pub fn read_bounded(&mut self, id: Oid) -> Result<Option<Found>, SourceReadError> {
         if let Some((pack, offset)) = self.store.locate(id.as_bytes()) {
-            let object = self.read_packed(pack, offset)?;
-            if object.as_ref().is_some_and(|o| !o.has_id(id)) {
+            let found = self.read_packed(pack, offset)?;
+            if let Some(Found::Loaded(object)) = &found
+                && !object.has_id(id)
+            {
                 return Err(self.corrupt(
                     pack,
                     offset,
                     "the object's content does not hash to its ID",
                 ));
             }
-            return Ok(object);
+            return Ok(found);
         }
         self.read_loose(id)
     }
 
-    fn read_loose(&mut self, id: Oid) -> Result<Option<SourceObject>, SourceReadError> {
+    /// Inflates large object `id` (found by [`SourceReader::read_bounded`] of any reader of
+    /// this store) and hands its content to `sink` in pieces of at most 1 MiB, in order. The
+    /// content is hashed as it goes: when it does not hash to `id`, or the data is damaged,
+    /// the error comes after some pieces were handed on, so the caller must discard what the
+    /// sink received. An error of `sink` stops the stream and is returned.
+    pub fn stream<E: From<SourceReadError>>(
+        &mut self,
+        id: Oid,
+        large: &LargeObject,
+        mut sink: impl FnMut(&[u8]) -> Result<(), E>,
+    ) -> Result<(), E> {
+        let mut hasher = Sha1::new();
+        hasher.update(format!("{} {}\0", large.kind.str(), large.size).as_bytes());
+        let (path, offset, result) = match &large.at {
+            LargeAt::Loose { path, header_len } => {
+                let mut file = fs::File::open(path).map_err(|source| SourceReadError::Io {
+                    path: path.clone(),
+                    source,
+                })?;
+                // The header was parsed by read_bounded; the ID covers it through `hasher`.
+                let mut skip = *header_len;
+                let result = inflate_stream(
+                    &mut self.inflate,
+                    &mut file,
+                    header_len.saturating_add(large.size),
+                    |mut piece| {
+                        let skipped = usize::try_from(skip).unwrap_or(usize::MAX).min(piece.len());
+                        skip -= skipped as u64;
+                        piece = &piece[skipped..];
+                        if piece.is_empty() {
+                            return Ok(());
+                        }
+                        hasher.update(piece);
+                        sink(piece)
+                    },
+                );
+                (path.clone(), 0, result)
+            }
+            LargeAt::Packed {
+                pack,
+                entry_at,
+                data_at,
+            } => {
+                let (pack, entry_at, data_at) = (*pack, *entry_at, *data_at);
+                let path = self.store.packs[pack].pack_path.clone();
+                let io_error = |source| SourceReadError::Io {
+                    path: path.clone(),
+                    source,
+                };
+                if self.file(pack)?.is_none() {
+                    return Err(self
+                        .corrupt(pack, entry_at, "the pack vanished while it was read")
+                        .into());
+                }
+                let Some((file, _)) = self.files[pack].as_mut() else {
+                    return Err(self
+                        .corrupt(pack, entry_at, "the pack vanished while it was read")
+                        .into());
+                };
+                file.seek(SeekFrom::Start(data_at)).map_err(io_error)?;
+                let result = inflate_stream(&mut self.inflate, file, large.size, |piece| {
+                    hasher.update(piece);
+                    sink(piece)
+                });
+                (path, data_at, result)
+            }
+        };
+        let entry_at = match &large.at {
+            LargeAt::Loose { .. } => 0,
+            LargeAt::Packed { entry_at, .. } => *entry_at,
+        };
+        match result {
+            Ok(()) => {}
+            Err(StreamFailure::Sink(e)) => return Err(e),
+            Err(StreamFailure::Io(source)) => {
+                return Err(SourceReadError::Io { path, source }.into());
+            }
+            Err(StreamFailure::Data { at, reason }) => {
+                return Err(SourceReadError::Corrupt {
+                    path,
+                    offset: offset + at,
+                    reason,
+                }
+                .into());
+            }
+        }
+        if hasher.finalize().as_slice() != id.as_bytes() {
+            return Err(SourceReadError::Corrupt {
+                path,
+                offset: entry_at,
+                reason: "the object's content does not hash to its ID".to_owned(),
+            }
+            .into());
+        }
+        Ok(())
+    }
+
+    fn read_loose(&mut self, id: Oid) -> Result<Option<Found>, SourceReadError> {
         let hex = id.to_string();
         let path = self.store.objects_dir.join(&hex[..2]).join(&hex[2..]);
-        let compressed = match fs::read(&path) {
-            Ok(bytes) => bytes,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-            Err(source) => return Err(SourceReadError::Io { path, source }),
+        let io_error = |source| SourceReadError::Io {
+            path: path.clone(),
+            source,
         };
+        let mut file = match fs::File::open(&path) {
+            Ok(file) => file,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(source) => return Err(io_error(source)),
+        };
+        let len = file.metadata().map_err(io_error)?.len();
+        // A file small enough is read whole; of a larger one only enough to parse the header,
+        // and the object is streamed whatever size it announces.
+        let whole = len <= self.limits.stream_above;
+        let mut compressed = Vec::new();
+        let wanted = if whole { len } else { LOOSE_HEADER_PEEK as u64 };
+        (&mut file)
+            .take(wanted)
+            .read_to_end(&mut compressed)
+            .map_err(io_error)?;
         // A zlib header (CMF/FLG check); anything else is the ancient "pack-like" format.
         let zlib = compressed.len() >= 2
             && compressed[0] & 0x8f == 0x08
@@ -359,13 +600,28 @@ impl SourceReader<'_> {
         if !zlib {
             return Ok(None);
         }
-        let object = decode_loose(&mut self.inflate, &compressed).map_err(|(offset, reason)| {
-            SourceReadError::Corrupt {
+        let stream_above = if whole { self.limits.stream_above } else { 0 };
+        let decoded = decode_loose(&mut self.inflate, &compressed, len, stream_above).map_err(
+            |(offset, reason)| SourceReadError::Corrupt {
                 path: path.clone(),
                 offset,
                 reason,
+            },
+        )?;
+        let object = match decoded {
+            Loose::Object(object) => object,
+            Loose::Large {
+                kind,
+                size,
+                header_len,
+            } => {
+                return Ok(Some(Found::Large(LargeObject {
+                    kind,
+                    size,
+                    at: LargeAt::Loose { path, header_len },
+                })));
             }
-        })?;
+        };
         if !object.has_id(id) {
             return Err(SourceReadError::Corrupt {
                 path,
@@ -373,17 +629,21 @@ impl SourceReader<'_> {
                 reason: "the object's content does not hash to its ID".to_owned(),
             });
         }
-        Ok(Some(object))
+        Ok(Some(Found::Loaded(object)))
     }
 
-    fn read_packed(
-        &mut self,
-        pack: usize,
-        offset: u64,
-    ) -> Result<Option<SourceObject>, SourceReadError> {
+    fn read_packed(&mut self, pack: usize, offset: u64) -> Result<Option<Found>, SourceReadError> {
         // Follow the chain down to a whole object or a cached base, then apply the deltas.
         let mut chain: Vec<(EntryAt, Vec<u8>)> = Vec::new();
         let (mut pack, mut at) = (pack, offset);
+        let limit = self.limits.max_deltified;
+        let too_large =
+            |reader: &Self, pack: usize, at: u64, size: u64| SourceReadError::DeltaTooLarge {
+                path: reader.store.packs[pack].pack_path.clone(),
+                offset: at,
+                size,
+                limit,
+            };
         let (kind, mut data) = loop {
             if chain.len() > MAX_CHAIN {
                 return Err(self.corrupt(pack, at, "the delta chain is longer than 10000"));
@@ -400,6 +660,20 @@ impl SourceReader<'_> {
                     size,
                     data_at,
                 } => {
+                    if chain.is_empty() && size as u64 > self.limits.stream_above {
+                        return Ok(Some(Found::Large(LargeObject {
+                            kind,
+                            size: size as u64,
+                            at: LargeAt::Packed {
+                                pack,
+                                entry_at: at,
+                                data_at,
+                            },
+                        })));
+                    }
+                    if size as u64 > limit {
+                        return Err(too_large(self, pack, at, size as u64));
+                    }
                     let data = self.inflate_at(pack, data_at, size)?;
                     break (kind, Rc::new(data));
                 }
@@ -408,7 +682,9 @@ impl SourceReader<'_> {
                     data_at,
                     base_at,
                 } => {
-                    chain.push(((pack, at), self.inflate_at(pack, data_at, size)?));
+                    let delta = self.inflate_at(pack, data_at, size)?;
+                    self.check_delta_target(&delta, pack, at)?;
+                    chain.push(((pack, at), delta));
                     at = base_at;
                 }
                 EntryHeader::RefDelta {
@@ -416,7 +692,9 @@ impl SourceReader<'_> {
                     data_at,
                     base,
                 } => {
-                    chain.push(((pack, at), self.inflate_at(pack, data_at, size)?));
+                    let delta = self.inflate_at(pack, data_at, size)?;
+                    self.check_delta_target(&delta, pack, at)?;
+                    chain.push(((pack, at), delta));
                     let Some(location) = self.store.locate(&base) else {
                         return Ok(None);
                     };
@@ -433,7 +711,32 @@ impl SourceReader<'_> {
             base_at = entry_at;
         }
         let data = Rc::try_unwrap(data).unwrap_or_else(|shared| (*shared).clone());
-        Ok(Some(SourceObject { kind, data }))
+        Ok(Some(Found::Loaded(SourceObject { kind, data })))
+    }
+
+    /// Refuses a delta (entry at `at` of `pack`) whose result is over
+    /// [`ReadLimits::max_deltified`] before resolving it.
+    fn check_delta_target(
+        &self,
+        delta: &[u8],
+        pack: usize,
+        at: u64,
+    ) -> Result<(), SourceReadError> {
+        let mut cursor = Cursor {
+            bytes: delta,
+            used: 0,
+        };
+        let sizes = cursor.size().and_then(|_| cursor.size());
+        let target = sizes.map_err(|reason| self.corrupt(pack, at, reason))?;
+        if target as u64 > self.limits.max_deltified {
+            return Err(SourceReadError::DeltaTooLarge {
+                path: self.store.packs[pack].pack_path.clone(),
+                offset: at,
+                size: target as u64,
+                limit: self.limits.max_deltified,
+            });
+        }
+        Ok(())
     }
 
     fn corrupt(&self, pack: usize, offset: u64, reason: &str) -> SourceReadError {
@@ -729,9 +1032,29 @@ fn apply_delta(base: &[u8], delta: &[u8]) -> Result<Vec<u8>, &'static str> {
     Ok(out)
 }
 
-/// Decodes a loose object file (zlib of `"<type> <size>\0" ‖ content`). Errors carry the
-/// offset in the compressed file.
-fn decode_loose(inflate: &mut Inflate, compressed: &[u8]) -> Result<SourceObject, (u64, String)> {
+/// A decoded loose object file.
+#[derive(Debug)]
+enum Loose {
+    Object(SourceObject),
+    /// Larger than the caller reads into memory: the content is not inflated.
+    Large {
+        kind: ObjectType,
+        size: u64,
+        /// Bytes of `"<type> <size>\0"`.
+        header_len: u64,
+    },
+}
+
+/// Decodes a loose object file (zlib of `"<type> <size>\0" ‖ content`) whose first bytes are
+/// `compressed` (all of it unless `file_len` is larger); an object announcing more than
+/// `stream_above` bytes, or one not given whole, is only described ([`Loose::Large`]).
+/// Errors carry the offset in the compressed file.
+fn decode_loose(
+    inflate: &mut Inflate,
+    compressed: &[u8],
+    file_len: u64,
+    stream_above: u64,
+) -> Result<Loose, (u64, String)> {
     inflate.reset(true);
     let mut head = [0u8; 64];
     let status = inflate
@@ -756,11 +1079,18 @@ fn decode_loose(inflate: &mut Inflate, compressed: &[u8]) -> Result<SourceObject
     let size: usize = size
         .parse()
         .map_err(|_| (0, format!("malformed object size in `{header}`")))?;
-    if !can_hold(compressed.len() as u64, size) {
+    if !can_hold(file_len, size) {
         return Err((
             0,
             format!("the object announces {size} bytes, more than its file can hold"),
         ));
+    }
+    if size as u64 > stream_above || (compressed.len() as u64) < file_len {
+        return Ok(Loose::Large {
+            kind,
+            size: size as u64,
+            header_len: nul as u64 + 1,
+        });
     }
     let prefix = &head[nul + 1..produced];
     if prefix.len() > size {
@@ -801,7 +1131,77 @@ fn decode_loose(inflate: &mut Inflate, compressed: &[u8]) -> Result<SourceObject
         ));
     }
     data.truncate(size);
-    Ok(SourceObject { kind, data })
+    Ok(Loose::Object(SourceObject { kind, data }))
+}
+
+/// Inflates the zlib stream read from `input` (from its current position), handing the output
+/// to `emit` in pieces of at most [`STREAM_CHUNK`] bytes; exactly `expected` bytes must come
+/// out, and nothing past them is handed on. Holds one input and one output buffer, whatever
+/// the size. Data errors carry the offset from the start of the stream.
+fn inflate_stream<E>(
+    inflate: &mut Inflate,
+    input: &mut impl Read,
+    expected: u64,
+    mut emit: impl FnMut(&[u8]) -> Result<(), E>,
+) -> Result<(), StreamFailure<E>> {
+    inflate.reset(true);
+    let mut compressed = vec![0u8; MAX_CHUNK];
+    let mut out = vec![0u8; STREAM_CHUNK];
+    let (mut start, mut end) = (0usize, 0usize);
+    let mut total = 0u64;
+    // At the end of the input the inflater is still called: it may hold output that did not
+    // fit the last time.
+    let mut eof = false;
+    let data = |inflate: &Inflate, reason: String| StreamFailure::Data {
+        at: inflate.total_in(),
+        reason,
+    };
+    loop {
+        if start == end && !eof {
+            end = loop {
+                match input.read(&mut compressed) {
+                    Ok(n) => break n,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(e) => return Err(StreamFailure::Io(e)),
+                }
+            };
+            start = 0;
+            eof = end == 0;
+        }
+        let (in_before, out_before) = (inflate.total_in(), inflate.total_out());
+        let status = inflate.decompress(&compressed[start..end], &mut out, InflateFlush::NoFlush);
+        let consumed = (inflate.total_in() - in_before) as usize;
+        let produced = (inflate.total_out() - out_before) as usize;
+        start += consumed;
+        total += produced as u64;
+        if total > expected {
+            return Err(data(
+                inflate,
+                format!("the object announced {expected} bytes but holds more"),
+            ));
+        }
+        if produced > 0 {
+            emit(&out[..produced]).map_err(StreamFailure::Sink)?;
+        }
+        match status {
+            Ok(Status::StreamEnd) => break,
+            Ok(_) if consumed > 0 || produced > 0 => {}
+            Ok(_) => {
+                return Err(data(
+                    inflate,
+                    "the compressed stream is truncated".to_owned(),
+                ));
+            }
+            Err(e) => return Err(data(inflate, e.as_str().to_owned())),
+        }
+    }
+    if total != expected {
+        return Err(data(
+            inflate,
+            format!("the object announced {expected} bytes but holds {total}"),
+        ));
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -1047,6 +1447,201 @@ mod tests {
         );
     }
 
+    /// Small enough that `big.bin` (300 000 bytes) and `huge.bin` (2 MiB) of [`history`] stream.
+    const SMALL: ReadLimits = ReadLimits {
+        stream_above: 64 << 10,
+        max_deltified: MAX_DELTIFIED,
+    };
+
+    /// Streams `large` with `reader`: the content and the size of each piece.
+    fn stream_all(
+        reader: &mut SourceReader<'_>,
+        id: Oid,
+        large: &LargeObject,
+    ) -> Result<(Vec<u8>, Vec<usize>), SourceReadError> {
+        let (mut data, mut pieces) = (Vec::new(), Vec::new());
+        reader.stream(id, large, |piece| {
+            pieces.push(piece.len());
+            data.extend_from_slice(piece);
+            Ok::<_, SourceReadError>(())
+        })?;
+        Ok((data, pieces))
+    }
+
+    #[test]
+    fn whole_objects_above_the_limit_stream_in_pieces_loose_and_packed_as_libgit2_reads_them() {
+        for packed in [false, true] {
+            let dir = tempfile::TempDir::new().unwrap();
+            let repo = history(dir.path());
+            if packed {
+                git(dir.path(), &["repack", "-adq", "--window=50", "--depth=50"]);
+                git(dir.path(), &["prune-packed"]);
+            }
+            let repo = Repository::open(repo.path()).unwrap();
+            let odb = repo.odb().unwrap();
+            let store = SourceObjects::open(&repo.path().join("objects")).unwrap();
+            assert_eq!(store.packs.len(), usize::from(packed));
+            let mut reader = store.reader_with(SMALL);
+            // Another reader of the same store streams what this one found (the export's
+            // writer thread streams what a worker found).
+            let mut writer = store.reader_with(SMALL);
+            let mut large = 0;
+            for id in all_ids(&repo) {
+                let expected = odb.read(id).unwrap();
+                match reader.read_bounded(id).unwrap().unwrap() {
+                    Found::Loaded(object) => {
+                        assert_eq!(object.data, expected.data(), "{id}");
+                    }
+                    Found::Large(object) => {
+                        large += 1;
+                        assert_eq!(object.kind, expected.kind());
+                        assert_eq!(object.size, expected.len() as u64);
+                        assert!(object.size > SMALL.stream_above);
+                        let (data, pieces) = stream_all(&mut writer, id, &object).unwrap();
+                        assert!(data == expected.data(), "{id} packed={packed}");
+                        assert!(pieces.iter().all(|n| *n <= STREAM_CHUNK), "{pieces:?}");
+                        if object.size > 2 * STREAM_CHUNK as u64 {
+                            assert!(pieces.len() > 2, "{pieces:?}");
+                        }
+                        // A sink's error stops the stream and is what the caller gets.
+                        let mut calls = 0;
+                        let stopped = reader.stream(id, &object, |_| {
+                            calls += 1;
+                            Err(SourceReadError::Io {
+                                path: PathBuf::from("sink"),
+                                source: io::Error::other("full"),
+                            })
+                        });
+                        assert!(
+                            matches!(&stopped, Err(SourceReadError::Io { path, .. }) if path == Path::new("sink"))
+                        );
+                        assert_eq!(calls, 1);
+                    }
+                }
+                // `read` gives the whole object either way.
+                assert_eq!(reader.read(id).unwrap().unwrap().data, expected.data());
+            }
+            // big.bin and huge.bin (the random one spans several reads of compressed input).
+            assert_eq!(large, 2, "packed={packed}");
+            assert_eq!(assert_reads_match_libgit2(&repo), all_ids(&repo).len());
+        }
+    }
+
+    #[test]
+    fn a_damaged_large_object_is_an_error_naming_its_file_even_after_pieces_went_out() {
+        let dir = tempfile::TempDir::new().unwrap();
+        let repo = history(dir.path());
+        let head = repo.head().unwrap().peel_to_tree().unwrap();
+        let big = head.get_name("big.bin").unwrap().id();
+        let hex = big.to_string();
+        let loose = repo.path().join("objects").join(&hex[..2]).join(&hex[2..]);
+        let bytes = fs::read(&loose).unwrap();
+        let mut permissions = fs::metadata(&loose).unwrap().permissions();
+        #[allow(clippy::permissions_set_readonly_false)]
+        permissions.set_readonly(false);
+        fs::set_permissions(&loose, permissions).unwrap();
+        let store = SourceObjects::open(&repo.path().join("objects")).unwrap();
+        let large = |reader: &mut SourceReader<'_>| match reader.read_bounded(big).unwrap() {
+            Some(Found::Large(large)) => large,
+            other => panic!("not streamed: {other:?}"),
+        };
+
+        // A well-formed object of the same size under another object's name: every piece
+        // goes out, then the ID check fails.
+        let other: Vec<u8> = (0..300_000u32).map(|i| (i % 253) as u8).collect();
+        fs::write(&loose, crate::loose::encode_loose_blob(&other)).unwrap();
+        let mut reader = store.reader_with(SMALL);
+        let object = large(&mut reader);
+        let mut received = 0;
+        let error = reader
+            .stream(big, &object, |piece| {
+                received += piece.len();
+                Ok::<_, SourceReadError>(())
+            })
+            .unwrap_err();
+        assert_eq!(received, other.len());
+        assert!(
+            matches!(&error, SourceReadError::Corrupt { path, reason, .. }
+                if *path == loose && reason.contains("does not hash to its ID")),
+            "{error}"
+        );
+        assert!(error.to_string().contains("git fsck"), "{error}");
+
+        // Truncated: the header is found, the stream ends early.
+        fs::write(&loose, &bytes[..bytes.len() / 2]).unwrap();
+        let object = large(&mut reader);
+        let error = stream_all(&mut reader, big, &object).unwrap_err();
+        assert!(
+            matches!(&error, SourceReadError::Corrupt { path, reason, .. }
+                if *path == loose && reason.contains("truncated")),
+            "{error}"
+        );
+        fs::write(&loose, &bytes).unwrap();
+        let object = large(&mut reader);
+        assert!(stream_all(&mut reader, big, &object).unwrap().0.len() == 300_000);
+
+        // Packed: damage the middle of the big blob's compressed data.
+        git(dir.path(), &["repack", "-adq"]);
+        git(dir.path(), &["prune-packed"]);
+        let store = SourceObjects::open(&repo.path().join("objects")).unwrap();
+        let offset = store.packs[0].find(big.as_bytes()).unwrap();
+        let pack_path = store.packs[0].pack_path.clone();
+        let mut pack = fs::read(&pack_path).unwrap();
+        for byte in &mut pack[offset as usize + 1000..offset as usize + 1040] {
+            *byte ^= 0x55;
+        }
+        let mut permissions = fs::metadata(&pack_path).unwrap().permissions();
+        #[allow(clippy::permissions_set_readonly_false)]
+        permissions.set_readonly(false);
+        fs::set_permissions(&pack_path, permissions).unwrap();
+        fs::write(&pack_path, &pack).unwrap();
+        let mut reader = store.reader_with(SMALL);
+        let object = large(&mut reader);
+        let error = stream_all(&mut reader, big, &object).unwrap_err();
+        assert!(
+            matches!(&error, SourceReadError::Corrupt { path, .. } if *path == pack_path),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn a_deltified_object_over_the_bound_is_refused_with_advice_to_repack() {
+        let dir = tempfile::TempDir::new().unwrap();
+        let repo = history(dir.path());
+        git(dir.path(), &["repack", "-adq", "--window=50", "--depth=50"]);
+        git(dir.path(), &["prune-packed"]);
+        let repo = Repository::open(repo.path()).unwrap();
+        let store = SourceObjects::open(&repo.path().join("objects")).unwrap();
+        let mut probe = store.reader();
+        let deltified = all_ids(&repo)
+            .into_iter()
+            .find(|id| {
+                let at = store.packs[0].find(id.as_bytes()).unwrap();
+                matches!(
+                    probe.entry_header(0, at).unwrap().unwrap(),
+                    EntryHeader::OffsetDelta { .. }
+                ) && repo.find_blob(*id).is_ok_and(|b| b.size() > 4096)
+            })
+            .unwrap();
+        let tight = ReadLimits {
+            stream_above: STREAM_ABOVE,
+            max_deltified: 4096,
+        };
+        let error = store.reader_with(tight).read(deltified).unwrap_err();
+        assert!(
+            matches!(&error, SourceReadError::DeltaTooLarge { path, limit: 4096, .. }
+                if *path == store.packs[0].pack_path),
+            "{error}"
+        );
+        assert!(error.to_string().contains("git repack -a -d -f"), "{error}");
+        let odb = repo.odb().unwrap();
+        let expected = odb.read(deltified).unwrap();
+        assert_eq!(
+            store.reader().read(deltified).unwrap().unwrap().data,
+            expected.data()
+        );
+    }
+
     #[test]
     fn deltas_apply_copies_and_inserts_and_reject_what_git_never_writes() {
         let base = b"0123456789";
@@ -1080,7 +1675,8 @@ mod tests {
         let header = b"blob 1000000000000000000\0x";
         crate::loose::write_stored_zlib(&mut forged, &[header]).unwrap();
         let mut inflate = Inflate::new(true, 15);
-        let (_, reason) = decode_loose(&mut inflate, &forged).unwrap_err();
+        let (_, reason) =
+            decode_loose(&mut inflate, &forged, forged.len() as u64, u64::MAX).unwrap_err();
         assert!(reason.contains("more than its file can hold"), "{reason}");
     }
 
@@ -1198,7 +1794,7 @@ mod tests {
             bytes[at] ^= next() as u8;
             let _ = apply_delta(b"0123456789", &bytes);
             let _ = parse_entry_header(&bytes, next() % 4096);
-            let _ = decode_loose(&mut inflate, &bytes);
+            let _ = decode_loose(&mut inflate, &bytes, bytes.len() as u64, u64::MAX);
         }
     }
 }
