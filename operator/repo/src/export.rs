@@ -8,14 +8,14 @@
 //! index ([`crate::pack`]), so the projection's object database is one sequential file, not a
 //! loose object per file.
 //!
-//! Memory per blob is bounded ([`ReadLimits`]): a whole blob above
-//! [`ReadLimits::stream_above`] (32 MiB by default) is never held in memory. The writer streams
-//! it itself when its turn in the pack comes: inflated 1 MiB at a time into the working-tree
-//! file and the pack entry, hashed as it goes and checked against its ID at the end. A
-//! deltified blob is resolved in memory, up to [`ReadLimits::max_deltified`] (512 MiB, Git's
-//! `core.bigFileThreshold`; above it the export fails and says to repack), and handed to the
-//! writer without a second, encoded copy. The index is built from the written files' stat data. The new
-//! repository is created without templates (so without hooks), with
+//! Memory per blob is bounded ([`ReadLimits`]): a blob above [`ReadLimits::stream_above`]
+//! (32 MiB by default) is never held in memory. The writer streams it itself when its turn in
+//! the pack comes, 1 MiB at a time into the working-tree file and the pack entry, hashed as it
+//! goes and checked against its ID at the end: inflated, for a whole object; for a delta, by
+//! applying it to its base, which is held in memory up to [`ReadLimits::max_deltified`]
+//! (512 MiB, Git's `core.bigFileThreshold`; above it the export fails and says to repack).
+//! The index is built from the written files' stat data. The new repository is created
+//! without templates (so without hooks), with
 //! `core.logAllRefUpdates=false` (no reflog), no remote and no alternates; its own pack holds
 //! only the exported blobs and the trees and commit built from them. The root commit uses a
 //! fixed identity and time, so the same source files and role always give the same commit ID.
@@ -578,11 +578,8 @@ const BATCH: usize = 16;
 enum ToPack {
     /// A blob up to [`ReadLimits::stream_above`], encoded by the worker.
     Entry(PackEntry),
-    /// A larger blob the worker read into memory (a delta, resolved): the writer encodes it
-    /// into the pack in pieces, without a second copy.
-    Content { id: Oid, data: Vec<u8> },
-    /// A larger whole blob, not read yet: the writer streams it into the working-tree file and
-    /// the pack.
+    /// A larger blob, not read yet: the writer streams it into the working-tree file and the
+    /// pack.
     Stream(LargeObject),
 }
 
@@ -656,10 +653,6 @@ fn write_blobs(
                 due.next();
                 let result = match message {
                     ToPack::Entry(entry) => pack.append(&entry).map(drop).map_err(pack_io),
-                    ToPack::Content { id, data } => pack
-                        .append_content(id, ObjectKind::Blob, &data)
-                        .map(drop)
-                        .map_err(pack_io),
                     ToPack::Stream(large) => {
                         let (file, path) = jobs[position];
                         stream_blob(&mut reader, file, path, workdir, &large, Some(&mut *pack))
@@ -775,13 +768,8 @@ fn write_blob_worker(
             drop(handle);
             out.push((position, meta));
             if owners[position] {
-                let message = match blob {
-                    SourceBlob::Own(data) if data.len() as u64 > limits.stream_above => {
-                        ToPack::Content { id: file.id, data }
-                    }
-                    blob => ToPack::Entry(encode_entry(file.id, ObjectKind::Blob, blob.data())),
-                };
-                if sender.send((position, message)).is_err() {
+                let entry = encode_entry(file.id, ObjectKind::Blob, content);
+                if sender.send((position, ToPack::Entry(entry))).is_err() {
                     // The pack writer failed and reports why.
                     return Ok(out);
                 }
@@ -876,7 +864,7 @@ enum SourceBlob<'odb> {
 enum BlobRead<'odb> {
     /// Read into memory.
     Held(SourceBlob<'odb>),
-    /// A whole blob above [`ReadLimits::stream_above`], found, not read: stream it.
+    /// A blob above [`ReadLimits::stream_above`], found, not read: stream it.
     Large(LargeObject),
 }
 

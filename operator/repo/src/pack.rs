@@ -251,22 +251,6 @@ impl PackWriter {
         }))
     }
 
-    /// Appends the whole object `content` without encoding it in memory first (no second copy
-    /// of it); `false`: already in the pack.
-    pub fn append_content(
-        &mut self,
-        id: Oid,
-        kind: ObjectKind,
-        content: &[u8],
-    ) -> io::Result<bool> {
-        let Some(mut entry) = self.begin(id, kind, content.len() as u64)? else {
-            return Ok(false);
-        };
-        entry.write(content)?;
-        entry.finish()?;
-        Ok(true)
-    }
-
     /// Whether an entry of `id` may go in next: `false` if it is already in; an error if the
     /// pack is broken or full.
     fn admit(&self, id: Oid) -> io::Result<bool> {
@@ -448,22 +432,20 @@ mod tests {
         let mut writer = PackWriter::create(&pieces, contents.len() as u32).unwrap();
         for (n, content) in contents.iter().enumerate() {
             let id = Oid::hash_object(ObjectType::Blob, content).unwrap();
-            if n % 2 == 0 {
-                let mut entry = writer
-                    .begin(id, ObjectKind::Blob, content.len() as u64)
-                    .unwrap()
-                    .unwrap();
-                for piece in content.chunks(1000 + n) {
-                    entry.write(piece).unwrap();
-                }
-                entry.finish().unwrap();
+            let mut entry = writer
+                .begin(id, ObjectKind::Blob, content.len() as u64)
+                .unwrap()
+                .unwrap();
+            // Pieces of uneven sizes, or the whole content at once.
+            let piece = if n % 2 == 0 {
+                1000 + n
             } else {
-                assert!(
-                    writer
-                        .append_content(id, ObjectKind::Blob, content)
-                        .unwrap()
-                );
+                content.len().max(1)
+            };
+            for piece in content.chunks(piece) {
+                entry.write(piece).unwrap();
             }
+            entry.finish().unwrap();
             assert!(writer.contains(id));
             assert!(writer.begin(id, ObjectKind::Blob, 1).unwrap().is_none());
         }

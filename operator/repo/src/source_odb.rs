@@ -14,14 +14,15 @@
 //! concurrent repack, a base outside every pack) is reported as *not handled*, and the caller
 //! reads the object with libgit2. Damaged data is an error naming the file and offset.
 //!
-//! Memory per object is bounded ([`ReadLimits`]). A whole (undeltified) object above
-//! [`ReadLimits::stream_above`] (default [`STREAM_ABOVE`], 32 MiB), loose or packed, is not
-//! read into memory: [`SourceReader::read_bounded`] describes it ([`LargeObject`]) and
-//! [`SourceReader::stream`] inflates it in pieces of at most 1 MiB, hashing them as they
-//! come and checking the ID at the end. A deltified object is resolved in memory (a delta
-//! copies from anywhere in its base) up to [`ReadLimits::max_deltified`] (default
-//! [`MAX_DELTIFIED`], 512 MiB, Git's `core.bigFileThreshold`, above which Git stores blobs
-//! whole); a larger one is an error telling the user to repack.
+//! Memory per object is bounded ([`ReadLimits`]). An object above
+//! [`ReadLimits::stream_above`] (default [`STREAM_ABOVE`], 32 MiB) is not read into memory:
+//! [`SourceReader::read_bounded`] describes it ([`LargeObject`]) and [`SourceReader::stream`]
+//! hands it on in pieces of at most 1 MiB, hashing them as they come and checking the ID at
+//! the end. A whole object, loose or packed, is inflated piece by piece; a deltified one is
+//! produced by applying its delta to its base, and the base (a delta copies from anywhere in
+//! it) is resolved in memory, up to [`ReadLimits::max_deltified`] (default [`MAX_DELTIFIED`],
+//! 512 MiB, Git's `core.bigFileThreshold`, above which Git stores blobs whole) for it and
+//! every object of its chain; a larger one is an error telling the user to repack.
 //!
 //! [`SourceObjects`] holds the pack indexes and is shared; each thread takes its own
 //! [`SourceReader`] (file handles, inflate state, base cache).
@@ -61,11 +62,12 @@ pub const MAX_DELTIFIED: u64 = 512 << 20;
 /// How much of one object a reader holds in memory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ReadLimits {
-    /// A whole object larger than this is streamed ([`SourceReader::read_bounded`] returns
+    /// An object larger than this is streamed ([`SourceReader::read_bounded`] returns
     /// [`Found::Large`]), not read into memory.
     pub stream_above: u64,
-    /// Largest deltified object, and delta base, resolved (in memory). Larger is an error
-    /// ([`SourceReadError::DeltaTooLarge`]).
+    /// Largest object resolved in memory as part of a delta chain: a delta base, or a
+    /// deltified object up to `stream_above` (a larger one is streamed, only its base is held),
+    /// and largest delta held. Larger is an error ([`SourceReadError::DeltaTooLarge`]).
     pub max_deltified: u64,
 }
 
@@ -117,7 +119,7 @@ pub enum SourceReadError {
         path: PathBuf,
         /// Offset of the entry.
         offset: u64,
-        /// Size of the object (or base).
+        /// Size of the object (or base, or delta).
         size: u64,
         /// [`ReadLimits::max_deltified`].
         limit: u64,
@@ -149,12 +151,12 @@ impl SourceObject {
 pub enum Found {
     /// Read into memory and checked against its ID.
     Loaded(SourceObject),
-    /// A whole object above [`ReadLimits::stream_above`]; read it with [`SourceReader::stream`].
+    /// An object above [`ReadLimits::stream_above`]; read it with [`SourceReader::stream`].
     Large(LargeObject),
 }
 
-/// A whole object too large to read into memory: its type, its size and where it is. Any
-/// reader of the same [`SourceObjects`] can [`stream`](SourceReader::stream) it.
+/// An object too large to read into memory: its type, its size and where it is. Any reader of
+/// the same [`SourceObjects`] can [`stream`](SourceReader::stream) it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LargeObject {
     /// Its type.
@@ -174,6 +176,9 @@ enum LargeAt {
         entry_at: u64,
         data_at: u64,
     },
+    /// A delta entry of pack `pack` at `entry_at` with a large result: its base is resolved
+    /// in memory, the result is streamed as the delta is applied.
+    Delta { pack: usize, entry_at: u64 },
 }
 
 /// Why streaming an object stopped.
@@ -432,8 +437,8 @@ enum EntryHeader {
 }
 
 impl SourceReader<'_> {
-    /// Reads object `id` into memory, whatever its size (a large whole object is streamed
-    /// into one buffer). `Ok(None)`: this reader does not handle where the object is (read it
+    /// Reads object `id` into memory, whatever its size (a large object is streamed into one
+    /// buffer). `Ok(None)`: this reader does not handle where the object is (read it
     /// with libgit2).
     pub fn read(&mut self, id: Oid) -> Result<Option<SourceObject>, SourceReadError> {
         match self.read_bounded(id)? {
@@ -453,8 +458,8 @@ impl SourceReader<'_> {
         }
     }
 
-    /// Reads object `id` into memory, or, for a whole object above
-    /// [`ReadLimits::stream_above`], only finds it ([`Found::Large`]: read it with
+    /// Reads object `id` into memory, or, for an object above [`ReadLimits::stream_above`],
+    /// only finds it ([`Found::Large`]: read it with
     /// [`SourceReader::stream`]). `Ok(None)`: this reader does not handle where the object is
     /// (read it with libgit2).
     pub fn read_bounded(&mut self, id: Oid) -> Result<Option<Found>, SourceReadError> {
@@ -540,10 +545,19 @@ impl SourceReader<'_> {
                 });
                 (path, data_at, result)
             }
+            LargeAt::Delta { pack, entry_at } => {
+                let (pack, entry_at) = (*pack, *entry_at);
+                let path = self.store.packs[pack].pack_path.clone();
+                let result = self.stream_delta(pack, entry_at, large, |piece| {
+                    hasher.update(piece);
+                    sink(piece)
+                })?;
+                (path, entry_at, result)
+            }
         };
         let entry_at = match &large.at {
             LargeAt::Loose { .. } => 0,
-            LargeAt::Packed { entry_at, .. } => *entry_at,
+            LargeAt::Packed { entry_at, .. } | LargeAt::Delta { entry_at, .. } => *entry_at,
         };
         match result {
             Ok(()) => {}
@@ -569,6 +583,76 @@ impl SourceReader<'_> {
             .into());
         }
         Ok(())
+    }
+
+    /// Resolves the base of the delta at `entry_at` of `pack` in memory and applies the delta
+    /// to it, handing the result to `emit` in pieces of [`STREAM_CHUNK`] bytes (the last may
+    /// be shorter). A damaged delta is a [`StreamFailure::Data`] at offset 0 from the entry.
+    fn stream_delta<E>(
+        &mut self,
+        pack: usize,
+        entry_at: u64,
+        large: &LargeObject,
+        mut emit: impl FnMut(&[u8]) -> Result<(), E>,
+    ) -> Result<Result<(), StreamFailure<E>>, SourceReadError> {
+        let vanished = |reader: &Self| {
+            reader.corrupt(
+                pack,
+                entry_at,
+                "the delta's base vanished while it was read",
+            )
+        };
+        let (size, data_at, base) = match self.entry_header(pack, entry_at)? {
+            Some(EntryHeader::OffsetDelta {
+                size,
+                data_at,
+                base_at,
+            }) => (size, data_at, (pack, base_at)),
+            Some(EntryHeader::RefDelta {
+                size,
+                data_at,
+                base,
+            }) => match self.store.locate(&base) {
+                Some(location) => (size, data_at, location),
+                None => return Err(vanished(self)),
+            },
+            _ => return Err(vanished(self)),
+        };
+        self.check_delta_size(size, pack, entry_at)?;
+        let delta = self.inflate_at(pack, data_at, size)?;
+        let base = match self.resolve(base.0, base.1, false)? {
+            Some(Found::Loaded(base)) if base.kind == large.kind => base,
+            Some(Found::Loaded(_)) => {
+                return Err(self.corrupt(pack, entry_at, "the delta's base changed type"));
+            }
+            _ => return Err(vanished(self)),
+        };
+        if delta_target(&delta).ok() != usize::try_from(large.size).ok() {
+            return Err(self.corrupt(pack, entry_at, "the delta changed while it was read"));
+        }
+        let mut pending: Vec<u8> = Vec::with_capacity(STREAM_CHUNK);
+        let applied = apply_delta_into(&base.data, &delta, |mut piece| {
+            while !piece.is_empty() {
+                let take = (STREAM_CHUNK - pending.len()).min(piece.len());
+                pending.extend_from_slice(&piece[..take]);
+                piece = &piece[take..];
+                if pending.len() == STREAM_CHUNK {
+                    emit(&pending)?;
+                    pending.clear();
+                }
+            }
+            Ok(())
+        });
+        let result = match applied {
+            Ok(()) if pending.is_empty() => Ok(()),
+            Ok(()) => emit(&pending).map_err(StreamFailure::Sink),
+            Err(DeltaFailure::Sink(e)) => Err(StreamFailure::Sink(e)),
+            Err(DeltaFailure::Bad(reason)) => Err(StreamFailure::Data {
+                at: 0,
+                reason: reason.to_owned(),
+            }),
+        };
+        Ok(result)
     }
 
     fn read_loose(&mut self, id: Oid) -> Result<Option<Found>, SourceReadError> {
@@ -633,6 +717,17 @@ impl SourceReader<'_> {
     }
 
     fn read_packed(&mut self, pack: usize, offset: u64) -> Result<Option<Found>, SourceReadError> {
+        self.resolve(pack, offset, true)
+    }
+
+    /// Resolves the entry at `offset` of `pack`; with `stream_top`, an entry whose object is
+    /// above [`ReadLimits::stream_above`] is only found ([`Found::Large`]).
+    fn resolve(
+        &mut self,
+        pack: usize,
+        offset: u64,
+        stream_top: bool,
+    ) -> Result<Option<Found>, SourceReadError> {
         // Follow the chain down to a whole object or a cached base, then apply the deltas.
         let mut chain: Vec<(EntryAt, Vec<u8>)> = Vec::new();
         let (mut pack, mut at) = (pack, offset);
@@ -648,7 +743,12 @@ impl SourceReader<'_> {
             if chain.len() > MAX_CHAIN {
                 return Err(self.corrupt(pack, at, "the delta chain is longer than 10000"));
             }
-            if let Some(base) = self.bases.get((pack, at)) {
+            // A cached object above the limit asked for itself is streamed all the same.
+            if let Some(base) = self.bases.get((pack, at))
+                && !(stream_top
+                    && chain.is_empty()
+                    && base.1.len() as u64 > self.limits.stream_above)
+            {
                 break base;
             }
             let Some(header) = self.entry_header(pack, at)? else {
@@ -660,7 +760,7 @@ impl SourceReader<'_> {
                     size,
                     data_at,
                 } => {
-                    if chain.is_empty() && size as u64 > self.limits.stream_above {
+                    if stream_top && chain.is_empty() && size as u64 > self.limits.stream_above {
                         return Ok(Some(Found::Large(LargeObject {
                             kind,
                             size: size as u64,
@@ -682,7 +782,13 @@ impl SourceReader<'_> {
                     data_at,
                     base_at,
                 } => {
+                    self.check_delta_size(size, pack, at)?;
                     let delta = self.inflate_at(pack, data_at, size)?;
+                    if stream_top && chain.is_empty() {
+                        if let Some(large) = self.large_delta(&delta, pack, at)? {
+                            return Ok(Some(large));
+                        }
+                    }
                     self.check_delta_target(&delta, pack, at)?;
                     chain.push(((pack, at), delta));
                     at = base_at;
@@ -692,7 +798,13 @@ impl SourceReader<'_> {
                     data_at,
                     base,
                 } => {
+                    self.check_delta_size(size, pack, at)?;
                     let delta = self.inflate_at(pack, data_at, size)?;
+                    if stream_top && chain.is_empty() {
+                        if let Some(large) = self.large_delta(&delta, pack, at)? {
+                            return Ok(Some(large));
+                        }
+                    }
                     self.check_delta_target(&delta, pack, at)?;
                     chain.push(((pack, at), delta));
                     let Some(location) = self.store.locate(&base) else {
@@ -714,6 +826,66 @@ impl SourceReader<'_> {
         Ok(Some(Found::Loaded(SourceObject { kind, data })))
     }
 
+    /// The top delta of a chain (entry at `at` of `pack`) whose result is above
+    /// [`ReadLimits::stream_above`], as a [`Found::Large`] of the type at the bottom of its
+    /// chain (`None` when the chain leaves this store); `Ok(None)` too for a smaller result.
+    fn large_delta(
+        &mut self,
+        delta: &[u8],
+        pack: usize,
+        at: u64,
+    ) -> Result<Option<Found>, SourceReadError> {
+        let target = delta_target(delta).map_err(|reason| self.corrupt(pack, at, reason))?;
+        if target as u64 <= self.limits.stream_above {
+            return Ok(None);
+        }
+        // The chain's headers only, down to the whole object that gives the type.
+        let (mut base_pack, mut base_at) = (pack, at);
+        for _ in 0..=MAX_CHAIN {
+            if let Some((kind, _)) = self.bases.get((base_pack, base_at)) {
+                return Ok(Some(self.large_delta_of(kind, target, pack, at)));
+            }
+            let Some(header) = self.entry_header(base_pack, base_at)? else {
+                return Ok(None);
+            };
+            match header {
+                EntryHeader::Whole { kind, .. } => {
+                    return Ok(Some(self.large_delta_of(kind, target, pack, at)));
+                }
+                EntryHeader::OffsetDelta { base_at: next, .. } => base_at = next,
+                EntryHeader::RefDelta { base, .. } => {
+                    let Some(location) = self.store.locate(&base) else {
+                        return Ok(None);
+                    };
+                    (base_pack, base_at) = location;
+                }
+            }
+        }
+        Err(self.corrupt(pack, at, "the delta chain is longer than 10000"))
+    }
+
+    fn large_delta_of(&self, kind: ObjectType, size: usize, pack: usize, at: u64) -> Found {
+        Found::Large(LargeObject {
+            kind,
+            size: size as u64,
+            at: LargeAt::Delta { pack, entry_at: at },
+        })
+    }
+
+    /// Refuses a delta (entry at `at` of `pack`) of `size` bytes, over
+    /// [`ReadLimits::max_deltified`], before inflating it: the delta itself is held in memory.
+    fn check_delta_size(&self, size: usize, pack: usize, at: u64) -> Result<(), SourceReadError> {
+        if size as u64 > self.limits.max_deltified {
+            return Err(SourceReadError::DeltaTooLarge {
+                path: self.store.packs[pack].pack_path.clone(),
+                offset: at,
+                size: size as u64,
+                limit: self.limits.max_deltified,
+            });
+        }
+        Ok(())
+    }
+
     /// Refuses a delta (entry at `at` of `pack`) whose result is over
     /// [`ReadLimits::max_deltified`] before resolving it.
     fn check_delta_target(
@@ -722,12 +894,7 @@ impl SourceReader<'_> {
         pack: usize,
         at: u64,
     ) -> Result<(), SourceReadError> {
-        let mut cursor = Cursor {
-            bytes: delta,
-            used: 0,
-        };
-        let sizes = cursor.size().and_then(|_| cursor.size());
-        let target = sizes.map_err(|reason| self.corrupt(pack, at, reason))?;
+        let target = delta_target(delta).map_err(|reason| self.corrupt(pack, at, reason))?;
         if target as u64 > self.limits.max_deltified {
             return Err(SourceReadError::DeltaTooLarge {
                 path: self.store.packs[pack].pack_path.clone(),
@@ -976,60 +1143,106 @@ fn parse_entry_header(bytes: &[u8], at: u64) -> Result<EntryHeader, &'static str
     }
 }
 
-/// Applies a Git delta (source size, target size, then copy and insert instructions) to
-/// `base`.
-fn apply_delta(base: &[u8], delta: &[u8]) -> Result<Vec<u8>, &'static str> {
+/// The target size a delta announces.
+fn delta_target(delta: &[u8]) -> Result<usize, &'static str> {
     let mut cursor = Cursor {
         bytes: delta,
         used: 0,
     };
-    if cursor.size()? != base.len() {
-        return Err("the delta's source size is not its base's size");
-    }
-    let target = cursor.size()?;
+    cursor.size().and_then(|_| cursor.size())
+}
+
+/// Why applying a delta stopped.
+enum DeltaFailure<E> {
+    /// The delta is not what Git writes.
+    Bad(&'static str),
+    /// The sink refused a piece.
+    Sink(E),
+}
+
+/// Applies a Git delta (source size, target size, then copy and insert instructions) to
+/// `base`.
+fn apply_delta(base: &[u8], delta: &[u8]) -> Result<Vec<u8>, &'static str> {
+    let target = delta_target(delta)?;
     // The target size is data; do not trust it for one huge allocation.
     let mut out = Vec::with_capacity(target.min(base.len() + delta.len()));
+    apply_delta_into(base, delta, |piece| {
+        out.extend_from_slice(piece);
+        Ok::<_, std::convert::Infallible>(())
+    })
+    .map_err(|failure| match failure {
+        DeltaFailure::Bad(reason) => reason,
+        DeltaFailure::Sink(never) => match never {},
+    })?;
+    Ok(out)
+}
+
+/// Applies a Git delta to `base`, handing the result to `push` in the pieces its copy and
+/// insert instructions make, never more than the target size it announces. Holds nothing.
+fn apply_delta_into<E>(
+    base: &[u8],
+    delta: &[u8],
+    mut push: impl FnMut(&[u8]) -> Result<(), E>,
+) -> Result<(), DeltaFailure<E>> {
+    let mut cursor = Cursor {
+        bytes: delta,
+        used: 0,
+    };
+    if cursor.size().map_err(DeltaFailure::Bad)? != base.len() {
+        return Err(DeltaFailure::Bad(
+            "the delta's source size is not its base's size",
+        ));
+    }
+    let target = cursor.size().map_err(DeltaFailure::Bad)?;
+    let mut written = 0usize;
     while cursor.used < delta.len() {
-        let command = cursor.next()?;
-        if command & 0x80 != 0 {
+        let command = cursor.next().map_err(DeltaFailure::Bad)?;
+        let piece = if command & 0x80 != 0 {
             let mut offset = 0usize;
             for bit in 0..4 {
                 if command & (1 << bit) != 0 {
-                    offset |= usize::from(cursor.next()?) << (8 * bit);
+                    offset |= usize::from(cursor.next().map_err(DeltaFailure::Bad)?) << (8 * bit);
                 }
             }
             let mut len = 0usize;
             for bit in 0..3 {
                 if command & (0x10 << bit) != 0 {
-                    len |= usize::from(cursor.next()?) << (8 * bit);
+                    len |= usize::from(cursor.next().map_err(DeltaFailure::Bad)?) << (8 * bit);
                 }
             }
             if len == 0 {
                 len = 0x1_0000;
             }
-            let copied = offset
+            offset
                 .checked_add(len)
                 .and_then(|end| base.get(offset..end))
-                .ok_or("a delta copy reads past its base")?;
-            out.extend_from_slice(copied);
+                .ok_or(DeltaFailure::Bad("a delta copy reads past its base"))?
         } else if command != 0 {
             let len = usize::from(command);
             let inserted = delta
                 .get(cursor.used..cursor.used + len)
-                .ok_or("a delta insert runs past the delta")?;
-            out.extend_from_slice(inserted);
+                .ok_or(DeltaFailure::Bad("a delta insert runs past the delta"))?;
             cursor.used += len;
+            inserted
         } else {
-            return Err("the delta uses the reserved instruction 0");
+            return Err(DeltaFailure::Bad(
+                "the delta uses the reserved instruction 0",
+            ));
+        };
+        written += piece.len();
+        if written > target {
+            return Err(DeltaFailure::Bad(
+                "the delta writes more than its target size",
+            ));
         }
-        if out.len() > target {
-            return Err("the delta writes more than its target size");
-        }
+        push(piece).map_err(DeltaFailure::Sink)?;
     }
-    if out.len() != target {
-        return Err("the delta writes less than its target size");
+    if written != target {
+        return Err(DeltaFailure::Bad(
+            "the delta writes less than its target size",
+        ));
     }
-    Ok(out)
+    Ok(())
 }
 
 /// A decoded loose object file.
@@ -1453,6 +1666,67 @@ mod tests {
         max_deltified: MAX_DELTIFIED,
     };
 
+    /// Small enough that the deltified text files of [`history`] (about 10 KB) stream too.
+    const TINY: ReadLimits = ReadLimits {
+        stream_above: 4096,
+        max_deltified: MAX_DELTIFIED,
+    };
+
+    #[test]
+    fn deltified_objects_above_the_limit_stream_from_their_base_as_libgit2_reads_them() {
+        let dir = tempfile::TempDir::new().unwrap();
+        let repo = history(dir.path());
+        git(dir.path(), &["repack", "-adq", "--window=50", "--depth=50"]);
+        git(dir.path(), &["prune-packed"]);
+        let repo = Repository::open(repo.path()).unwrap();
+        let odb = repo.odb().unwrap();
+        let store = SourceObjects::open(&repo.path().join("objects")).unwrap();
+        let mut reader = store.reader_with(TINY);
+        let mut writer = store.reader_with(TINY);
+        let mut deltas = 0;
+        for id in all_ids(&repo) {
+            let expected = odb.read(id).unwrap();
+            match reader.read_bounded(id).unwrap().unwrap() {
+                Found::Loaded(object) => {
+                    assert!(object.data.len() as u64 <= TINY.stream_above);
+                    assert_eq!(object.data, expected.data(), "{id}");
+                }
+                Found::Large(large) => {
+                    deltas += usize::from(matches!(large.at, LargeAt::Delta { .. }));
+                    assert_eq!(
+                        (large.kind, large.size),
+                        (expected.kind(), expected.len() as u64)
+                    );
+                    let (data, pieces) = stream_all(&mut writer, id, &large).unwrap();
+                    assert!(data == expected.data(), "{id}");
+                    assert!(pieces.iter().all(|n| *n <= STREAM_CHUNK), "{pieces:?}");
+                }
+            }
+        }
+        assert!(deltas > 50, "{deltas} deltas streamed");
+        // A delta streamed against a base over the bound is refused, as when held.
+        let tight = ReadLimits {
+            stream_above: 4096,
+            max_deltified: 4096,
+        };
+        let refused = all_ids(&repo).into_iter().find_map(|id| {
+            let mut reader = store.reader_with(tight);
+            match reader.read_bounded(id).unwrap()? {
+                Found::Large(large) if matches!(large.at, LargeAt::Delta { .. }) => {
+                    Some(stream_all(&mut reader, id, &large).unwrap_err())
+                }
+                _ => None,
+            }
+        });
+        assert!(
+            matches!(
+                refused,
+                Some(SourceReadError::DeltaTooLarge { limit: 4096, .. })
+            ),
+            "{refused:?}"
+        );
+    }
+
     /// Streams `large` with `reader`: the content and the size of each piece.
     fn stream_all(
         reader: &mut SourceReader<'_>,
@@ -1642,6 +1916,288 @@ mod tests {
         );
     }
 
+    /// A pack entry's type-and-size header.
+    fn entry_head(kind: u8, mut size: usize) -> Vec<u8> {
+        let mut bytes = Vec::new();
+        let mut byte = (kind << 4) | (size & 0x0f) as u8;
+        size >>= 4;
+        while size != 0 {
+            bytes.push(byte | 0x80);
+            byte = (size & 0x7f) as u8;
+            size >>= 7;
+        }
+        bytes.push(byte);
+        bytes
+    }
+
+    /// A delta's size varint.
+    fn delta_size(mut size: usize) -> Vec<u8> {
+        let mut bytes = Vec::new();
+        loop {
+            let byte = (size & 0x7f) as u8;
+            size >>= 7;
+            if size == 0 {
+                bytes.push(byte);
+                return bytes;
+            }
+            bytes.push(byte | 0x80);
+        }
+    }
+
+    /// A store of one hand-written pack: blob `base` whole, then `delta` as an offset delta
+    /// of it, named `id` in a hand-written index (CRCs and index checksums, which the reader
+    /// does not check, zeroed). Returns the store's directory and the pack's path.
+    fn delta_store(base: &[u8], delta: &[u8], id: Oid) -> (tempfile::TempDir, PathBuf) {
+        use crate::pack::{ObjectKind, encode_entry};
+        let base_id = Oid::hash_object(ObjectType::Blob, base).unwrap();
+        let mut pack = b"PACK\0\0\0\x02\0\0\0\x02".to_vec();
+        let base_at = pack.len() as u64;
+        pack.extend_from_slice(&encode_entry(base_id, ObjectKind::Blob, base).bytes);
+        let delta_at = pack.len() as u64;
+        pack.extend(entry_head(6, delta.len()));
+        let mut distance = delta_at - base_at;
+        let mut offset = vec![(distance & 0x7f) as u8];
+        distance >>= 7;
+        while distance != 0 {
+            distance -= 1;
+            offset.push(0x80 | (distance & 0x7f) as u8);
+            distance >>= 7;
+        }
+        offset.reverse();
+        pack.extend(offset);
+        let zlib = encode_entry(id, ObjectKind::Blob, delta).bytes;
+        pack.extend_from_slice(&zlib[entry_head(3, delta.len()).len()..]);
+        let trailer = Sha1::digest(&pack);
+        pack.extend_from_slice(&trailer);
+        let mut names = [(base_id, base_at), (id, delta_at)];
+        names.sort();
+        let mut idx = IDX_MAGIC.to_vec();
+        idx.extend(2u32.to_be_bytes());
+        for slot in 0..256 {
+            let count = names
+                .iter()
+                .filter(|(name, _)| usize::from(name.as_bytes()[0]) <= slot)
+                .count() as u32;
+            idx.extend(count.to_be_bytes());
+        }
+        for (name, _) in &names {
+            idx.extend_from_slice(name.as_bytes());
+        }
+        idx.extend([0u8; 8]);
+        for (_, at) in &names {
+            idx.extend((*at as u32).to_be_bytes());
+        }
+        idx.extend([0u8; 40]);
+        let dir = tempfile::TempDir::new().unwrap();
+        let pack_dir = dir.path().join("pack");
+        fs::create_dir(&pack_dir).unwrap();
+        let pack_path = pack_dir.join("pack-test.pack");
+        fs::write(&pack_path, &pack).unwrap();
+        fs::write(pack_dir.join("pack-test.idx"), &idx).unwrap();
+        (dir, pack_path)
+    }
+
+    /// Object `id` of the store under `dir`, streamed when it is large.
+    fn read_streaming(dir: &Path, limits: ReadLimits, id: Oid) -> Result<Found, SourceReadError> {
+        let store = SourceObjects::open(dir)?;
+        let mut reader = store.reader_with(limits);
+        let found = reader
+            .read_bounded(id)?
+            .ok_or_else(|| SourceReadError::Corrupt {
+                path: dir.to_owned(),
+                offset: 0,
+                reason: "not handled".to_owned(),
+            })?;
+        if let Found::Large(large) = &found {
+            let (data, pieces) = stream_all(&mut store.reader_with(limits), id, large)?;
+            assert!(pieces.iter().all(|n| *n <= STREAM_CHUNK), "{pieces:?}");
+            assert!(pieces.iter().rev().skip(1).all(|n| *n == STREAM_CHUNK));
+            return Ok(Found::Loaded(SourceObject {
+                kind: large.kind,
+                data,
+            }));
+        }
+        Ok(found)
+    }
+
+    /// Copies `len` bytes of the base from `offset` (a Git delta copy instruction).
+    fn copy(offset: u32, len: u32) -> Vec<u8> {
+        let mut command = 0x80u8;
+        let mut bytes = Vec::new();
+        for bit in 0..4 {
+            let byte = (offset >> (8 * bit)) as u8;
+            if byte != 0 {
+                command |= 1 << bit;
+                bytes.push(byte);
+            }
+        }
+        for bit in 0..3 {
+            let byte = (len >> (8 * bit)) as u8;
+            if byte != 0 {
+                command |= 0x10 << bit;
+                bytes.push(byte);
+            }
+        }
+        bytes.insert(0, command);
+        bytes
+    }
+
+    /// A delta of `base_len` bytes announcing `target`, then `instructions`.
+    fn delta_of(base_len: usize, target: usize, instructions: &[Vec<u8>]) -> Vec<u8> {
+        let mut delta = delta_size(base_len);
+        delta.extend(delta_size(target));
+        for instruction in instructions {
+            delta.extend_from_slice(instruction);
+        }
+        delta
+    }
+
+    #[test]
+    fn a_delta_larger_than_its_bound_streams_from_a_small_base_and_damage_is_refused() {
+        let base = rng_bytes(4096);
+        let limits = ReadLimits {
+            stream_above: 8192,
+            max_deltified: 16384,
+        };
+        // 300 copies of the base (1.2 MiB, over both limits), then an insert: only the
+        // 4 KiB base and the 1 KiB delta are held.
+        let mut instructions: Vec<Vec<u8>> = (0..300).map(|_| copy(0, 4096)).collect();
+        instructions.push(copy(100, 50));
+        instructions.push(b"\x05tail!".to_vec());
+        let mut expected = base.repeat(300);
+        expected.extend_from_slice(&base[100..150]);
+        expected.extend_from_slice(b"tail!");
+        let delta = delta_of(base.len(), expected.len(), &instructions);
+        let id = Oid::hash_object(ObjectType::Blob, &expected).unwrap();
+        let (dir, pack_path) = delta_store(&base, &delta, id);
+        let store = SourceObjects::open(dir.path()).unwrap();
+        match store.reader_with(limits).read_bounded(id).unwrap().unwrap() {
+            Found::Large(large) => {
+                assert!(matches!(large.at, LargeAt::Delta { .. }), "{large:?}");
+                assert_eq!(
+                    (large.kind, large.size),
+                    (ObjectType::Blob, expected.len() as u64)
+                );
+            }
+            found => panic!("not streamed: {found:?}"),
+        }
+        let read = read_streaming(dir.path(), limits, id).unwrap();
+        assert!(
+            matches!(&read, Found::Loaded(o) if o.kind == ObjectType::Blob && o.data == expected)
+        );
+        assert!(store.reader_with(limits).read(id).unwrap().unwrap().data == expected);
+        // Git agrees the pack holds that object.
+        let check = tempfile::TempDir::new().unwrap();
+        let repo = Repository::init_bare(check.path()).unwrap();
+        let copied = check.path().join("objects/pack/pack-test.pack");
+        fs::copy(&pack_path, &copied).unwrap();
+        git(check.path(), &["index-pack", copied.to_str().unwrap()]);
+        assert!(repo.odb().unwrap().read(id).unwrap().data() == expected);
+
+        // Each damage is a typed error, never a panic or other content.
+        let corrupt = |delta: &[u8], id: Oid, limits: ReadLimits| {
+            let (dir, _) = delta_store(&base, delta, id);
+            read_streaming(dir.path(), limits, id).unwrap_err()
+        };
+        let reasons = [
+            (
+                delta_of(
+                    4096,
+                    8192 + 4096,
+                    &[copy(0, 4096), copy(0, 4096), copy(4000, 4096)],
+                ),
+                "a delta copy reads past its base",
+            ),
+            (
+                delta_of(4097, 300 * 4096, &[copy(0, 4096)]),
+                "the delta's source size is not its base's size",
+            ),
+            (
+                delta_of(4096, 3 * 4096, &[copy(0, 4096), copy(0, 4096)]),
+                "the delta writes less than its target size",
+            ),
+            (
+                delta_of(4096, 3 * 4096, &vec![copy(0, 4096); 4]),
+                "the delta writes more than its target size",
+            ),
+            (
+                delta_of(4096, 3 * 4096, &[copy(0, 4096), vec![0]]),
+                "the delta uses the reserved instruction 0",
+            ),
+            (
+                delta_of(4096, 3 * 4096, &[copy(0, 4096), b"\x7fshort".to_vec()]),
+                "a delta insert runs past the delta",
+            ),
+        ];
+        for (delta, reason) in &reasons {
+            let error = corrupt(delta, id, limits);
+            assert!(
+                matches!(&error, SourceReadError::Corrupt { reason: r, .. } if r == reason),
+                "{reason}: {error}"
+            );
+        }
+        // Content that does not hash to the ID it is stored under.
+        let other = Oid::hash_object(ObjectType::Blob, b"another").unwrap();
+        let error = corrupt(&delta, other, limits);
+        assert!(
+            matches!(&error, SourceReadError::Corrupt { reason, .. }
+                if reason == "the object's content does not hash to its ID"),
+            "{error}"
+        );
+        // A base, or a delta, over the bound is refused before it is read.
+        let tight = ReadLimits {
+            stream_above: 1024,
+            max_deltified: 2048,
+        };
+        let error = corrupt(&delta, id, tight);
+        assert!(
+            matches!(
+                &error,
+                SourceReadError::DeltaTooLarge {
+                    size: 4096,
+                    limit: 2048,
+                    ..
+                }
+            ),
+            "{error}"
+        );
+        // 200 inserts of 127 bytes: a 25,600-byte delta, over the 16 KiB bound.
+        let inserts: Vec<Vec<u8>> = (0..200)
+            .map(|n| {
+                let mut insert = vec![127u8];
+                insert.extend_from_slice(&base[n..n + 127]);
+                insert
+            })
+            .collect();
+        let long = delta_of(4096, 200 * 127, &inserts);
+        let error = corrupt(&long, id, limits);
+        assert!(
+            matches!(&error, SourceReadError::DeltaTooLarge { size, limit: 16384, .. }
+                if *size == long.len() as u64),
+            "{error}"
+        );
+
+        // Random damage to the pack: an error or the right content, never a panic.
+        let mut next = rng(0xDE17_A5EE_D000_0016);
+        let pristine = fs::read(&pack_path).unwrap();
+        for _ in 0..300 {
+            let mut damaged = pristine.clone();
+            for _ in 0..1 + next() % 3 {
+                let at = 12 + (next() as usize) % (damaged.len() - 32);
+                damaged[at] ^= 1 << (next() % 8);
+            }
+            fs::write(&pack_path, &damaged).unwrap();
+            if let Ok(Found::Loaded(object)) = read_streaming(dir.path(), limits, id) {
+                assert!(object.data == expected);
+            }
+        }
+    }
+
+    fn rng_bytes(len: usize) -> Vec<u8> {
+        let mut next = rng(0x0BA5_E000_0000_4096);
+        (0..len).map(|_| next() as u8).collect()
+    }
+
     #[test]
     fn deltas_apply_copies_and_inserts_and_reject_what_git_never_writes() {
         let base = b"0123456789";
@@ -1754,14 +2310,19 @@ mod tests {
         fs::set_permissions(&pack_path, permissions).unwrap();
         let mut next = rng(0x5EED_0BAD_F00D_CAFE);
         let (mut failed, mut read) = (0, 0);
-        for _ in 0..60 {
+        for round in 0..60 {
             let mut damaged = pristine.clone();
             for _ in 0..1 + next() % 3 {
                 let at = 12 + (next() as usize) % (damaged.len() - 32);
                 damaged[at] ^= 1 << (next() % 8);
             }
             fs::write(&pack_path, &damaged).unwrap();
-            let mut reader = store.reader();
+            // Every other round, most objects stream (whole ones inflated, deltas applied).
+            let mut reader = if round % 2 == 0 {
+                store.reader()
+            } else {
+                store.reader_with(TINY)
+            };
             for id in &ids {
                 match reader.read(*id) {
                     Ok(Some(object)) => {
