@@ -784,10 +784,11 @@ impl SourceReader<'_> {
                 } => {
                     self.check_delta_size(size, pack, at)?;
                     let delta = self.inflate_at(pack, data_at, size)?;
-                    if stream_top && chain.is_empty() {
-                        if let Some(large) = self.large_delta(&delta, pack, at)? {
-                            return Ok(Some(large));
-                        }
+                    if stream_top
+                        && chain.is_empty()
+                        && let Some(large) = self.large_delta(&delta, pack, at)?
+                    {
+                        return Ok(Some(large));
                     }
                     self.check_delta_target(&delta, pack, at)?;
                     chain.push(((pack, at), delta));
@@ -800,10 +801,11 @@ impl SourceReader<'_> {
                 } => {
                     self.check_delta_size(size, pack, at)?;
                     let delta = self.inflate_at(pack, data_at, size)?;
-                    if stream_top && chain.is_empty() {
-                        if let Some(large) = self.large_delta(&delta, pack, at)? {
-                            return Ok(Some(large));
-                        }
+                    if stream_top
+                        && chain.is_empty()
+                        && let Some(large) = self.large_delta(&delta, pack, at)?
+                    {
+                        return Ok(Some(large));
                     }
                     self.check_delta_target(&delta, pack, at)?;
                     chain.push(((pack, at), delta));
