@@ -6,8 +6,16 @@
 //! tree and encode it as a stored-deflate pack entry; one writer appends the entries, the trees
 //! and the root commit (encoded in memory) to a single packfile with its
 //! index ([`crate::pack`]), so the projection's object database is one sequential file, not a
-//! loose object per file. The index is built from the written files' stat data. The new
-//! repository is created without templates (so without hooks), with
+//! loose object per file.
+//!
+//! Memory per blob is bounded ([`ReadLimits`]): a blob above [`ReadLimits::stream_above`]
+//! (32 MiB by default) is never held in memory. The writer streams it itself when its turn in
+//! the pack comes, 1 MiB at a time into the working-tree file and the pack entry, hashed as it
+//! goes and checked against its ID at the end: inflated, for a whole object; for a delta, by
+//! applying it to its base, which is held in memory up to [`ReadLimits::max_deltified`]
+//! (512 MiB, Git's `core.bigFileThreshold`; above it the export fails and says to repack).
+//! The index is built from the written files' stat data. The new repository is created
+//! without templates (so without hooks), with
 //! `core.logAllRefUpdates=false` (no reflog), no remote and no alternates; its own pack holds
 //! only the exported blobs and the trees and commit built from them. The root commit uses a
 //! fixed identity and time, so the same source files and role always give the same commit ID.
@@ -35,7 +43,7 @@ use crate::{
     pack::{ObjectKind, PackEntry, PackWriter, encode_entry},
     plan::{SourceEntry, WithheldReason, plan_projection},
     role::Role,
-    source_odb::{SourceObjects, SourceReadError, SourceReader},
+    source_odb::{Found, LargeObject, ReadLimits, SourceObjects, SourceReadError, SourceReader},
     tree::{TreeFile, list_files, mode},
 };
 
@@ -247,6 +255,15 @@ pub enum ExportError {
     /// The source repository's object store is damaged.
     #[error(transparent)]
     SourceObjects(#[from] SourceReadError),
+    /// An exported blob could not be read from the source repository's object store.
+    #[error("failed to read `{path}` of the source commit: {source}")]
+    ReadBlob {
+        /// The file's path in the source tree.
+        path: String,
+        /// Cause (names the object file and what is wrong with it).
+        #[source]
+        source: SourceReadError,
+    },
     /// A projection record could not be read or written.
     #[error("failed to read or write projection record {path}: {reason}")]
     Record {
@@ -268,7 +285,7 @@ impl ExportError {
             ExportError::Catalog(_) => "catalog-invalid",
             ExportError::Git { .. } => "git",
             ExportError::Io { .. } => "io",
-            ExportError::SourceObjects(_) => "source-objects",
+            ExportError::SourceObjects(_) | ExportError::ReadBlob { .. } => "source-objects",
             ExportError::Record { .. } => "record",
         }
     }
@@ -311,6 +328,15 @@ pub fn load_manifest(
 /// Exports a role projection; see the module documentation for the guarantees. Also writes
 /// the [`ProjectionRecord`] to [`record_path_for`]`(dest)`.
 pub fn export_projection(request: &ExportRequest) -> Result<ExportReport, ExportError> {
+    export_projection_with(request, ReadLimits::default())
+}
+
+/// [`export_projection`] holding at most `limits` of one blob in memory (tests use small
+/// limits to stream small blobs).
+pub fn export_projection_with(
+    request: &ExportRequest,
+    limits: ReadLimits,
+) -> Result<ExportReport, ExportError> {
     check_record_target(&record_path_for(&request.dest))?;
     let source =
         Repository::open(&request.source_repo).map_err(|source| ExportError::OpenSource {
@@ -412,6 +438,7 @@ pub fn export_projection(request: &ExportRequest) -> Result<ExportReport, Export
         let written = write_blobs(
             &request.source_repo,
             &objects,
+            limits,
             &jobs,
             &owners,
             &workdir,
@@ -547,15 +574,26 @@ fn encode_root_commit(tree_id: Oid, role: Role) -> Result<(Oid, Vec<u8>), Export
 /// Jobs a worker takes at once.
 const BATCH: usize = 16;
 
+/// What a worker hands the pack writer for the first job of a blob ID.
+enum ToPack {
+    /// A blob up to [`ReadLimits::stream_above`], encoded by the worker.
+    Entry(PackEntry),
+    /// A larger blob, not read yet: the writer streams it into the working-tree file and the
+    /// pack.
+    Stream(LargeObject),
+}
+
 /// Writes every job's blob to the working tree and, for the first job of each blob ID, into
 /// the pack. Workers (one per core, each with its own handle on the source repository) take
 /// jobs in small batches, read each blob once, write the file and encode its pack entry; this
 /// thread appends the entries to the pack in job order (holding the few that arrive early),
-/// so the same projection always gives the same pack bytes and name. Returns the metadata of
-/// each written file, in job order.
+/// so the same projection always gives the same pack bytes and name. A large whole blob is
+/// streamed by this thread, when its turn comes, into both its file and the pack. Returns
+/// the metadata of each written file, in job order.
 fn write_blobs(
     source_repo: &Path,
     objects: &SourceObjects,
+    limits: ReadLimits,
     jobs: &[(&TreeFile, &str)],
     owners: &[bool],
     workdir: &Path,
@@ -567,7 +605,7 @@ fn write_blobs(
         .min(jobs.len().div_ceil(BATCH).max(1));
     let next = AtomicUsize::new(0);
     let stop = AtomicBool::new(false);
-    let (sender, receiver) = mpsc::sync_channel::<(usize, PackEntry)>(64);
+    let (sender, receiver) = mpsc::sync_channel::<(usize, ToPack)>(64);
     // Positions whose blob goes into the pack, in the order it is written.
     let order: Vec<usize> = (0..jobs.len()).filter(|p| owners[*p]).collect();
     let pack_dir = workdir.join(".git/objects/pack");
@@ -580,6 +618,7 @@ fn write_blobs(
                     let result = write_blob_worker(
                         source_repo,
                         objects,
+                        limits,
                         jobs,
                         owners,
                         workdir,
@@ -595,23 +634,40 @@ fn write_blobs(
             })
             .collect();
         drop(sender);
-        let mut appended: Result<(), ExportError> = Ok(());
-        let mut early: BTreeMap<usize, PackEntry> = BTreeMap::new();
+        let mut reader = objects.reader_with(limits);
+        let pack_io = |source| ExportError::Io {
+            operation: "write the projection pack",
+            path: pack_dir.clone(),
+            source,
+        };
+        let mut appended: Result<Vec<(usize, fs::Metadata)>, ExportError> = Ok(Vec::new());
+        let mut streamed = Vec::new();
+        let mut early: BTreeMap<usize, ToPack> = BTreeMap::new();
         let mut due = order.iter().peekable();
-        'receive: for (position, entry) in &receiver {
-            early.insert(position, entry);
-            while let Some(entry) = due.peek().and_then(|p| early.remove(p)) {
+        'receive: for (position, message) in &receiver {
+            early.insert(position, message);
+            while let Some(&&position) = due.peek() {
+                let Some(message) = early.remove(&position) else {
+                    break;
+                };
                 due.next();
-                if let Err(source) = pack.append(&entry) {
+                let result = match message {
+                    ToPack::Entry(entry) => pack.append(&entry).map(drop).map_err(pack_io),
+                    ToPack::Stream(large) => {
+                        let (file, path) = jobs[position];
+                        stream_blob(&mut reader, file, path, workdir, &large, Some(&mut *pack))
+                            .map(|meta| streamed.push((position, meta)))
+                    }
+                };
+                if let Err(e) = result {
                     stop.store(true, Ordering::Relaxed);
-                    appended = Err(ExportError::Io {
-                        operation: "write the projection pack",
-                        path: pack_dir.clone(),
-                        source,
-                    });
+                    appended = Err(e);
                     break 'receive;
                 }
             }
+        }
+        if appended.is_ok() {
+            appended = Ok(streamed);
         }
         // Unblock workers still sending after a failure.
         drop(receiver);
@@ -634,7 +690,7 @@ fn write_blobs(
     for result in written {
         all.extend(result?);
     }
-    appended?;
+    all.extend(appended?);
     all.sort_unstable_by_key(|(position, _)| *position);
     if all.len() != jobs.len() {
         return Err(ExportError::Io {
@@ -650,12 +706,13 @@ fn write_blobs(
 fn write_blob_worker(
     source_repo: &Path,
     objects: &SourceObjects,
+    limits: ReadLimits,
     jobs: &[(&TreeFile, &str)],
     owners: &[bool],
     workdir: &Path,
     next: &AtomicUsize,
     stop: &AtomicBool,
-    sender: &mpsc::SyncSender<(usize, PackEntry)>,
+    sender: &mpsc::SyncSender<(usize, ToPack)>,
 ) -> Result<Vec<(usize, fs::Metadata)>, ExportError> {
     let source = Repository::open(source_repo).map_err(|source| ExportError::OpenSource {
         path: source_repo.to_owned(),
@@ -664,7 +721,7 @@ fn write_blob_worker(
     let odb = source
         .odb()
         .map_err(git("open the source object database"))?;
-    let mut reader = objects.reader();
+    let mut reader = objects.reader_with(limits);
     let mut out = Vec::new();
     loop {
         if stop.load(Ordering::Relaxed) {
@@ -676,15 +733,24 @@ fn write_blob_worker(
         }
         for position in start..(start + BATCH).min(jobs.len()) {
             let (file, path) = jobs[position];
-            let io = |operation: &'static str, path: &Path| {
-                let path = path.to_owned();
-                move |source| ExportError::Io {
-                    operation,
-                    path,
-                    source,
+            let blob = match read_source_blob(&mut reader, &odb, file.id, path)? {
+                BlobRead::Held(blob) => blob,
+                BlobRead::Large(large) if owners[position] => {
+                    // The writer streams it into the file and the pack when its turn comes.
+                    if sender.send((position, ToPack::Stream(large))).is_err() {
+                        return Ok(out);
+                    }
+                    continue;
+                }
+                BlobRead::Large(large) => {
+                    // Another path has the same blob and puts it in the pack.
+                    out.push((
+                        position,
+                        stream_blob(&mut reader, file, path, workdir, &large, None)?,
+                    ));
+                    continue;
                 }
             };
-            let blob = read_source_blob(&mut reader, &odb, file.id, path)?;
             let content = blob.data();
             let target = workdir.join(path);
             let mut handle =
@@ -703,7 +769,7 @@ fn write_blob_worker(
             out.push((position, meta));
             if owners[position] {
                 let entry = encode_entry(file.id, ObjectKind::Blob, content);
-                if sender.send((position, entry)).is_err() {
+                if sender.send((position, ToPack::Entry(entry))).is_err() {
                     // The pack writer failed and reports why.
                     return Ok(out);
                 }
@@ -712,12 +778,94 @@ fn write_blob_worker(
     }
 }
 
+fn io(operation: &'static str, path: &Path) -> impl FnOnce(std::io::Error) -> ExportError {
+    let path = path.to_owned();
+    move |source| ExportError::Io {
+        operation,
+        path,
+        source,
+    }
+}
+
+/// Why streaming a blob stopped: reading it, or writing it.
+enum StreamError {
+    Read(SourceReadError),
+    Write(ExportError),
+}
+
+impl From<SourceReadError> for StreamError {
+    fn from(source: SourceReadError) -> Self {
+        StreamError::Read(source)
+    }
+}
+
+/// Streams large blob `file` (at `path` in the tree) into its working-tree file under
+/// `workdir` and, with `pack`, into the pack: 1 MiB at a time, nothing of it held. Its content
+/// is checked against its ID only at the end; on an error the file and the pack hold part of
+/// it, and the export removes the whole projection.
+fn stream_blob(
+    reader: &mut SourceReader<'_>,
+    file: &TreeFile,
+    path: &str,
+    workdir: &Path,
+    large: &LargeObject,
+    pack: Option<&mut PackWriter>,
+) -> Result<fs::Metadata, ExportError> {
+    let target = workdir.join(path);
+    let pack_dir = workdir.join(".git/objects/pack");
+    let mut handle = create_file(&target).map_err(io("write a projection file", &target))?;
+    let mut entry = match pack {
+        Some(pack) => pack
+            .begin(file.id, ObjectKind::Blob, large.size)
+            .map_err(io("write the projection pack", &pack_dir))?,
+        None => None,
+    };
+    reader
+        .stream(file.id, large, |piece| {
+            handle
+                .write_all(piece)
+                .map_err(|e| StreamError::Write(io("write a projection file", &target)(e)))?;
+            if let Some(entry) = entry.as_mut() {
+                entry.write(piece).map_err(|e| {
+                    StreamError::Write(io("write the projection pack", &pack_dir)(e))
+                })?;
+            }
+            Ok(())
+        })
+        .map_err(|e| match e {
+            StreamError::Read(source) => ExportError::ReadBlob {
+                path: path.to_owned(),
+                source,
+            },
+            StreamError::Write(e) => e,
+        })?;
+    if let Some(entry) = entry {
+        entry
+            .finish()
+            .map_err(io("write the projection pack", &pack_dir))?;
+    }
+    if file.mode == mode::EXECUTABLE {
+        make_executable(&handle).map_err(io("mark a projection file executable", &target))?;
+    }
+    handle
+        .metadata()
+        .map_err(io("stat a projection file", &target))
+}
+
 /// A blob read from the source repository.
 enum SourceBlob<'odb> {
     /// Read by [`SourceReader`].
     Own(Vec<u8>),
     /// Read by libgit2 (objects the reader leaves to it).
     Libgit2(git2::OdbObject<'odb>),
+}
+
+/// What [`read_source_blob`] found.
+enum BlobRead<'odb> {
+    /// Read into memory.
+    Held(SourceBlob<'odb>),
+    /// A blob above [`ReadLimits::stream_above`], found, not read: stream it.
+    Large(LargeObject),
 }
 
 impl SourceBlob<'_> {
@@ -729,36 +877,47 @@ impl SourceBlob<'_> {
     }
 }
 
-/// Reads a blob of the source (canonical or integration) repository.
+/// Reads a blob of the source (canonical or integration) repository, or finds it when it is
+/// too large to read into memory ([`BlobRead::Large`]).
 ///
 /// [`SourceReader`] reads it and checks it against its ID with plain SHA-1: libgit2's
 /// whole-object read re-hashes every object with collision-detecting SHA-1, which was most
 /// of an export's CPU. The source repository is the Job Site's own; objects from Workers
 /// (untrusted) are never read here, and reads of Worker repositories ([`crate::bundle`]) keep
 /// libgit2's verification. Objects the reader leaves alone (alternates, for one) are read
-/// with libgit2, verified.
+/// with libgit2, verified, and whole whatever their size.
 fn read_source_blob<'odb>(
     reader: &mut SourceReader<'_>,
     odb: &'odb git2::Odb<'_>,
     id: Oid,
     path: &str,
-) -> Result<SourceBlob<'odb>, ExportError> {
+) -> Result<BlobRead<'odb>, ExportError> {
     let not_a_blob = |kind: ObjectType| ExportError::Io {
         operation: "read a source blob",
         path: PathBuf::from(path),
         source: std::io::Error::other(format!("{id} is a {kind}, not a blob")),
     };
-    if let Some(object) = reader.read(id)? {
-        if object.kind != ObjectType::Blob {
-            return Err(not_a_blob(object.kind));
+    let found = reader
+        .read_bounded(id)
+        .map_err(|source| ExportError::ReadBlob {
+            path: path.to_owned(),
+            source,
+        })?;
+    match found {
+        Some(Found::Loaded(object)) if object.kind != ObjectType::Blob => {
+            Err(not_a_blob(object.kind))
         }
-        return Ok(SourceBlob::Own(object.data));
+        Some(Found::Loaded(object)) => Ok(BlobRead::Held(SourceBlob::Own(object.data))),
+        Some(Found::Large(large)) if large.kind != ObjectType::Blob => Err(not_a_blob(large.kind)),
+        Some(Found::Large(large)) => Ok(BlobRead::Large(large)),
+        None => {
+            let object = odb.read(id).map_err(git("read a source blob"))?;
+            if object.kind() != ObjectType::Blob {
+                return Err(not_a_blob(object.kind()));
+            }
+            Ok(BlobRead::Held(SourceBlob::Libgit2(object)))
+        }
     }
-    let object = odb.read(id).map_err(git("read a source blob"))?;
-    if object.kind() != ObjectType::Blob {
-        return Err(not_a_blob(object.kind()));
-    }
-    Ok(SourceBlob::Libgit2(object))
 }
 
 /// Creates (truncates) a working-tree file, creating its missing parent directories on the

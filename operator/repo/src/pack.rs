@@ -8,6 +8,10 @@
 //! the index and only then gives the pack its final name (`pack-<checksum>.pack` first, then
 //! `.idx`, as Git does), so a pack is never visible half-written.
 //!
+//! An object too large to hold in memory is written in pieces instead ([`PackWriter::begin`]
+//! → [`EntryWriter`]): its stored blocks, CRC-32 and the pack's SHA-1 are produced as the
+//! pieces come, so the writer holds no copy of it.
+//!
 //! The caller vouches that each entry's ID is the object's ID (the projector takes blob IDs
 //! from the source tree and hashes the trees and commit it builds); `git fsck` verifies it.
 
@@ -21,7 +25,7 @@ use std::{
 use git2::Oid;
 use sha1::{Digest, Sha1};
 
-use crate::loose::write_stored_zlib;
+use crate::loose::StoredZlib;
 
 /// Pack object types used by the projector.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -46,12 +50,10 @@ pub struct PackEntry {
     pub crc: u32,
 }
 
-/// Encodes a whole object as a pack entry (type-and-size header, then the stored zlib stream
-/// of `content`).
-pub fn encode_entry(id: Oid, kind: ObjectKind, content: &[u8]) -> PackEntry {
-    let blocks = content.len().div_ceil(65_535).max(1);
-    let mut bytes = Vec::with_capacity(content.len() + 5 * blocks + 16);
-    let mut size = content.len() as u64;
+/// The type-and-size header of a whole object's entry (at most 10 bytes for a 64-bit size).
+fn entry_header(kind: ObjectKind, size: u64) -> Vec<u8> {
+    let mut bytes = Vec::with_capacity(10);
+    let mut size = size;
     let mut byte = ((kind as u8) << 4) | (size & 0x0f) as u8;
     size >>= 4;
     while size != 0 {
@@ -60,8 +62,20 @@ pub fn encode_entry(id: Oid, kind: ObjectKind, content: &[u8]) -> PackEntry {
         size >>= 7;
     }
     bytes.push(byte);
-    // Writing into a Vec cannot fail.
-    let _ = write_stored_zlib(&mut bytes, &[content]);
+    bytes
+}
+
+/// Encodes a whole object as a pack entry (type-and-size header, then the stored zlib stream
+/// of `content`).
+pub fn encode_entry(id: Oid, kind: ObjectKind, content: &[u8]) -> PackEntry {
+    let blocks = content.len().div_ceil(65_535).max(1);
+    let mut bytes = entry_header(kind, content.len() as u64);
+    bytes.reserve(content.len() + 5 * blocks + 6);
+    // Writing into a Vec cannot fail, and the content is exactly what is announced.
+    let _ = StoredZlib::begin(&mut bytes, content.len() as u64).and_then(|mut zlib| {
+        zlib.write(&mut bytes, content)?;
+        zlib.finish(&mut bytes)
+    });
     let crc = crc32(0, &bytes);
     PackEntry { id, bytes, crc }
 }
@@ -83,6 +97,77 @@ pub struct PackWriter {
     seen: HashSet<Oid>,
     /// (ID, offset, CRC) of every appended entry.
     index: Vec<(Oid, u64, u32)>,
+    /// An [`EntryWriter`] is open or was dropped or failed before it finished: the pack may
+    /// hold part of an entry, and every later call fails.
+    broken: bool,
+}
+
+/// Writes one entry of known size in pieces; see [`PackWriter::begin`].
+pub struct EntryWriter<'pack> {
+    pack: &'pack mut PackWriter,
+    id: Oid,
+    offset: u64,
+    crc: u32,
+    zlib: StoredZlib,
+}
+
+/// What an [`EntryWriter`] writes: into the pack (its SHA-1 and offset) and into the entry's
+/// CRC-32.
+struct EntryBytes<'a> {
+    pack: &'a mut PackWriter,
+    crc: &'a mut u32,
+}
+
+impl Write for EntryBytes<'_> {
+    fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
+        self.pack.write(bytes)?;
+        *self.crc = crc32(*self.crc, bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+// === impl EntryWriter ===
+
+impl EntryWriter<'_> {
+    /// Writes the next piece of the object's content.
+    pub fn write(&mut self, content: &[u8]) -> io::Result<()> {
+        self.zlib.write(
+            &mut EntryBytes {
+                pack: &mut *self.pack,
+                crc: &mut self.crc,
+            },
+            content,
+        )
+    }
+
+    /// Ends the entry and records it in the index. Fails if the content written is not the
+    /// size announced to [`PackWriter::begin`].
+    pub fn finish(self) -> io::Result<()> {
+        let Self {
+            pack,
+            id,
+            offset,
+            mut crc,
+            zlib,
+        } = self;
+        zlib.finish(&mut EntryBytes {
+            pack: &mut *pack,
+            crc: &mut crc,
+        })?;
+        pack.seen.insert(id);
+        pack.index.push((id, offset, crc));
+        // Whole again: the next entry may start.
+        pack.broken = false;
+        Ok(())
+    }
+}
+
+fn broken() -> io::Error {
+    io::Error::other("a pack entry was left unfinished; the pack cannot be completed")
 }
 
 impl PackWriter {
@@ -103,6 +188,7 @@ impl PackWriter {
             expected: count,
             seen: HashSet::with_capacity(count as usize),
             index: Vec::with_capacity(count as usize),
+            broken: false,
         };
         let mut header = Vec::with_capacity(12);
         header.extend_from_slice(b"PACK");
@@ -121,7 +207,57 @@ impl PackWriter {
 
     /// Appends an entry; an object already in the pack is skipped (returns `false`).
     pub fn append(&mut self, entry: &PackEntry) -> io::Result<bool> {
-        if !self.seen.insert(entry.id) {
+        if !self.admit(entry.id)? {
+            return Ok(false);
+        }
+        self.seen.insert(entry.id);
+        self.index.push((entry.id, self.offset, entry.crc));
+        self.write(&entry.bytes)?;
+        Ok(true)
+    }
+
+    /// Starts the entry of a whole object of `size` bytes whose content is then written in
+    /// pieces ([`EntryWriter::write`], [`EntryWriter::finish`]): nothing of it is held here.
+    /// `None`: the object is already in the pack. Until the entry finishes, and for good if it
+    /// is dropped or fails before, every other call fails: the pack holds part of an entry.
+    pub fn begin(
+        &mut self,
+        id: Oid,
+        kind: ObjectKind,
+        size: u64,
+    ) -> io::Result<Option<EntryWriter<'_>>> {
+        if !self.admit(id)? {
+            return Ok(None);
+        }
+        // Broken until the entry finishes.
+        self.broken = true;
+        let offset = self.offset;
+        let header = entry_header(kind, size);
+        self.write(&header)?;
+        let mut crc = crc32(0, &header);
+        let zlib = StoredZlib::begin(
+            &mut EntryBytes {
+                pack: self,
+                crc: &mut crc,
+            },
+            size,
+        )?;
+        Ok(Some(EntryWriter {
+            pack: self,
+            id,
+            offset,
+            crc,
+            zlib,
+        }))
+    }
+
+    /// Whether an entry of `id` may go in next: `false` if it is already in; an error if the
+    /// pack is broken or full.
+    fn admit(&self, id: Oid) -> io::Result<bool> {
+        if self.broken {
+            return Err(broken());
+        }
+        if self.seen.contains(&id) {
             return Ok(false);
         }
         if self.index.len() >= self.expected as usize {
@@ -130,8 +266,6 @@ impl PackWriter {
                 self.expected
             )));
         }
-        self.index.push((entry.id, self.offset, entry.crc));
-        self.write(&entry.bytes)?;
         Ok(true)
     }
 
@@ -143,6 +277,9 @@ impl PackWriter {
     /// Writes the trailer and the index, names both after the pack checksum, and returns the
     /// path of the `.pack`. Fails if fewer objects than announced were appended.
     pub fn finish(mut self) -> io::Result<PathBuf> {
+        if self.broken {
+            return Err(broken());
+        }
         if self.index.len() != self.expected as usize {
             return Err(io::Error::other(format!(
                 "pack announced {} objects but holds {}",
@@ -273,6 +410,86 @@ mod tests {
             let id = Oid::hash_object(ObjectType::Blob, content).unwrap();
             assert_eq!(repo.find_blob(id).unwrap().content(), content.as_slice());
         }
+    }
+
+    #[test]
+    fn an_entry_written_in_pieces_is_the_entry_encoded_at_once() {
+        let dir = tempfile::TempDir::new().unwrap();
+        let contents: Vec<Vec<u8>> = [0usize, 15, 16, 65_535, 65_536, 300_000]
+            .iter()
+            .map(|&n| (0..n).map(|i| (i * 7 % 251) as u8).collect())
+            .collect();
+        let at_once = dir.path().join("at-once");
+        let mut writer = PackWriter::create(&at_once, contents.len() as u32).unwrap();
+        for content in &contents {
+            let id = Oid::hash_object(ObjectType::Blob, content).unwrap();
+            writer
+                .append(&encode_entry(id, ObjectKind::Blob, content))
+                .unwrap();
+        }
+        let expected = fs::read(writer.finish().unwrap()).unwrap();
+        let pieces = dir.path().join("pieces");
+        let mut writer = PackWriter::create(&pieces, contents.len() as u32).unwrap();
+        for (n, content) in contents.iter().enumerate() {
+            let id = Oid::hash_object(ObjectType::Blob, content).unwrap();
+            let mut entry = writer
+                .begin(id, ObjectKind::Blob, content.len() as u64)
+                .unwrap()
+                .unwrap();
+            // Pieces of uneven sizes, or the whole content at once.
+            let piece = if n % 2 == 0 {
+                1000 + n
+            } else {
+                content.len().max(1)
+            };
+            for piece in content.chunks(piece) {
+                entry.write(piece).unwrap();
+            }
+            entry.finish().unwrap();
+            assert!(writer.contains(id));
+            assert!(writer.begin(id, ObjectKind::Blob, 1).unwrap().is_none());
+        }
+        let written = writer.finish().unwrap();
+        assert!(fs::read(&written).unwrap() == expected, "pack bytes differ");
+        assert_eq!(
+            written.file_name(),
+            fs::read_dir(&at_once)
+                .unwrap()
+                .map(|e| e.unwrap().path())
+                .find(|p| p.extension().is_some_and(|e| e == "pack"))
+                .unwrap()
+                .file_name()
+        );
+    }
+
+    #[test]
+    fn an_entry_of_the_wrong_size_or_left_unfinished_breaks_the_pack() {
+        let dir = tempfile::TempDir::new().unwrap();
+        let id = Oid::hash_object(ObjectType::Blob, b"abc").unwrap();
+        let other = Oid::hash_object(ObjectType::Blob, b"other").unwrap();
+
+        let mut writer = PackWriter::create(&dir.path().join("short"), 2).unwrap();
+        let mut entry = writer.begin(id, ObjectKind::Blob, 3).unwrap().unwrap();
+        entry.write(b"ab").unwrap();
+        assert!(entry.finish().is_err(), "fewer bytes than announced");
+        let error = writer
+            .append(&encode_entry(other, ObjectKind::Blob, b"other"))
+            .unwrap_err();
+        assert!(error.to_string().contains("unfinished"), "{error}");
+        assert!(writer.finish().is_err());
+
+        let mut writer = PackWriter::create(&dir.path().join("long"), 1).unwrap();
+        let mut entry = writer.begin(id, ObjectKind::Blob, 3).unwrap().unwrap();
+        assert!(entry.write(b"abcd").is_err(), "more bytes than announced");
+        // The entry is abandoned here.
+        assert!(!writer.contains(id));
+        assert!(writer.finish().is_err());
+
+        let mut writer = PackWriter::create(&dir.path().join("dropped"), 1).unwrap();
+        writer.begin(id, ObjectKind::Blob, 3).unwrap().unwrap();
+        assert!(writer.begin(other, ObjectKind::Blob, 5).is_err());
+        let error = writer.finish().unwrap_err();
+        assert!(error.to_string().contains("unfinished"), "{error}");
     }
 
     #[test]

@@ -14,6 +14,16 @@
 //! concurrent repack, a base outside every pack) is reported as *not handled*, and the caller
 //! reads the object with libgit2. Damaged data is an error naming the file and offset.
 //!
+//! Memory per object is bounded ([`ReadLimits`]). An object above
+//! [`ReadLimits::stream_above`] (default [`STREAM_ABOVE`], 32 MiB) is not read into memory:
+//! [`SourceReader::read_bounded`] describes it ([`LargeObject`]) and [`SourceReader::stream`]
+//! hands it on in pieces of at most 1 MiB, hashing them as they come and checking the ID at
+//! the end. A whole object, loose or packed, is inflated piece by piece; a deltified one is
+//! produced by applying its delta to its base, and the base (a delta copies from anywhere in
+//! it) is resolved in memory, up to [`ReadLimits::max_deltified`] (default [`MAX_DELTIFIED`],
+//! 512 MiB, Git's `core.bigFileThreshold`, above which Git stores blobs whole) for it and
+//! every object of its chain; a larger one is an error telling the user to repack.
+//!
 //! [`SourceObjects`] holds the pack indexes and is shared; each thread takes its own
 //! [`SourceReader`] (file handles, inflate state, base cache).
 
@@ -35,6 +45,40 @@ const BASE_CACHE_BYTES: usize = 32 << 20;
 const MAX_CHAIN: usize = 10_000;
 /// Largest read of compressed input at once.
 const MAX_CHUNK: usize = 1 << 20;
+/// Largest piece of a streamed object handed on at once.
+const STREAM_CHUNK: usize = 1 << 20;
+/// Compressed bytes read to find the header of a loose object too large to read whole; a
+/// dynamic Huffman block header takes at most a few hundred.
+const LOOSE_HEADER_PEEK: usize = 4096;
+
+/// Default [`ReadLimits::stream_above`]: 32 MiB. Objects up to this size are read whole (fast
+/// for the many small files of a tree); larger ones stream, so an export's memory no longer
+/// grows with its largest file.
+pub const STREAM_ABOVE: u64 = 32 << 20;
+/// Default [`ReadLimits::max_deltified`]: 512 MiB, Git's default `core.bigFileThreshold`, above
+/// which `git repack` and `git gc` store blobs whole, never as deltas.
+pub const MAX_DELTIFIED: u64 = 512 << 20;
+
+/// How much of one object a reader holds in memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReadLimits {
+    /// An object larger than this is streamed ([`SourceReader::read_bounded`] returns
+    /// [`Found::Large`]), not read into memory.
+    pub stream_above: u64,
+    /// Largest object resolved in memory as part of a delta chain: a delta base, or a
+    /// deltified object up to `stream_above` (a larger one is streamed, only its base is held),
+    /// and largest delta held. Larger is an error ([`SourceReadError::DeltaTooLarge`]).
+    pub max_deltified: u64,
+}
+
+impl Default for ReadLimits {
+    fn default() -> Self {
+        Self {
+            stream_above: STREAM_ABOVE,
+            max_deltified: MAX_DELTIFIED,
+        }
+    }
+}
 
 /// Whether `compressed` bytes of deflate can hold `size` bytes (deflate expands at most
 /// 1032:1). A larger announced size is damage: refusing it avoids allocating for it.
@@ -66,6 +110,20 @@ pub enum SourceReadError {
         /// What is wrong.
         reason: String,
     },
+    /// A deltified object (or its base) is larger than the reader resolves in memory.
+    #[error(
+        "unable to read the object at {path} offset {offset}: it is stored as a delta of a {size}-byte object, over the {limit}-byte bound for deltified objects, which are resolved in memory; repack the source repository with `git repack -a -d -f` (at the default core.bigFileThreshold of 512 MiB, Git stores larger blobs whole, which are streamed)"
+    )]
+    DeltaTooLarge {
+        /// The pack.
+        path: PathBuf,
+        /// Offset of the entry.
+        offset: u64,
+        /// Size of the object (or base, or delta).
+        size: u64,
+        /// [`ReadLimits::max_deltified`].
+        limit: u64,
+    },
 }
 
 /// An object read from the store.
@@ -86,6 +144,51 @@ impl SourceObject {
         hasher.update(&self.data);
         hasher.finalize().as_slice() == id.as_bytes()
     }
+}
+
+/// What [`SourceReader::read_bounded`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Found {
+    /// Read into memory and checked against its ID.
+    Loaded(SourceObject),
+    /// An object above [`ReadLimits::stream_above`]; read it with [`SourceReader::stream`].
+    Large(LargeObject),
+}
+
+/// An object too large to read into memory: its type, its size and where it is. Any reader of
+/// the same [`SourceObjects`] can [`stream`](SourceReader::stream) it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LargeObject {
+    /// Its type.
+    pub kind: ObjectType,
+    /// Its size in bytes, as the store announces it (checked while streaming).
+    pub size: u64,
+    at: LargeAt,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum LargeAt {
+    /// A loose object file whose inflated header is `header_len` bytes.
+    Loose { path: PathBuf, header_len: u64 },
+    /// A whole entry of pack `pack` at `entry_at`, its zlib stream at `data_at`.
+    Packed {
+        pack: usize,
+        entry_at: u64,
+        data_at: u64,
+    },
+    /// A delta entry of pack `pack` at `entry_at` with a large result: its base is resolved
+    /// in memory, the result is streamed as the delta is applied.
+    Delta { pack: usize, entry_at: u64 },
+}
+
+/// Why streaming an object stopped.
+enum StreamFailure<E> {
+    /// The zlib stream is damaged at this offset from its start.
+    Data { at: u64, reason: String },
+    /// Reading the store failed.
+    Io(io::Error),
+    /// The sink refused a piece.
+    Sink(E),
 }
 
 /// The pack indexes of one object store (shared by every reader).
@@ -243,10 +346,16 @@ impl SourceObjects {
         })
     }
 
-    /// A reader for one thread.
+    /// A reader for one thread, with the default [`ReadLimits`].
     pub fn reader(&self) -> SourceReader<'_> {
+        self.reader_with(ReadLimits::default())
+    }
+
+    /// A reader for one thread that holds at most `limits` of an object in memory.
+    pub fn reader_with(&self, limits: ReadLimits) -> SourceReader<'_> {
         SourceReader {
             store: self,
+            limits,
             files: (0..self.packs.len()).map(|_| None).collect(),
             inflate: Inflate::new(true, 15),
             input: Vec::new(),
@@ -265,6 +374,7 @@ impl SourceObjects {
 /// Reads objects of a [`SourceObjects`] store; one per thread.
 pub struct SourceReader<'a> {
     store: &'a SourceObjects,
+    limits: ReadLimits,
     files: Vec<Option<(fs::File, u64)>>,
     inflate: Inflate,
     input: Vec<u8>,
@@ -327,31 +437,246 @@ enum EntryHeader {
 }
 
 impl SourceReader<'_> {
-    /// Reads object `id`. `Ok(None)`: this reader does not handle where the object is
-    /// (read it with libgit2).
+    /// Reads object `id` into memory, whatever its size (a large object is streamed into one
+    /// buffer). `Ok(None)`: this reader does not handle where the object is (read it
+    /// with libgit2).
     pub fn read(&mut self, id: Oid) -> Result<Option<SourceObject>, SourceReadError> {
+        match self.read_bounded(id)? {
+            None => Ok(None),
+            Some(Found::Loaded(object)) => Ok(Some(object)),
+            Some(Found::Large(large)) => {
+                let mut data = Vec::new();
+                self.stream(id, &large, |piece| {
+                    data.extend_from_slice(piece);
+                    Ok::<_, SourceReadError>(())
+                })?;
+                Ok(Some(SourceObject {
+                    kind: large.kind,
+                    data,
+                }))
+            }
+        }
+    }
+
+    /// Reads object `id` into memory, or, for an object above [`ReadLimits::stream_above`],
+    /// only finds it ([`Found::Large`]: read it with
+    /// [`SourceReader::stream`]). `Ok(None)`: this reader does not handle where the object is
+    /// (read it with libgit2).
+    pub fn read_bounded(&mut self, id: Oid) -> Result<Option<Found>, SourceReadError> {
         if let Some((pack, offset)) = self.store.locate(id.as_bytes()) {
-            let object = self.read_packed(pack, offset)?;
-            if object.as_ref().is_some_and(|o| !o.has_id(id)) {
+            let found = self.read_packed(pack, offset)?;
+            if let Some(Found::Loaded(object)) = &found
+                && !object.has_id(id)
+            {
                 return Err(self.corrupt(
                     pack,
                     offset,
                     "the object's content does not hash to its ID",
                 ));
             }
-            return Ok(object);
+            return Ok(found);
         }
         self.read_loose(id)
     }
 
-    fn read_loose(&mut self, id: Oid) -> Result<Option<SourceObject>, SourceReadError> {
+    /// Inflates large object `id` (found by [`SourceReader::read_bounded`] of any reader of
+    /// this store) and hands its content to `sink` in pieces of at most 1 MiB, in order. The
+    /// content is hashed as it goes: when it does not hash to `id`, or the data is damaged,
+    /// the error comes after some pieces were handed on, so the caller must discard what the
+    /// sink received. An error of `sink` stops the stream and is returned.
+    pub fn stream<E: From<SourceReadError>>(
+        &mut self,
+        id: Oid,
+        large: &LargeObject,
+        mut sink: impl FnMut(&[u8]) -> Result<(), E>,
+    ) -> Result<(), E> {
+        let mut hasher = Sha1::new();
+        hasher.update(format!("{} {}\0", large.kind.str(), large.size).as_bytes());
+        let (path, offset, result) = match &large.at {
+            LargeAt::Loose { path, header_len } => {
+                let mut file = fs::File::open(path).map_err(|source| SourceReadError::Io {
+                    path: path.clone(),
+                    source,
+                })?;
+                // The header was parsed by read_bounded; the ID covers it through `hasher`.
+                let mut skip = *header_len;
+                let result = inflate_stream(
+                    &mut self.inflate,
+                    &mut file,
+                    header_len.saturating_add(large.size),
+                    |mut piece| {
+                        let skipped = usize::try_from(skip).unwrap_or(usize::MAX).min(piece.len());
+                        skip -= skipped as u64;
+                        piece = &piece[skipped..];
+                        if piece.is_empty() {
+                            return Ok(());
+                        }
+                        hasher.update(piece);
+                        sink(piece)
+                    },
+                );
+                (path.clone(), 0, result)
+            }
+            LargeAt::Packed {
+                pack,
+                entry_at,
+                data_at,
+            } => {
+                let (pack, entry_at, data_at) = (*pack, *entry_at, *data_at);
+                let path = self.store.packs[pack].pack_path.clone();
+                let io_error = |source| SourceReadError::Io {
+                    path: path.clone(),
+                    source,
+                };
+                if self.file(pack)?.is_none() {
+                    return Err(self
+                        .corrupt(pack, entry_at, "the pack vanished while it was read")
+                        .into());
+                }
+                let Some((file, _)) = self.files[pack].as_mut() else {
+                    return Err(self
+                        .corrupt(pack, entry_at, "the pack vanished while it was read")
+                        .into());
+                };
+                file.seek(SeekFrom::Start(data_at)).map_err(io_error)?;
+                let result = inflate_stream(&mut self.inflate, file, large.size, |piece| {
+                    hasher.update(piece);
+                    sink(piece)
+                });
+                (path, data_at, result)
+            }
+            LargeAt::Delta { pack, entry_at } => {
+                let (pack, entry_at) = (*pack, *entry_at);
+                let path = self.store.packs[pack].pack_path.clone();
+                let result = self.stream_delta(pack, entry_at, large, |piece| {
+                    hasher.update(piece);
+                    sink(piece)
+                })?;
+                (path, entry_at, result)
+            }
+        };
+        let entry_at = match &large.at {
+            LargeAt::Loose { .. } => 0,
+            LargeAt::Packed { entry_at, .. } | LargeAt::Delta { entry_at, .. } => *entry_at,
+        };
+        match result {
+            Ok(()) => {}
+            Err(StreamFailure::Sink(e)) => return Err(e),
+            Err(StreamFailure::Io(source)) => {
+                return Err(SourceReadError::Io { path, source }.into());
+            }
+            Err(StreamFailure::Data { at, reason }) => {
+                return Err(SourceReadError::Corrupt {
+                    path,
+                    offset: offset + at,
+                    reason,
+                }
+                .into());
+            }
+        }
+        if hasher.finalize().as_slice() != id.as_bytes() {
+            return Err(SourceReadError::Corrupt {
+                path,
+                offset: entry_at,
+                reason: "the object's content does not hash to its ID".to_owned(),
+            }
+            .into());
+        }
+        Ok(())
+    }
+
+    /// Resolves the base of the delta at `entry_at` of `pack` in memory and applies the delta
+    /// to it, handing the result to `emit` in pieces of [`STREAM_CHUNK`] bytes (the last may
+    /// be shorter). A damaged delta is a [`StreamFailure::Data`] at offset 0 from the entry.
+    fn stream_delta<E>(
+        &mut self,
+        pack: usize,
+        entry_at: u64,
+        large: &LargeObject,
+        mut emit: impl FnMut(&[u8]) -> Result<(), E>,
+    ) -> Result<Result<(), StreamFailure<E>>, SourceReadError> {
+        let vanished = |reader: &Self| {
+            reader.corrupt(
+                pack,
+                entry_at,
+                "the delta's base vanished while it was read",
+            )
+        };
+        let (size, data_at, base) = match self.entry_header(pack, entry_at)? {
+            Some(EntryHeader::OffsetDelta {
+                size,
+                data_at,
+                base_at,
+            }) => (size, data_at, (pack, base_at)),
+            Some(EntryHeader::RefDelta {
+                size,
+                data_at,
+                base,
+            }) => match self.store.locate(&base) {
+                Some(location) => (size, data_at, location),
+                None => return Err(vanished(self)),
+            },
+            _ => return Err(vanished(self)),
+        };
+        self.check_delta_size(size, pack, entry_at)?;
+        let delta = self.inflate_at(pack, data_at, size)?;
+        let base = match self.resolve(base.0, base.1, false)? {
+            Some(Found::Loaded(base)) if base.kind == large.kind => base,
+            Some(Found::Loaded(_)) => {
+                return Err(self.corrupt(pack, entry_at, "the delta's base changed type"));
+            }
+            _ => return Err(vanished(self)),
+        };
+        if delta_target(&delta).ok() != usize::try_from(large.size).ok() {
+            return Err(self.corrupt(pack, entry_at, "the delta changed while it was read"));
+        }
+        let mut pending: Vec<u8> = Vec::with_capacity(STREAM_CHUNK);
+        let applied = apply_delta_into(&base.data, &delta, |mut piece| {
+            while !piece.is_empty() {
+                let take = (STREAM_CHUNK - pending.len()).min(piece.len());
+                pending.extend_from_slice(&piece[..take]);
+                piece = &piece[take..];
+                if pending.len() == STREAM_CHUNK {
+                    emit(&pending)?;
+                    pending.clear();
+                }
+            }
+            Ok(())
+        });
+        let result = match applied {
+            Ok(()) if pending.is_empty() => Ok(()),
+            Ok(()) => emit(&pending).map_err(StreamFailure::Sink),
+            Err(DeltaFailure::Sink(e)) => Err(StreamFailure::Sink(e)),
+            Err(DeltaFailure::Bad(reason)) => Err(StreamFailure::Data {
+                at: 0,
+                reason: reason.to_owned(),
+            }),
+        };
+        Ok(result)
+    }
+
+    fn read_loose(&mut self, id: Oid) -> Result<Option<Found>, SourceReadError> {
         let hex = id.to_string();
         let path = self.store.objects_dir.join(&hex[..2]).join(&hex[2..]);
-        let compressed = match fs::read(&path) {
-            Ok(bytes) => bytes,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-            Err(source) => return Err(SourceReadError::Io { path, source }),
+        let io_error = |source| SourceReadError::Io {
+            path: path.clone(),
+            source,
         };
+        let mut file = match fs::File::open(&path) {
+            Ok(file) => file,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(source) => return Err(io_error(source)),
+        };
+        let len = file.metadata().map_err(io_error)?.len();
+        // A file small enough is read whole; of a larger one only enough to parse the header,
+        // and the object is streamed whatever size it announces.
+        let whole = len <= self.limits.stream_above;
+        let mut compressed = Vec::new();
+        let wanted = if whole { len } else { LOOSE_HEADER_PEEK as u64 };
+        (&mut file)
+            .take(wanted)
+            .read_to_end(&mut compressed)
+            .map_err(io_error)?;
         // A zlib header (CMF/FLG check); anything else is the ancient "pack-like" format.
         let zlib = compressed.len() >= 2
             && compressed[0] & 0x8f == 0x08
@@ -359,13 +684,28 @@ impl SourceReader<'_> {
         if !zlib {
             return Ok(None);
         }
-        let object = decode_loose(&mut self.inflate, &compressed).map_err(|(offset, reason)| {
-            SourceReadError::Corrupt {
+        let stream_above = if whole { self.limits.stream_above } else { 0 };
+        let decoded = decode_loose(&mut self.inflate, &compressed, len, stream_above).map_err(
+            |(offset, reason)| SourceReadError::Corrupt {
                 path: path.clone(),
                 offset,
                 reason,
+            },
+        )?;
+        let object = match decoded {
+            Loose::Object(object) => object,
+            Loose::Large {
+                kind,
+                size,
+                header_len,
+            } => {
+                return Ok(Some(Found::Large(LargeObject {
+                    kind,
+                    size,
+                    at: LargeAt::Loose { path, header_len },
+                })));
             }
-        })?;
+        };
         if !object.has_id(id) {
             return Err(SourceReadError::Corrupt {
                 path,
@@ -373,22 +713,42 @@ impl SourceReader<'_> {
                 reason: "the object's content does not hash to its ID".to_owned(),
             });
         }
-        Ok(Some(object))
+        Ok(Some(Found::Loaded(object)))
     }
 
-    fn read_packed(
+    fn read_packed(&mut self, pack: usize, offset: u64) -> Result<Option<Found>, SourceReadError> {
+        self.resolve(pack, offset, true)
+    }
+
+    /// Resolves the entry at `offset` of `pack`; with `stream_top`, an entry whose object is
+    /// above [`ReadLimits::stream_above`] is only found ([`Found::Large`]).
+    fn resolve(
         &mut self,
         pack: usize,
         offset: u64,
-    ) -> Result<Option<SourceObject>, SourceReadError> {
+        stream_top: bool,
+    ) -> Result<Option<Found>, SourceReadError> {
         // Follow the chain down to a whole object or a cached base, then apply the deltas.
         let mut chain: Vec<(EntryAt, Vec<u8>)> = Vec::new();
         let (mut pack, mut at) = (pack, offset);
+        let limit = self.limits.max_deltified;
+        let too_large =
+            |reader: &Self, pack: usize, at: u64, size: u64| SourceReadError::DeltaTooLarge {
+                path: reader.store.packs[pack].pack_path.clone(),
+                offset: at,
+                size,
+                limit,
+            };
         let (kind, mut data) = loop {
             if chain.len() > MAX_CHAIN {
                 return Err(self.corrupt(pack, at, "the delta chain is longer than 10000"));
             }
-            if let Some(base) = self.bases.get((pack, at)) {
+            // A cached object above the limit asked for itself is streamed all the same.
+            if let Some(base) = self.bases.get((pack, at))
+                && !(stream_top
+                    && chain.is_empty()
+                    && base.1.len() as u64 > self.limits.stream_above)
+            {
                 break base;
             }
             let Some(header) = self.entry_header(pack, at)? else {
@@ -400,6 +760,20 @@ impl SourceReader<'_> {
                     size,
                     data_at,
                 } => {
+                    if stream_top && chain.is_empty() && size as u64 > self.limits.stream_above {
+                        return Ok(Some(Found::Large(LargeObject {
+                            kind,
+                            size: size as u64,
+                            at: LargeAt::Packed {
+                                pack,
+                                entry_at: at,
+                                data_at,
+                            },
+                        })));
+                    }
+                    if size as u64 > limit {
+                        return Err(too_large(self, pack, at, size as u64));
+                    }
                     let data = self.inflate_at(pack, data_at, size)?;
                     break (kind, Rc::new(data));
                 }
@@ -408,7 +782,16 @@ impl SourceReader<'_> {
                     data_at,
                     base_at,
                 } => {
-                    chain.push(((pack, at), self.inflate_at(pack, data_at, size)?));
+                    self.check_delta_size(size, pack, at)?;
+                    let delta = self.inflate_at(pack, data_at, size)?;
+                    if stream_top
+                        && chain.is_empty()
+                        && let Some(large) = self.large_delta(&delta, pack, at)?
+                    {
+                        return Ok(Some(large));
+                    }
+                    self.check_delta_target(&delta, pack, at)?;
+                    chain.push(((pack, at), delta));
                     at = base_at;
                 }
                 EntryHeader::RefDelta {
@@ -416,7 +799,16 @@ impl SourceReader<'_> {
                     data_at,
                     base,
                 } => {
-                    chain.push(((pack, at), self.inflate_at(pack, data_at, size)?));
+                    self.check_delta_size(size, pack, at)?;
+                    let delta = self.inflate_at(pack, data_at, size)?;
+                    if stream_top
+                        && chain.is_empty()
+                        && let Some(large) = self.large_delta(&delta, pack, at)?
+                    {
+                        return Ok(Some(large));
+                    }
+                    self.check_delta_target(&delta, pack, at)?;
+                    chain.push(((pack, at), delta));
                     let Some(location) = self.store.locate(&base) else {
                         return Ok(None);
                     };
@@ -433,7 +825,87 @@ impl SourceReader<'_> {
             base_at = entry_at;
         }
         let data = Rc::try_unwrap(data).unwrap_or_else(|shared| (*shared).clone());
-        Ok(Some(SourceObject { kind, data }))
+        Ok(Some(Found::Loaded(SourceObject { kind, data })))
+    }
+
+    /// The top delta of a chain (entry at `at` of `pack`) whose result is above
+    /// [`ReadLimits::stream_above`], as a [`Found::Large`] of the type at the bottom of its
+    /// chain (`None` when the chain leaves this store); `Ok(None)` too for a smaller result.
+    fn large_delta(
+        &mut self,
+        delta: &[u8],
+        pack: usize,
+        at: u64,
+    ) -> Result<Option<Found>, SourceReadError> {
+        let target = delta_target(delta).map_err(|reason| self.corrupt(pack, at, reason))?;
+        if target as u64 <= self.limits.stream_above {
+            return Ok(None);
+        }
+        // The chain's headers only, down to the whole object that gives the type.
+        let (mut base_pack, mut base_at) = (pack, at);
+        for _ in 0..=MAX_CHAIN {
+            if let Some((kind, _)) = self.bases.get((base_pack, base_at)) {
+                return Ok(Some(self.large_delta_of(kind, target, pack, at)));
+            }
+            let Some(header) = self.entry_header(base_pack, base_at)? else {
+                return Ok(None);
+            };
+            match header {
+                EntryHeader::Whole { kind, .. } => {
+                    return Ok(Some(self.large_delta_of(kind, target, pack, at)));
+                }
+                EntryHeader::OffsetDelta { base_at: next, .. } => base_at = next,
+                EntryHeader::RefDelta { base, .. } => {
+                    let Some(location) = self.store.locate(&base) else {
+                        return Ok(None);
+                    };
+                    (base_pack, base_at) = location;
+                }
+            }
+        }
+        Err(self.corrupt(pack, at, "the delta chain is longer than 10000"))
+    }
+
+    fn large_delta_of(&self, kind: ObjectType, size: usize, pack: usize, at: u64) -> Found {
+        Found::Large(LargeObject {
+            kind,
+            size: size as u64,
+            at: LargeAt::Delta { pack, entry_at: at },
+        })
+    }
+
+    /// Refuses a delta (entry at `at` of `pack`) of `size` bytes, over
+    /// [`ReadLimits::max_deltified`], before inflating it: the delta itself is held in memory.
+    fn check_delta_size(&self, size: usize, pack: usize, at: u64) -> Result<(), SourceReadError> {
+        if size as u64 > self.limits.max_deltified {
+            return Err(SourceReadError::DeltaTooLarge {
+                path: self.store.packs[pack].pack_path.clone(),
+                offset: at,
+                size: size as u64,
+                limit: self.limits.max_deltified,
+            });
+        }
+        Ok(())
+    }
+
+    /// Refuses a delta (entry at `at` of `pack`) whose result is over
+    /// [`ReadLimits::max_deltified`] before resolving it.
+    fn check_delta_target(
+        &self,
+        delta: &[u8],
+        pack: usize,
+        at: u64,
+    ) -> Result<(), SourceReadError> {
+        let target = delta_target(delta).map_err(|reason| self.corrupt(pack, at, reason))?;
+        if target as u64 > self.limits.max_deltified {
+            return Err(SourceReadError::DeltaTooLarge {
+                path: self.store.packs[pack].pack_path.clone(),
+                offset: at,
+                size: target as u64,
+                limit: self.limits.max_deltified,
+            });
+        }
+        Ok(())
     }
 
     fn corrupt(&self, pack: usize, offset: u64, reason: &str) -> SourceReadError {
@@ -673,65 +1145,131 @@ fn parse_entry_header(bytes: &[u8], at: u64) -> Result<EntryHeader, &'static str
     }
 }
 
-/// Applies a Git delta (source size, target size, then copy and insert instructions) to
-/// `base`.
-fn apply_delta(base: &[u8], delta: &[u8]) -> Result<Vec<u8>, &'static str> {
+/// The target size a delta announces.
+fn delta_target(delta: &[u8]) -> Result<usize, &'static str> {
     let mut cursor = Cursor {
         bytes: delta,
         used: 0,
     };
-    if cursor.size()? != base.len() {
-        return Err("the delta's source size is not its base's size");
-    }
-    let target = cursor.size()?;
+    cursor.size().and_then(|_| cursor.size())
+}
+
+/// Why applying a delta stopped.
+enum DeltaFailure<E> {
+    /// The delta is not what Git writes.
+    Bad(&'static str),
+    /// The sink refused a piece.
+    Sink(E),
+}
+
+/// Applies a Git delta (source size, target size, then copy and insert instructions) to
+/// `base`.
+fn apply_delta(base: &[u8], delta: &[u8]) -> Result<Vec<u8>, &'static str> {
+    let target = delta_target(delta)?;
     // The target size is data; do not trust it for one huge allocation.
     let mut out = Vec::with_capacity(target.min(base.len() + delta.len()));
+    apply_delta_into(base, delta, |piece| {
+        out.extend_from_slice(piece);
+        Ok::<_, std::convert::Infallible>(())
+    })
+    .map_err(|failure| match failure {
+        DeltaFailure::Bad(reason) => reason,
+        DeltaFailure::Sink(never) => match never {},
+    })?;
+    Ok(out)
+}
+
+/// Applies a Git delta to `base`, handing the result to `push` in the pieces its copy and
+/// insert instructions make, never more than the target size it announces. Holds nothing.
+fn apply_delta_into<E>(
+    base: &[u8],
+    delta: &[u8],
+    mut push: impl FnMut(&[u8]) -> Result<(), E>,
+) -> Result<(), DeltaFailure<E>> {
+    let mut cursor = Cursor {
+        bytes: delta,
+        used: 0,
+    };
+    if cursor.size().map_err(DeltaFailure::Bad)? != base.len() {
+        return Err(DeltaFailure::Bad(
+            "the delta's source size is not its base's size",
+        ));
+    }
+    let target = cursor.size().map_err(DeltaFailure::Bad)?;
+    let mut written = 0usize;
     while cursor.used < delta.len() {
-        let command = cursor.next()?;
-        if command & 0x80 != 0 {
+        let command = cursor.next().map_err(DeltaFailure::Bad)?;
+        let piece = if command & 0x80 != 0 {
             let mut offset = 0usize;
             for bit in 0..4 {
                 if command & (1 << bit) != 0 {
-                    offset |= usize::from(cursor.next()?) << (8 * bit);
+                    offset |= usize::from(cursor.next().map_err(DeltaFailure::Bad)?) << (8 * bit);
                 }
             }
             let mut len = 0usize;
             for bit in 0..3 {
                 if command & (0x10 << bit) != 0 {
-                    len |= usize::from(cursor.next()?) << (8 * bit);
+                    len |= usize::from(cursor.next().map_err(DeltaFailure::Bad)?) << (8 * bit);
                 }
             }
             if len == 0 {
                 len = 0x1_0000;
             }
-            let copied = offset
+            offset
                 .checked_add(len)
                 .and_then(|end| base.get(offset..end))
-                .ok_or("a delta copy reads past its base")?;
-            out.extend_from_slice(copied);
+                .ok_or(DeltaFailure::Bad("a delta copy reads past its base"))?
         } else if command != 0 {
             let len = usize::from(command);
             let inserted = delta
                 .get(cursor.used..cursor.used + len)
-                .ok_or("a delta insert runs past the delta")?;
-            out.extend_from_slice(inserted);
+                .ok_or(DeltaFailure::Bad("a delta insert runs past the delta"))?;
             cursor.used += len;
+            inserted
         } else {
-            return Err("the delta uses the reserved instruction 0");
+            return Err(DeltaFailure::Bad(
+                "the delta uses the reserved instruction 0",
+            ));
+        };
+        written += piece.len();
+        if written > target {
+            return Err(DeltaFailure::Bad(
+                "the delta writes more than its target size",
+            ));
         }
-        if out.len() > target {
-            return Err("the delta writes more than its target size");
-        }
+        push(piece).map_err(DeltaFailure::Sink)?;
     }
-    if out.len() != target {
-        return Err("the delta writes less than its target size");
+    if written != target {
+        return Err(DeltaFailure::Bad(
+            "the delta writes less than its target size",
+        ));
     }
-    Ok(out)
+    Ok(())
 }
 
-/// Decodes a loose object file (zlib of `"<type> <size>\0" ‖ content`). Errors carry the
-/// offset in the compressed file.
-fn decode_loose(inflate: &mut Inflate, compressed: &[u8]) -> Result<SourceObject, (u64, String)> {
+/// A decoded loose object file.
+#[derive(Debug)]
+enum Loose {
+    Object(SourceObject),
+    /// Larger than the caller reads into memory: the content is not inflated.
+    Large {
+        kind: ObjectType,
+        size: u64,
+        /// Bytes of `"<type> <size>\0"`.
+        header_len: u64,
+    },
+}
+
+/// Decodes a loose object file (zlib of `"<type> <size>\0" ‖ content`) whose first bytes are
+/// `compressed` (all of it unless `file_len` is larger); an object announcing more than
+/// `stream_above` bytes, or one not given whole, is only described ([`Loose::Large`]).
+/// Errors carry the offset in the compressed file.
+fn decode_loose(
+    inflate: &mut Inflate,
+    compressed: &[u8],
+    file_len: u64,
+    stream_above: u64,
+) -> Result<Loose, (u64, String)> {
     inflate.reset(true);
     let mut head = [0u8; 64];
     let status = inflate
@@ -756,11 +1294,18 @@ fn decode_loose(inflate: &mut Inflate, compressed: &[u8]) -> Result<SourceObject
     let size: usize = size
         .parse()
         .map_err(|_| (0, format!("malformed object size in `{header}`")))?;
-    if !can_hold(compressed.len() as u64, size) {
+    if !can_hold(file_len, size) {
         return Err((
             0,
             format!("the object announces {size} bytes, more than its file can hold"),
         ));
+    }
+    if size as u64 > stream_above || (compressed.len() as u64) < file_len {
+        return Ok(Loose::Large {
+            kind,
+            size: size as u64,
+            header_len: nul as u64 + 1,
+        });
     }
     let prefix = &head[nul + 1..produced];
     if prefix.len() > size {
@@ -801,7 +1346,77 @@ fn decode_loose(inflate: &mut Inflate, compressed: &[u8]) -> Result<SourceObject
         ));
     }
     data.truncate(size);
-    Ok(SourceObject { kind, data })
+    Ok(Loose::Object(SourceObject { kind, data }))
+}
+
+/// Inflates the zlib stream read from `input` (from its current position), handing the output
+/// to `emit` in pieces of at most [`STREAM_CHUNK`] bytes; exactly `expected` bytes must come
+/// out, and nothing past them is handed on. Holds one input and one output buffer, whatever
+/// the size. Data errors carry the offset from the start of the stream.
+fn inflate_stream<E>(
+    inflate: &mut Inflate,
+    input: &mut impl Read,
+    expected: u64,
+    mut emit: impl FnMut(&[u8]) -> Result<(), E>,
+) -> Result<(), StreamFailure<E>> {
+    inflate.reset(true);
+    let mut compressed = vec![0u8; MAX_CHUNK];
+    let mut out = vec![0u8; STREAM_CHUNK];
+    let (mut start, mut end) = (0usize, 0usize);
+    let mut total = 0u64;
+    // At the end of the input the inflater is still called: it may hold output that did not
+    // fit the last time.
+    let mut eof = false;
+    let data = |inflate: &Inflate, reason: String| StreamFailure::Data {
+        at: inflate.total_in(),
+        reason,
+    };
+    loop {
+        if start == end && !eof {
+            end = loop {
+                match input.read(&mut compressed) {
+                    Ok(n) => break n,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(e) => return Err(StreamFailure::Io(e)),
+                }
+            };
+            start = 0;
+            eof = end == 0;
+        }
+        let (in_before, out_before) = (inflate.total_in(), inflate.total_out());
+        let status = inflate.decompress(&compressed[start..end], &mut out, InflateFlush::NoFlush);
+        let consumed = (inflate.total_in() - in_before) as usize;
+        let produced = (inflate.total_out() - out_before) as usize;
+        start += consumed;
+        total += produced as u64;
+        if total > expected {
+            return Err(data(
+                inflate,
+                format!("the object announced {expected} bytes but holds more"),
+            ));
+        }
+        if produced > 0 {
+            emit(&out[..produced]).map_err(StreamFailure::Sink)?;
+        }
+        match status {
+            Ok(Status::StreamEnd) => break,
+            Ok(_) if consumed > 0 || produced > 0 => {}
+            Ok(_) => {
+                return Err(data(
+                    inflate,
+                    "the compressed stream is truncated".to_owned(),
+                ));
+            }
+            Err(e) => return Err(data(inflate, e.as_str().to_owned())),
+        }
+    }
+    if total != expected {
+        return Err(data(
+            inflate,
+            format!("the object announced {expected} bytes but holds {total}"),
+        ));
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -1047,6 +1662,544 @@ mod tests {
         );
     }
 
+    /// Small enough that `big.bin` (300 000 bytes) and `huge.bin` (2 MiB) of [`history`] stream.
+    const SMALL: ReadLimits = ReadLimits {
+        stream_above: 64 << 10,
+        max_deltified: MAX_DELTIFIED,
+    };
+
+    /// Small enough that the deltified text files of [`history`] (about 10 KB) stream too.
+    const TINY: ReadLimits = ReadLimits {
+        stream_above: 4096,
+        max_deltified: MAX_DELTIFIED,
+    };
+
+    #[test]
+    fn deltified_objects_above_the_limit_stream_from_their_base_as_libgit2_reads_them() {
+        let dir = tempfile::TempDir::new().unwrap();
+        let repo = history(dir.path());
+        git(dir.path(), &["repack", "-adq", "--window=50", "--depth=50"]);
+        git(dir.path(), &["prune-packed"]);
+        let repo = Repository::open(repo.path()).unwrap();
+        let odb = repo.odb().unwrap();
+        let store = SourceObjects::open(&repo.path().join("objects")).unwrap();
+        let mut reader = store.reader_with(TINY);
+        let mut writer = store.reader_with(TINY);
+        let mut deltas = 0;
+        for id in all_ids(&repo) {
+            let expected = odb.read(id).unwrap();
+            match reader.read_bounded(id).unwrap().unwrap() {
+                Found::Loaded(object) => {
+                    assert!(object.data.len() as u64 <= TINY.stream_above);
+                    assert_eq!(object.data, expected.data(), "{id}");
+                }
+                Found::Large(large) => {
+                    deltas += usize::from(matches!(large.at, LargeAt::Delta { .. }));
+                    assert_eq!(
+                        (large.kind, large.size),
+                        (expected.kind(), expected.len() as u64)
+                    );
+                    let (data, pieces) = stream_all(&mut writer, id, &large).unwrap();
+                    assert!(data == expected.data(), "{id}");
+                    assert!(pieces.iter().all(|n| *n <= STREAM_CHUNK), "{pieces:?}");
+                }
+            }
+        }
+        assert!(deltas > 50, "{deltas} deltas streamed");
+        // A delta streamed against a base over the bound is refused, as when held.
+        let tight = ReadLimits {
+            stream_above: 4096,
+            max_deltified: 4096,
+        };
+        let refused = all_ids(&repo).into_iter().find_map(|id| {
+            let mut reader = store.reader_with(tight);
+            match reader.read_bounded(id).unwrap()? {
+                Found::Large(large) if matches!(large.at, LargeAt::Delta { .. }) => {
+                    Some(stream_all(&mut reader, id, &large).unwrap_err())
+                }
+                _ => None,
+            }
+        });
+        assert!(
+            matches!(
+                refused,
+                Some(SourceReadError::DeltaTooLarge { limit: 4096, .. })
+            ),
+            "{refused:?}"
+        );
+    }
+
+    /// Streams `large` with `reader`: the content and the size of each piece.
+    fn stream_all(
+        reader: &mut SourceReader<'_>,
+        id: Oid,
+        large: &LargeObject,
+    ) -> Result<(Vec<u8>, Vec<usize>), SourceReadError> {
+        let (mut data, mut pieces) = (Vec::new(), Vec::new());
+        reader.stream(id, large, |piece| {
+            pieces.push(piece.len());
+            data.extend_from_slice(piece);
+            Ok::<_, SourceReadError>(())
+        })?;
+        Ok((data, pieces))
+    }
+
+    #[test]
+    fn whole_objects_above_the_limit_stream_in_pieces_loose_and_packed_as_libgit2_reads_them() {
+        for packed in [false, true] {
+            let dir = tempfile::TempDir::new().unwrap();
+            let repo = history(dir.path());
+            if packed {
+                git(dir.path(), &["repack", "-adq", "--window=50", "--depth=50"]);
+                git(dir.path(), &["prune-packed"]);
+            }
+            let repo = Repository::open(repo.path()).unwrap();
+            let odb = repo.odb().unwrap();
+            let store = SourceObjects::open(&repo.path().join("objects")).unwrap();
+            assert_eq!(store.packs.len(), usize::from(packed));
+            let mut reader = store.reader_with(SMALL);
+            // Another reader of the same store streams what this one found (the export's
+            // writer thread streams what a worker found).
+            let mut writer = store.reader_with(SMALL);
+            let mut large = 0;
+            for id in all_ids(&repo) {
+                let expected = odb.read(id).unwrap();
+                match reader.read_bounded(id).unwrap().unwrap() {
+                    Found::Loaded(object) => {
+                        assert_eq!(object.data, expected.data(), "{id}");
+                    }
+                    Found::Large(object) => {
+                        large += 1;
+                        assert_eq!(object.kind, expected.kind());
+                        assert_eq!(object.size, expected.len() as u64);
+                        assert!(object.size > SMALL.stream_above);
+                        let (data, pieces) = stream_all(&mut writer, id, &object).unwrap();
+                        assert!(data == expected.data(), "{id} packed={packed}");
+                        assert!(pieces.iter().all(|n| *n <= STREAM_CHUNK), "{pieces:?}");
+                        if object.size > 2 * STREAM_CHUNK as u64 {
+                            assert!(pieces.len() > 2, "{pieces:?}");
+                        }
+                        // A sink's error stops the stream and is what the caller gets.
+                        let mut calls = 0;
+                        let stopped = reader.stream(id, &object, |_| {
+                            calls += 1;
+                            Err(SourceReadError::Io {
+                                path: PathBuf::from("sink"),
+                                source: io::Error::other("full"),
+                            })
+                        });
+                        assert!(
+                            matches!(&stopped, Err(SourceReadError::Io { path, .. }) if path == Path::new("sink"))
+                        );
+                        assert_eq!(calls, 1);
+                    }
+                }
+                // `read` gives the whole object either way.
+                assert_eq!(reader.read(id).unwrap().unwrap().data, expected.data());
+            }
+            // big.bin and huge.bin (the random one spans several reads of compressed input).
+            assert_eq!(large, 2, "packed={packed}");
+            assert_eq!(assert_reads_match_libgit2(&repo), all_ids(&repo).len());
+        }
+    }
+
+    #[test]
+    fn a_damaged_large_object_is_an_error_naming_its_file_even_after_pieces_went_out() {
+        let dir = tempfile::TempDir::new().unwrap();
+        let repo = history(dir.path());
+        let head = repo.head().unwrap().peel_to_tree().unwrap();
+        let big = head.get_name("big.bin").unwrap().id();
+        let hex = big.to_string();
+        let loose = repo.path().join("objects").join(&hex[..2]).join(&hex[2..]);
+        let bytes = fs::read(&loose).unwrap();
+        let mut permissions = fs::metadata(&loose).unwrap().permissions();
+        #[allow(clippy::permissions_set_readonly_false)]
+        permissions.set_readonly(false);
+        fs::set_permissions(&loose, permissions).unwrap();
+        let store = SourceObjects::open(&repo.path().join("objects")).unwrap();
+        let large = |reader: &mut SourceReader<'_>| match reader.read_bounded(big).unwrap() {
+            Some(Found::Large(large)) => large,
+            other => panic!("not streamed: {other:?}"),
+        };
+
+        // A well-formed object of the same size under another object's name: every piece
+        // goes out, then the ID check fails.
+        let other: Vec<u8> = (0..300_000u32).map(|i| (i % 253) as u8).collect();
+        fs::write(&loose, crate::loose::encode_loose_blob(&other)).unwrap();
+        let mut reader = store.reader_with(SMALL);
+        let object = large(&mut reader);
+        let mut received = 0;
+        let error = reader
+            .stream(big, &object, |piece| {
+                received += piece.len();
+                Ok::<_, SourceReadError>(())
+            })
+            .unwrap_err();
+        assert_eq!(received, other.len());
+        assert!(
+            matches!(&error, SourceReadError::Corrupt { path, reason, .. }
+                if *path == loose && reason.contains("does not hash to its ID")),
+            "{error}"
+        );
+        assert!(error.to_string().contains("git fsck"), "{error}");
+
+        // Truncated: the header is found, the stream ends early.
+        fs::write(&loose, &bytes[..bytes.len() / 2]).unwrap();
+        let object = large(&mut reader);
+        let error = stream_all(&mut reader, big, &object).unwrap_err();
+        assert!(
+            matches!(&error, SourceReadError::Corrupt { path, reason, .. }
+                if *path == loose && reason.contains("truncated")),
+            "{error}"
+        );
+        fs::write(&loose, &bytes).unwrap();
+        let object = large(&mut reader);
+        assert!(stream_all(&mut reader, big, &object).unwrap().0.len() == 300_000);
+
+        // Packed: damage the middle of the big blob's compressed data.
+        git(dir.path(), &["repack", "-adq"]);
+        git(dir.path(), &["prune-packed"]);
+        let store = SourceObjects::open(&repo.path().join("objects")).unwrap();
+        let offset = store.packs[0].find(big.as_bytes()).unwrap();
+        let pack_path = store.packs[0].pack_path.clone();
+        let mut pack = fs::read(&pack_path).unwrap();
+        for byte in &mut pack[offset as usize + 1000..offset as usize + 1040] {
+            *byte ^= 0x55;
+        }
+        let mut permissions = fs::metadata(&pack_path).unwrap().permissions();
+        #[allow(clippy::permissions_set_readonly_false)]
+        permissions.set_readonly(false);
+        fs::set_permissions(&pack_path, permissions).unwrap();
+        fs::write(&pack_path, &pack).unwrap();
+        let mut reader = store.reader_with(SMALL);
+        let object = large(&mut reader);
+        let error = stream_all(&mut reader, big, &object).unwrap_err();
+        assert!(
+            matches!(&error, SourceReadError::Corrupt { path, .. } if *path == pack_path),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn a_deltified_object_over_the_bound_is_refused_with_advice_to_repack() {
+        let dir = tempfile::TempDir::new().unwrap();
+        let repo = history(dir.path());
+        git(dir.path(), &["repack", "-adq", "--window=50", "--depth=50"]);
+        git(dir.path(), &["prune-packed"]);
+        let repo = Repository::open(repo.path()).unwrap();
+        let store = SourceObjects::open(&repo.path().join("objects")).unwrap();
+        let mut probe = store.reader();
+        let deltified = all_ids(&repo)
+            .into_iter()
+            .find(|id| {
+                let at = store.packs[0].find(id.as_bytes()).unwrap();
+                matches!(
+                    probe.entry_header(0, at).unwrap().unwrap(),
+                    EntryHeader::OffsetDelta { .. }
+                ) && repo.find_blob(*id).is_ok_and(|b| b.size() > 4096)
+            })
+            .unwrap();
+        let tight = ReadLimits {
+            stream_above: STREAM_ABOVE,
+            max_deltified: 4096,
+        };
+        let error = store.reader_with(tight).read(deltified).unwrap_err();
+        assert!(
+            matches!(&error, SourceReadError::DeltaTooLarge { path, limit: 4096, .. }
+                if *path == store.packs[0].pack_path),
+            "{error}"
+        );
+        assert!(error.to_string().contains("git repack -a -d -f"), "{error}");
+        let odb = repo.odb().unwrap();
+        let expected = odb.read(deltified).unwrap();
+        assert_eq!(
+            store.reader().read(deltified).unwrap().unwrap().data,
+            expected.data()
+        );
+    }
+
+    /// A pack entry's type-and-size header.
+    fn entry_head(kind: u8, mut size: usize) -> Vec<u8> {
+        let mut bytes = Vec::new();
+        let mut byte = (kind << 4) | (size & 0x0f) as u8;
+        size >>= 4;
+        while size != 0 {
+            bytes.push(byte | 0x80);
+            byte = (size & 0x7f) as u8;
+            size >>= 7;
+        }
+        bytes.push(byte);
+        bytes
+    }
+
+    /// A delta's size varint.
+    fn delta_size(mut size: usize) -> Vec<u8> {
+        let mut bytes = Vec::new();
+        loop {
+            let byte = (size & 0x7f) as u8;
+            size >>= 7;
+            if size == 0 {
+                bytes.push(byte);
+                return bytes;
+            }
+            bytes.push(byte | 0x80);
+        }
+    }
+
+    /// A store of one hand-written pack: blob `base` whole, then `delta` as an offset delta
+    /// of it, named `id` in a hand-written index (CRCs and index checksums, which the reader
+    /// does not check, zeroed). Returns the store's directory and the pack's path.
+    fn delta_store(base: &[u8], delta: &[u8], id: Oid) -> (tempfile::TempDir, PathBuf) {
+        use crate::pack::{ObjectKind, encode_entry};
+        let base_id = Oid::hash_object(ObjectType::Blob, base).unwrap();
+        let mut pack = b"PACK\0\0\0\x02\0\0\0\x02".to_vec();
+        let base_at = pack.len() as u64;
+        pack.extend_from_slice(&encode_entry(base_id, ObjectKind::Blob, base).bytes);
+        let delta_at = pack.len() as u64;
+        pack.extend(entry_head(6, delta.len()));
+        let mut distance = delta_at - base_at;
+        let mut offset = vec![(distance & 0x7f) as u8];
+        distance >>= 7;
+        while distance != 0 {
+            distance -= 1;
+            offset.push(0x80 | (distance & 0x7f) as u8);
+            distance >>= 7;
+        }
+        offset.reverse();
+        pack.extend(offset);
+        let zlib = encode_entry(id, ObjectKind::Blob, delta).bytes;
+        pack.extend_from_slice(&zlib[entry_head(3, delta.len()).len()..]);
+        let trailer = Sha1::digest(&pack);
+        pack.extend_from_slice(&trailer);
+        let mut names = [(base_id, base_at), (id, delta_at)];
+        names.sort();
+        let mut idx = IDX_MAGIC.to_vec();
+        idx.extend(2u32.to_be_bytes());
+        for slot in 0..256 {
+            let count = names
+                .iter()
+                .filter(|(name, _)| usize::from(name.as_bytes()[0]) <= slot)
+                .count() as u32;
+            idx.extend(count.to_be_bytes());
+        }
+        for (name, _) in &names {
+            idx.extend_from_slice(name.as_bytes());
+        }
+        idx.extend([0u8; 8]);
+        for (_, at) in &names {
+            idx.extend((*at as u32).to_be_bytes());
+        }
+        idx.extend([0u8; 40]);
+        let dir = tempfile::TempDir::new().unwrap();
+        let pack_dir = dir.path().join("pack");
+        fs::create_dir(&pack_dir).unwrap();
+        let pack_path = pack_dir.join("pack-test.pack");
+        fs::write(&pack_path, &pack).unwrap();
+        fs::write(pack_dir.join("pack-test.idx"), &idx).unwrap();
+        (dir, pack_path)
+    }
+
+    /// Object `id` of the store under `dir`, streamed when it is large.
+    fn read_streaming(dir: &Path, limits: ReadLimits, id: Oid) -> Result<Found, SourceReadError> {
+        let store = SourceObjects::open(dir)?;
+        let mut reader = store.reader_with(limits);
+        let found = reader
+            .read_bounded(id)?
+            .ok_or_else(|| SourceReadError::Corrupt {
+                path: dir.to_owned(),
+                offset: 0,
+                reason: "not handled".to_owned(),
+            })?;
+        if let Found::Large(large) = &found {
+            let (data, pieces) = stream_all(&mut store.reader_with(limits), id, large)?;
+            assert!(pieces.iter().all(|n| *n <= STREAM_CHUNK), "{pieces:?}");
+            assert!(pieces.iter().rev().skip(1).all(|n| *n == STREAM_CHUNK));
+            return Ok(Found::Loaded(SourceObject {
+                kind: large.kind,
+                data,
+            }));
+        }
+        Ok(found)
+    }
+
+    /// Copies `len` bytes of the base from `offset` (a Git delta copy instruction).
+    fn copy(offset: u32, len: u32) -> Vec<u8> {
+        let mut command = 0x80u8;
+        let mut bytes = Vec::new();
+        for bit in 0..4 {
+            let byte = (offset >> (8 * bit)) as u8;
+            if byte != 0 {
+                command |= 1 << bit;
+                bytes.push(byte);
+            }
+        }
+        for bit in 0..3 {
+            let byte = (len >> (8 * bit)) as u8;
+            if byte != 0 {
+                command |= 0x10 << bit;
+                bytes.push(byte);
+            }
+        }
+        bytes.insert(0, command);
+        bytes
+    }
+
+    /// A delta of `base_len` bytes announcing `target`, then `instructions`.
+    fn delta_of(base_len: usize, target: usize, instructions: &[Vec<u8>]) -> Vec<u8> {
+        let mut delta = delta_size(base_len);
+        delta.extend(delta_size(target));
+        for instruction in instructions {
+            delta.extend_from_slice(instruction);
+        }
+        delta
+    }
+
+    #[test]
+    fn a_delta_larger_than_its_bound_streams_from_a_small_base_and_damage_is_refused() {
+        let base = rng_bytes(4096);
+        let limits = ReadLimits {
+            stream_above: 8192,
+            max_deltified: 16384,
+        };
+        // 300 copies of the base (1.2 MiB, over both limits), then an insert: only the
+        // 4 KiB base and the 1 KiB delta are held.
+        let mut instructions: Vec<Vec<u8>> = (0..300).map(|_| copy(0, 4096)).collect();
+        instructions.push(copy(100, 50));
+        instructions.push(b"\x05tail!".to_vec());
+        let mut expected = base.repeat(300);
+        expected.extend_from_slice(&base[100..150]);
+        expected.extend_from_slice(b"tail!");
+        let delta = delta_of(base.len(), expected.len(), &instructions);
+        let id = Oid::hash_object(ObjectType::Blob, &expected).unwrap();
+        let (dir, pack_path) = delta_store(&base, &delta, id);
+        let store = SourceObjects::open(dir.path()).unwrap();
+        match store.reader_with(limits).read_bounded(id).unwrap().unwrap() {
+            Found::Large(large) => {
+                assert!(matches!(large.at, LargeAt::Delta { .. }), "{large:?}");
+                assert_eq!(
+                    (large.kind, large.size),
+                    (ObjectType::Blob, expected.len() as u64)
+                );
+            }
+            found => panic!("not streamed: {found:?}"),
+        }
+        let read = read_streaming(dir.path(), limits, id).unwrap();
+        assert!(
+            matches!(&read, Found::Loaded(o) if o.kind == ObjectType::Blob && o.data == expected)
+        );
+        assert!(store.reader_with(limits).read(id).unwrap().unwrap().data == expected);
+        // Git agrees the pack holds that object.
+        let check = tempfile::TempDir::new().unwrap();
+        let repo = Repository::init_bare(check.path()).unwrap();
+        let copied = check.path().join("objects/pack/pack-test.pack");
+        fs::copy(&pack_path, &copied).unwrap();
+        git(check.path(), &["index-pack", copied.to_str().unwrap()]);
+        assert!(repo.odb().unwrap().read(id).unwrap().data() == expected);
+
+        // Each damage is a typed error, never a panic or other content.
+        let corrupt = |delta: &[u8], id: Oid, limits: ReadLimits| {
+            let (dir, _) = delta_store(&base, delta, id);
+            read_streaming(dir.path(), limits, id).unwrap_err()
+        };
+        let reasons = [
+            (
+                delta_of(
+                    4096,
+                    8192 + 4096,
+                    &[copy(0, 4096), copy(0, 4096), copy(4000, 4096)],
+                ),
+                "a delta copy reads past its base",
+            ),
+            (
+                delta_of(4097, 300 * 4096, &[copy(0, 4096)]),
+                "the delta's source size is not its base's size",
+            ),
+            (
+                delta_of(4096, 3 * 4096, &[copy(0, 4096), copy(0, 4096)]),
+                "the delta writes less than its target size",
+            ),
+            (
+                delta_of(4096, 3 * 4096, &vec![copy(0, 4096); 4]),
+                "the delta writes more than its target size",
+            ),
+            (
+                delta_of(4096, 3 * 4096, &[copy(0, 4096), vec![0]]),
+                "the delta uses the reserved instruction 0",
+            ),
+            (
+                delta_of(4096, 3 * 4096, &[copy(0, 4096), b"\x7fshort".to_vec()]),
+                "a delta insert runs past the delta",
+            ),
+        ];
+        for (delta, reason) in &reasons {
+            let error = corrupt(delta, id, limits);
+            assert!(
+                matches!(&error, SourceReadError::Corrupt { reason: r, .. } if r == reason),
+                "{reason}: {error}"
+            );
+        }
+        // Content that does not hash to the ID it is stored under.
+        let other = Oid::hash_object(ObjectType::Blob, b"another").unwrap();
+        let error = corrupt(&delta, other, limits);
+        assert!(
+            matches!(&error, SourceReadError::Corrupt { reason, .. }
+                if reason == "the object's content does not hash to its ID"),
+            "{error}"
+        );
+        // A base, or a delta, over the bound is refused before it is read.
+        let tight = ReadLimits {
+            stream_above: 1024,
+            max_deltified: 2048,
+        };
+        let error = corrupt(&delta, id, tight);
+        assert!(
+            matches!(
+                &error,
+                SourceReadError::DeltaTooLarge {
+                    size: 4096,
+                    limit: 2048,
+                    ..
+                }
+            ),
+            "{error}"
+        );
+        // 200 inserts of 127 bytes: a 25,600-byte delta, over the 16 KiB bound.
+        let inserts: Vec<Vec<u8>> = (0..200)
+            .map(|n| {
+                let mut insert = vec![127u8];
+                insert.extend_from_slice(&base[n..n + 127]);
+                insert
+            })
+            .collect();
+        let long = delta_of(4096, 200 * 127, &inserts);
+        let error = corrupt(&long, id, limits);
+        assert!(
+            matches!(&error, SourceReadError::DeltaTooLarge { size, limit: 16384, .. }
+                if *size == long.len() as u64),
+            "{error}"
+        );
+
+        // Random damage to the pack: an error or the right content, never a panic.
+        let mut next = rng(0xDE17_A5EE_D000_0016);
+        let pristine = fs::read(&pack_path).unwrap();
+        for _ in 0..300 {
+            let mut damaged = pristine.clone();
+            for _ in 0..1 + next() % 3 {
+                let at = 12 + (next() as usize) % (damaged.len() - 32);
+                damaged[at] ^= 1 << (next() % 8);
+            }
+            fs::write(&pack_path, &damaged).unwrap();
+            if let Ok(Found::Loaded(object)) = read_streaming(dir.path(), limits, id) {
+                assert!(object.data == expected);
+            }
+        }
+    }
+
+    fn rng_bytes(len: usize) -> Vec<u8> {
+        let mut next = rng(0x0BA5_E000_0000_4096);
+        (0..len).map(|_| next() as u8).collect()
+    }
+
     #[test]
     fn deltas_apply_copies_and_inserts_and_reject_what_git_never_writes() {
         let base = b"0123456789";
@@ -1080,7 +2233,8 @@ mod tests {
         let header = b"blob 1000000000000000000\0x";
         crate::loose::write_stored_zlib(&mut forged, &[header]).unwrap();
         let mut inflate = Inflate::new(true, 15);
-        let (_, reason) = decode_loose(&mut inflate, &forged).unwrap_err();
+        let (_, reason) =
+            decode_loose(&mut inflate, &forged, forged.len() as u64, u64::MAX).unwrap_err();
         assert!(reason.contains("more than its file can hold"), "{reason}");
     }
 
@@ -1158,14 +2312,19 @@ mod tests {
         fs::set_permissions(&pack_path, permissions).unwrap();
         let mut next = rng(0x5EED_0BAD_F00D_CAFE);
         let (mut failed, mut read) = (0, 0);
-        for _ in 0..60 {
+        for round in 0..60 {
             let mut damaged = pristine.clone();
             for _ in 0..1 + next() % 3 {
                 let at = 12 + (next() as usize) % (damaged.len() - 32);
                 damaged[at] ^= 1 << (next() % 8);
             }
             fs::write(&pack_path, &damaged).unwrap();
-            let mut reader = store.reader();
+            // Every other round, most objects stream (whole ones inflated, deltas applied).
+            let mut reader = if round % 2 == 0 {
+                store.reader()
+            } else {
+                store.reader_with(TINY)
+            };
             for id in &ids {
                 match reader.read(*id) {
                     Ok(Some(object)) => {
@@ -1198,7 +2357,7 @@ mod tests {
             bytes[at] ^= next() as u8;
             let _ = apply_delta(b"0123456789", &bytes);
             let _ = parse_entry_header(&bytes, next() % 4096);
-            let _ = decode_loose(&mut inflate, &bytes);
+            let _ = decode_loose(&mut inflate, &bytes, bytes.len() as u64, u64::MAX);
         }
     }
 }

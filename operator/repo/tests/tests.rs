@@ -10,6 +10,8 @@
 //! - `seams`: the CLI entry points over files.
 //! - `fuzz`: issue #16 fuzz targets (bundle validation, path folding, trailers).
 //! - `hostile`: issue #16, one corpus per class of hostile worker output.
+//! - `large_blobs`: issue #16, large blobs stream into a projection (loose, packed, deltified),
+//!   byte for byte as in memory; damaged ones fail it and leave nothing.
 //! - `remote_servers`: issue #18, fetch and guarded push over HTTPS and SSH against real
 //!   servers on loopback (`support/git_servers.rs`, `scripts/git-test-servers`).
 //! - `golden_scm`: replays the `approved_merge` lines of the upstream SCM golden fixture.
@@ -24,6 +26,7 @@ mod golden_scm;
 mod hostile;
 mod integration;
 mod landing;
+mod large_blobs;
 mod projection;
 mod remote_servers;
 mod seams;
