@@ -124,15 +124,7 @@ async fn a_wrong_merge_commit_is_reported_and_materializes_nothing() {
         condition(&change_sets, "Verified").await,
         ("False".into(), "MergeCommitNotFound".into())
     );
-    let items: Api<BuildWorkItem> = Api::namespaced(cluster.client.clone(), &cluster.namespace);
-    assert!(
-        items
-            .list(&Default::default())
-            .await
-            .unwrap()
-            .items
-            .is_empty()
-    );
+    assert_eq!(work_items(&cluster).await, 0, "no work item");
     controller.abort();
     cluster.cleanup().await;
 }
@@ -174,17 +166,15 @@ async fn a_network_only_operator_reads_no_local_repository_for_a_change_set() {
         .filter(|p| p.ends_with(".git"))
         .collect();
     assert!(cloned.is_empty(), "{cloned:?}");
-    let items: Api<BuildWorkItem> = Api::namespaced(cluster.client.clone(), &cluster.namespace);
-    assert!(
-        items
-            .list(&Default::default())
-            .await
-            .unwrap()
-            .items
-            .is_empty()
-    );
+    assert_eq!(work_items(&cluster).await, 0, "no work item");
     controller.abort();
     cluster.cleanup().await;
+}
+
+/// How many BuildWorkItems the scenario's namespace holds.
+async fn work_items(cluster: &Cluster) -> usize {
+    let items: Api<BuildWorkItem> = Api::namespaced(cluster.client.clone(), &cluster.namespace);
+    items.list(&Default::default()).await.unwrap().items.len()
 }
 
 /// Every path under `dir`.
@@ -339,15 +329,7 @@ async fn the_project_controller_reports_the_repository_and_its_configuration() {
     assert_eq!(good_again.default_branch_head, good.default_branch_head);
     assert_eq!(good_again.repo_reachable, Some(true));
     // The Project controller only observes: it materializes nothing.
-    let items: Api<BuildWorkItem> = Api::namespaced(cluster.client.clone(), &cluster.namespace);
-    assert!(
-        items
-            .list(&Default::default())
-            .await
-            .unwrap()
-            .items
-            .is_empty()
-    );
+    assert_eq!(work_items(&cluster).await, 0, "no work item");
     controller.abort();
     cluster.cleanup().await;
 }
@@ -692,15 +674,7 @@ async fn a_bug_report_naming_an_unknown_requirement_is_reported_and_materializes
     );
     let status = bug.status.unwrap();
     assert_eq!((status.work_item_ref, status.recorded_facts), (None, None));
-    let items: Api<BuildWorkItem> = Api::namespaced(cluster.client.clone(), &cluster.namespace);
-    assert!(
-        items
-            .list(&Default::default())
-            .await
-            .unwrap()
-            .items
-            .is_empty()
-    );
+    assert_eq!(work_items(&cluster).await, 0, "no work item");
     controller.abort();
     cluster.cleanup().await;
 }

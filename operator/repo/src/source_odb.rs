@@ -731,14 +731,6 @@ impl SourceReader<'_> {
         // Follow the chain down to a whole object or a cached base, then apply the deltas.
         let mut chain: Vec<(EntryAt, Vec<u8>)> = Vec::new();
         let (mut pack, mut at) = (pack, offset);
-        let limit = self.limits.max_deltified;
-        let too_large =
-            |reader: &Self, pack: usize, at: u64, size: u64| SourceReadError::DeltaTooLarge {
-                path: reader.store.packs[pack].pack_path.clone(),
-                offset: at,
-                size,
-                limit,
-            };
         let (kind, mut data) = loop {
             if chain.len() > MAX_CHAIN {
                 return Err(self.corrupt(pack, at, "the delta chain is longer than 10000"));
@@ -771,9 +763,7 @@ impl SourceReader<'_> {
                             },
                         })));
                     }
-                    if size as u64 > limit {
-                        return Err(too_large(self, pack, at, size as u64));
-                    }
+                    self.check_delta_size(size, pack, at)?;
                     let data = self.inflate_at(pack, data_at, size)?;
                     break (kind, Rc::new(data));
                 }
@@ -874,8 +864,9 @@ impl SourceReader<'_> {
         })
     }
 
-    /// Refuses a delta (entry at `at` of `pack`) of `size` bytes, over
-    /// [`ReadLimits::max_deltified`], before inflating it: the delta itself is held in memory.
+    /// Refuses `size` bytes of an object in a delta chain (entry at `at` of `pack`) — a base,
+    /// a delta held in memory, or a delta's result — over [`ReadLimits::max_deltified`],
+    /// before inflating it.
     fn check_delta_size(&self, size: usize, pack: usize, at: u64) -> Result<(), SourceReadError> {
         if size as u64 > self.limits.max_deltified {
             return Err(SourceReadError::DeltaTooLarge {
@@ -897,15 +888,7 @@ impl SourceReader<'_> {
         at: u64,
     ) -> Result<(), SourceReadError> {
         let target = delta_target(delta).map_err(|reason| self.corrupt(pack, at, reason))?;
-        if target as u64 > self.limits.max_deltified {
-            return Err(SourceReadError::DeltaTooLarge {
-                path: self.store.packs[pack].pack_path.clone(),
-                offset: at,
-                size: target as u64,
-                limit: self.limits.max_deltified,
-            });
-        }
-        Ok(())
+        self.check_delta_size(target, pack, at)
     }
 
     fn corrupt(&self, pack: usize, offset: u64, reason: &str) -> SourceReadError {
