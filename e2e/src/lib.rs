@@ -85,6 +85,9 @@ impl Cluster {
                 .create(&PostParams::default(), &ns)
                 .await
                 .expect("create the scenario namespace");
+            real::grant_sandbox_rights(&client, &operator, &namespace)
+                .await
+                .unwrap_or_else(|e| panic!("granting the sandbox rights in {namespace}: {e}"));
             return Cluster {
                 client,
                 operator,

@@ -113,8 +113,17 @@ pub async fn prepare(
     let objects = chart_rbac()?;
     let namespace = release_namespace();
     ensure_namespace(admin, &namespace).await?;
+    let service_account = apply_release(admin, &objects).await?;
+    let sink = protobot_controller::api_errors::ApiErrorSink::new();
+    let operator = operator_client(admin, &namespace, &service_account, &sink).await?;
+    wait_for_rbac(&operator).await?;
+    Ok((operator, sink))
+}
+
+/// Applies a rendering's RBAC objects; returns the name of its operator ServiceAccount.
+async fn apply_release(admin: &Client, objects: &[DynamicObject]) -> Result<String, PrepareError> {
     let mut service_account = None;
-    for object in &objects {
+    for object in objects {
         apply(admin, object).await?;
         if object
             .types
@@ -125,11 +134,7 @@ pub async fn prepare(
             service_account = Some(object.name_any());
         }
     }
-    let service_account = service_account.ok_or(PrepareError::NoServiceAccount)?;
-    let sink = protobot_controller::api_errors::ApiErrorSink::new();
-    let operator = operator_client(admin, &namespace, &service_account, &sink).await?;
-    wait_for_rbac(&operator).await?;
-    Ok((operator, sink))
+    service_account.ok_or(PrepareError::NoServiceAccount)
 }
 
 /// A second release of the chart, rendered with `sets` (a topology: `watchNamespace`,
@@ -145,23 +150,44 @@ pub async fn prepare_release(
     install_crds(admin).await?;
     let objects = chart_rbac_with(release, sets)?;
     ensure_namespace(admin, &release_namespace()).await?;
-    let mut service_account = None;
-    for object in &objects {
-        apply(admin, object).await?;
-        if object
-            .types
-            .as_ref()
-            .is_some_and(|t| t.kind == "ServiceAccount")
-            && object.name_any() != SANDBOX_SERVICE_ACCOUNT
-        {
-            service_account = Some(object.name_any());
-        }
-    }
-    let service_account = service_account.ok_or(PrepareError::NoServiceAccount)?;
+    let service_account = apply_release(admin, &objects).await?;
     let sink = protobot_controller::api_errors::ApiErrorSink::new();
     let operator = operator_client(admin, &release_namespace(), &service_account, &sink).await?;
     wait_for_rbac_in(&operator, Some(namespace)).await?;
     Ok((operator, sink))
+}
+
+/// The default release's sandbox rights in a scenario's own `namespace`: the Role
+/// `protobot-sandboxes` and its RoleBinding exactly as the chart renders them for an install
+/// with `jobSite.sandboxNamespace=<namespace>` (each scenario runs its sandbox pods in its own
+/// namespace, and the chart grants pod rights in the sandbox namespace only). Waits until the
+/// operator ServiceAccount may create pods there.
+pub async fn grant_sandbox_rights(
+    admin: &Client,
+    operator: &Client,
+    namespace: &str,
+) -> Result<(), PrepareError> {
+    let sets = [
+        format!("jobSite.sandboxNamespace={namespace}"),
+        "jobSite.staging.create=false".to_owned(),
+    ];
+    let objects = chart_rbac_with("protobot", &sets)?;
+    let mut granted = false;
+    for object in objects.iter().filter(|o| {
+        o.namespace().as_deref() == Some(namespace)
+            && o.types
+                .as_ref()
+                .is_some_and(|t| matches!(t.kind.as_str(), "Role" | "RoleBinding"))
+    }) {
+        apply(admin, object).await?;
+        granted = true;
+    }
+    if !granted {
+        return Err(PrepareError::Timeout(format!(
+            "the chart rendered no sandbox Role for jobSite.sandboxNamespace={namespace}"
+        )));
+    }
+    wait_until_allowed(operator, ("", "pods", "create"), Some(namespace)).await
 }
 
 /// The chart's sandbox ServiceAccount (bound to nothing), not the operator's.
@@ -453,6 +479,16 @@ async fn wait_for_rbac(operator: &Client) -> Result<(), PrepareError> {
 
 /// [`wait_for_rbac`] in `namespace` (`None`: cluster-wide).
 async fn wait_for_rbac_in(operator: &Client, namespace: Option<&str>) -> Result<(), PrepareError> {
+    wait_until_allowed(operator, ("protobot.dev", "buildworkitems", "list"), namespace).await
+}
+
+/// Waits (30 s at most) until the API server's authorizer allows `operator` the `verb` on
+/// `group`/`resource` in `namespace` (`None`: cluster-wide).
+async fn wait_until_allowed(
+    operator: &Client,
+    (group, resource, verb): (&str, &str, &str),
+    namespace: Option<&str>,
+) -> Result<(), PrepareError> {
     let reviews: Api<SelfSubjectAccessReview> = Api::all(operator.clone());
     let allowed = poll(Duration::from_secs(30), || {
         let reviews = reviews.clone();
@@ -460,7 +496,7 @@ async fn wait_for_rbac_in(operator: &Client, namespace: Option<&str>) -> Result<
             let review: SelfSubjectAccessReview = match serde_json::from_value(serde_json::json!({
                 "apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
                 "spec": {"resourceAttributes": {
-                    "group": "protobot.dev", "resource": "buildworkitems", "verb": "list",
+                    "group": group, "resource": resource, "verb": verb,
                     "namespace": namespace,
                 }},
             })) {
@@ -479,9 +515,10 @@ async fn wait_for_rbac_in(operator: &Client, namespace: Option<&str>) -> Result<
     if allowed {
         Ok(())
     } else {
-        Err(PrepareError::Timeout(
-            "the operator ServiceAccount may not list buildworkitems 30 s after the chart's RBAC was applied".into(),
-        ))
+        Err(PrepareError::Timeout(format!(
+            "the operator ServiceAccount may not {verb} {resource} in {} 30 s after the chart's RBAC was applied",
+            namespace.unwrap_or("the cluster")
+        )))
     }
 }
 

@@ -69,14 +69,7 @@ async fn an_applied_change_set_materializes_one_ready_build_work_item() {
     let cluster = Cluster::connect("gitops").await;
     let (repo, merge) = spec_repo("cli-sync");
     apply(&cluster, repo.path(), &merge).await;
-    let cache = tempfile::tempdir().unwrap();
-    let controller = tokio::spawn(protobot_controller::changeset::run_with(
-        cluster.operator.clone(),
-        Some(cluster.namespace.clone()),
-        cache.path().to_path_buf(),
-        protobot_e2e::LOCAL_REPOSITORIES,
-    ));
-    let change_sets: Api<ChangeSet> = Api::namespaced(cluster.client.clone(), &cluster.namespace);
+    let (controller, _cache, change_sets) = registration(&cluster, protobot_e2e::LOCAL_REPOSITORIES);
     assert_eq!(
         condition(&change_sets, "Materialized").await,
         ("True".into(), "WorkItemCreated".into())
@@ -112,14 +105,7 @@ async fn a_wrong_merge_commit_is_reported_and_materializes_nothing() {
     let cluster = Cluster::connect("wrong-merge").await;
     let (repo, _merge) = spec_repo("cli-sync");
     apply(&cluster, repo.path(), &"a".repeat(40)).await;
-    let cache = tempfile::tempdir().unwrap();
-    let controller = tokio::spawn(protobot_controller::changeset::run_with(
-        cluster.operator.clone(),
-        Some(cluster.namespace.clone()),
-        cache.path().to_path_buf(),
-        protobot_e2e::LOCAL_REPOSITORIES,
-    ));
-    let change_sets: Api<ChangeSet> = Api::namespaced(cluster.client.clone(), &cluster.namespace);
+    let (controller, _cache, change_sets) = registration(&cluster, protobot_e2e::LOCAL_REPOSITORIES);
     assert_eq!(
         condition(&change_sets, "Verified").await,
         ("False".into(), "MergeCommitNotFound".into())
@@ -134,15 +120,8 @@ async fn a_network_only_operator_reads_no_local_repository_for_a_change_set() {
     let cluster = Cluster::connect("local-refused").await;
     let (repo, merge) = spec_repo("cli-sync");
     apply(&cluster, repo.path(), &merge).await;
-    let cache = tempfile::tempdir().unwrap();
     // As deployed: without --allow-local-repositories.
-    let controller = tokio::spawn(protobot_controller::changeset::run_with(
-        cluster.operator.clone(),
-        Some(cluster.namespace.clone()),
-        cache.path().to_path_buf(),
-        Default::default(),
-    ));
-    let change_sets: Api<ChangeSet> = Api::namespaced(cluster.client.clone(), &cluster.namespace);
+    let (controller, cache, change_sets) = registration(&cluster, Default::default());
     assert_eq!(
         condition(&change_sets, "Verified").await,
         ("Unknown".into(), "RepositoryUnavailable".into())
@@ -169,6 +148,27 @@ async fn a_network_only_operator_reads_no_local_repository_for_a_change_set() {
     assert_eq!(work_items(&cluster).await, 0, "no work item");
     controller.abort();
     cluster.cleanup().await;
+}
+
+/// The ChangeSet controller started for the scenario's namespace under `policy`, with its
+/// clone cache (kept until the scenario ends) and the namespace's ChangeSets.
+fn registration(
+    cluster: &Cluster,
+    policy: protobot_controller::project::decide::RepositoryPolicy,
+) -> (
+    tokio::task::JoinHandle<()>,
+    tempfile::TempDir,
+    Api<ChangeSet>,
+) {
+    let cache = tempfile::tempdir().unwrap();
+    let controller = tokio::spawn(protobot_controller::changeset::run_with(
+        cluster.operator.clone(),
+        Some(cluster.namespace.clone()),
+        cache.path().to_path_buf(),
+        policy,
+    ));
+    let change_sets = Api::namespaced(cluster.client.clone(), &cluster.namespace);
+    (controller, cache, change_sets)
 }
 
 /// How many BuildWorkItems the scenario's namespace holds.
