@@ -515,11 +515,15 @@ async fn refusals_name_the_reason() {
             .to_string()
             .contains("sandbox.denied")
     );
-    // Egress through a proxy is not supported locally.
+    // Egress through a proxy needs the proxy's session secret (tests/egress.rs
+    // runs it with one).
     let mut spec = common::spec(&ws, "true");
     spec.egress_proxy = Some("http://127.0.0.1:3128".into());
     let err = ex.run(spec.clone(), no_cancel()).await.unwrap_err();
-    assert!(err.to_string().contains("no proxied egress"), "{err}");
+    assert!(
+        err.to_string().contains("no egress session secret"),
+        "{err}"
+    );
     // ... unless the operator allows running such runs with no network.
     let mut config = BubblewrapConfig::under(tmp.path());
     config.no_network_instead_of_proxy = true;
