@@ -205,6 +205,13 @@ struct Tools {
     setpriv: Option<PathBuf>,
 }
 
+/// What a run with egress needs, checked before anything is made.
+struct EgressPlan {
+    proxy: ProxyAddress,
+    ip: PathBuf,
+    nsenter: PathBuf,
+}
+
 /// The network of one run with proxied egress: kept alive for the run, torn
 /// down (relay stopped, namespace deleted) when dropped.
 struct EgressSetup {
@@ -450,11 +457,7 @@ impl BubblewrapExecutor {
     }
 
     /// Checks that a run asking for egress can get it, before anything is made.
-    fn egress_plan(
-        &self,
-        run_id: &str,
-        proxy: &str,
-    ) -> Result<(ProxyAddress, PathBuf, PathBuf), ExecutorError> {
+    fn egress_plan(&self, run_id: &str, proxy: &str) -> Result<EgressPlan, ExecutorError> {
         let refuse = |e: egress::EgressError| ExecutorError::Start {
             run_id: run_id.to_owned(),
             reason: format!("sandbox.fail_closed: {e}"),
@@ -471,7 +474,11 @@ impl BubblewrapExecutor {
             tool: "nsenter",
             package: "util-linux",
         });
-        Ok((address, ip.map_err(refuse)?, nsenter.map_err(refuse)?))
+        Ok(EgressPlan {
+            proxy: address,
+            ip: ip.map_err(refuse)?,
+            nsenter: nsenter.map_err(refuse)?,
+        })
     }
 
     /// Stages the token and builds the run's namespace and relay.
@@ -479,7 +486,7 @@ impl BubblewrapExecutor {
         &self,
         spec: &RunSpec,
         egress: &LocalEgress,
-        plan: (ProxyAddress, PathBuf, PathBuf),
+        plan: EgressPlan,
         dir: &RunDir,
         owner: Option<Owner>,
     ) -> Result<EgressSetup, ExecutorError> {
@@ -487,7 +494,7 @@ impl BubblewrapExecutor {
             run_id: spec.run_id.clone(),
             reason: format!("sandbox.fail_closed: {reason}"),
         };
-        let (address, ip, nsenter) = plan;
+        let EgressPlan { proxy, ip, nsenter } = plan;
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap_or_default();
@@ -520,7 +527,7 @@ impl BubblewrapExecutor {
         .map_err(|e| start_err(format!("setting up egress panicked: {e}")))?
         .map_err(start_err)?;
         let (netns, listener) = built;
-        let relay = Relay::start(listener, address)
+        let relay = Relay::start(listener, proxy)
             .map_err(|e| start_err(format!("failed to start the egress relay: {e}")))?;
         Ok(EgressSetup {
             nsenter,

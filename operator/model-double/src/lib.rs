@@ -361,6 +361,9 @@ impl ModelDouble {
         let task = tokio::spawn(async move {
             loop {
                 let Ok((stream, _)) = listener.accept().await else {
+                    // A failed accept (a reset, too many open files) must not
+                    // spin the loop.
+                    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
                     continue;
                 };
                 let state = state.clone();
