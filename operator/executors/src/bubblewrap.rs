@@ -504,7 +504,12 @@ impl BubblewrapExecutor {
             egress::token_expiry(now, spec.limits.wall_clock, egress.token_grace),
         );
         let token_file = dir.task_dir.join(egress::TOKEN_FILE);
-        let ns_name = format!("protobot-{}", tools::nonce());
+        // Named after the run, so a namespace left by a killed control plane says whose it was.
+        let ns_name = format!(
+            "protobot-{}-{}",
+            tools::safe_component(&spec.run_id),
+            tools::nonce()
+        );
         let built = tokio::task::spawn_blocking(move || {
             crate::tree::write_new_file(&token_file, 0o400, token.as_bytes())
                 .map_err(|e| e.to_string())?;

@@ -74,7 +74,6 @@ async fn a_run_with_egress_reaches_only_the_proxy_which_injects_the_key_for_the_
     spec.egress_proxy = Some(proxy.proxy_url.clone());
     let host_port = proxy.proxy_url.rsplit(':').next().unwrap().to_owned();
     spec.env.insert("HOST_PROXY_PORT".into(), host_port);
-    let before = proxied::netns_names();
     let started = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
 
     let out = ex.run(spec.clone(), no_cancel()).await.unwrap();
@@ -193,11 +192,7 @@ async fn a_run_with_egress_reaches_only_the_proxy_which_injects_the_key_for_the_
     );
 
     // The namespace is gone with the run.
-    let after = proxied::netns_names();
-    assert!(
-        after.iter().all(|n| before.contains(n)),
-        "left behind: {after:?} (before: {before:?})"
-    );
+    assert_eq!(proxied::netns_of(&spec.run_id), Vec::<String>::new());
 }
 
 #[tokio::test]
@@ -232,4 +227,73 @@ async fn egress_is_refused_without_a_session_secret_or_with_a_bad_proxy_url() {
         common::entries(&tmp.path().join("scratch")).is_empty(),
         "nothing was prepared"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_past_its_wall_clock_or_with_the_proxy_down_ends_and_leaves_no_namespace() {
+    if !common::bwrap_available("egress_teardown") || !proxied::egress_available("egress_teardown")
+    {
+        return;
+    }
+    // A port nothing listens on: the relay accepts, fails to reach the
+    // proxy, and closes the sandbox's connection at once.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let dead_proxy = format!("http://{}", closed.local_addr().unwrap());
+    drop(closed);
+    let tmp = tempfile::tempdir().unwrap();
+    let mut config = BubblewrapConfig::under(tmp.path());
+    config.egress = Some(LocalEgress::new(protobot_egress::SessionSecret::new(
+        vec![7u8; 32],
+    )));
+    let ex = BubblewrapExecutor::new(config);
+    let ws = common::projection(tmp.path());
+
+    let mut spec = common::spec(
+        &ws,
+        "curl -sS --max-time 20 \"$PROTOBOT_EGRESS_PROXY/model.example.invalid/v1/x\" 2>/out/err; echo $? > /out/rc",
+    );
+    spec.egress_proxy = Some(dead_proxy.clone());
+    let started = std::time::Instant::now();
+    let out = ex.run(spec, no_cancel()).await.unwrap();
+    assert_eq!(out.termination, Termination::Exited { code: 0 });
+    let rc = read(&out.out_dir, "rc");
+    assert!(
+        rc == "52" || rc == "56",
+        "curl: empty reply or recv failure, got {rc}: {}",
+        read(&out.out_dir, "err")
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "the failure is fast"
+    );
+
+    let mut spec = common::spec(&ws, "sleep 60");
+    spec.egress_proxy = Some(dead_proxy);
+    spec.limits.wall_clock = Duration::from_secs(2);
+    let run_id = spec.run_id.clone();
+    let (done_tx, done_rx) = watch::channel(false);
+    let run = async {
+        let out = ex.run(spec, no_cancel()).await;
+        let _ = done_tx.send(true);
+        out
+    };
+    // While the run lasts, its namespace exists (so the check after it is not vacuous).
+    let seen_during = async {
+        let mut seen = false;
+        while !*done_rx.borrow() {
+            seen |= !proxied::netns_of(&run_id).is_empty();
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        seen
+    };
+    let (out, seen_during) = tokio::join!(run, seen_during);
+    assert_eq!(
+        out.unwrap().termination,
+        Termination::LimitExceeded {
+            limit: "wall-clock".into()
+        }
+    );
+    assert!(seen_during, "the run had a namespace named after it");
+    assert_eq!(proxied::netns_of(&run_id), Vec::<String>::new());
+    assert!(common::entries(&tmp.path().join("scratch")).is_empty());
 }

@@ -194,6 +194,16 @@ pub async fn start(script: Script) -> Proxied {
     }
 }
 
+/// The network namespaces the executor made for `run_id` that still exist
+/// (the executor names them `protobot-<run id>-<nonce>`).
+pub fn netns_of(run_id: &str) -> Vec<String> {
+    let infix = format!("protobot-{run_id}-");
+    netns_names()
+        .into_iter()
+        .filter(|n| n.starts_with(&infix))
+        .collect()
+}
+
 /// The names of the host's network namespaces.
 pub fn netns_names() -> Vec<String> {
     let out = std::process::Command::new("ip")
