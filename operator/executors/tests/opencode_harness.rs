@@ -26,7 +26,7 @@ use std::{
 };
 
 use protobot_executors::{BubblewrapConfig, BubblewrapExecutor, LocalEgress};
-use protobot_jobsite::executor::{Executor, Limits, Termination};
+use protobot_jobsite::executor::{Executor, Limits, SandboxRole, Termination};
 use protobot_model_double::{Scenario, Script, Step, ToolCall};
 use protobot_repo::{
     bundle::collect_bundle,
@@ -167,30 +167,36 @@ fn files_containing(dir: &Path, needle: &[u8]) -> Vec<PathBuf> {
     found
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn opencode_as_worker_b_reaches_the_model_only_through_the_proxy_and_never_holds_the_key() {
-    let test = "opencode_harness";
-    let Some(opencode) = opencode(test) else {
-        return;
-    };
+/// One harness run: the proxy with `script` behind it, a projection of the
+/// canonical repository for `role`, and the harness in the sandbox. `None`
+/// when the test is skipped.
+struct HarnessRun {
+    proxy: proxied::Proxied,
+    report: protobot_repo::export::ExportReport,
+    out: protobot_jobsite::executor::RunOutput,
+    _tmp: tempfile::TempDir,
+}
+
+async fn run_harness(test: &str, role: Role, script: Script) -> Option<HarnessRun> {
+    let opencode = opencode(test)?;
     let required = std::env::var_os("PROTOBOT_REQUIRE_AGENTS").is_some();
     if !common::bwrap_available(test) {
-        return;
+        return None;
     }
     if !proxied::egress_available(test) {
         assert!(
             !required,
             "{test}: PROTOBOT_REQUIRE_AGENTS is set but proxied egress is unavailable"
         );
-        return;
+        return None;
     }
-    let proxy = proxied::start(script()).await;
+    let proxy = proxied::start(script).await;
     let tmp = tempfile::tempdir().unwrap();
     let repo = canonical(tmp.path());
     let report = export_projection(&ExportRequest {
         source_repo: repo.clone(),
         at: "refs/heads/main".into(),
-        role: Role::WorkerB,
+        role,
         dest: tmp.path().join("projection"),
         scope: ChangeScope::default(),
     })
@@ -204,8 +210,12 @@ async fn opencode_as_worker_b_reaches_the_model_only_through_the_proxy_and_never
     let ex = BubblewrapExecutor::new(config);
 
     let mut spec = common::spec(&report.dest, "true");
+    spec.role = match role {
+        Role::WorkerA => SandboxRole::WorkerA,
+        _ => SandboxRole::WorkerB,
+    };
     spec.task = json!({
-        "role": "worker-b",
+        "role": spec.role.as_str(),
         "work_item_id": WORK_ITEM,
         "cycle": 1,
         "retry_budget": 3,
@@ -233,13 +243,32 @@ async fn opencode_as_worker_b_reaches_the_model_only_through_the_proxy_and_never
     };
     let (_tx, rx) = watch::channel(false);
     let out = ex.run(spec, rx).await.unwrap();
-    let o = &out.out_dir;
     assert_eq!(
         out.termination,
         Termination::Exited { code: 0 },
         "{}",
         out.stderr_tail
     );
+    Some(HarnessRun {
+        proxy,
+        report,
+        out,
+        _tmp: tmp,
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn opencode_as_worker_b_reaches_the_model_only_through_the_proxy_and_never_holds_the_key() {
+    let Some(HarnessRun {
+        proxy,
+        report,
+        out,
+        _tmp,
+    }) = run_harness("opencode_harness_worker_b", Role::WorkerB, script()).await
+    else {
+        return;
+    };
+    let o = &out.out_dir;
 
     // Every model request reached the endpoint with the broker's key, for the
     // allowed host only.
@@ -337,6 +366,63 @@ async fn opencode_as_worker_b_reaches_the_model_only_through_the_proxy_and_never
         changes[0].content_hex.as_deref(),
         Some(hex_of(GREET.as_bytes()).as_str())
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn opencode_as_worker_a_gets_the_test_instructions_and_its_tests_come_back_validated() {
+    let test_file = "test \"$(sh src/greet.sh)\" = hello || exit 1\ntest -z \"$(sh src/greet.sh extra 2>/dev/null)\" || exit 1\n";
+    let script = Script {
+        scenarios: vec![Scenario {
+            marker: format!("worker-a for {WORK_ITEM}"),
+            steps: vec![Step::ToolCalls {
+                calls: vec![ToolCall {
+                    name: "write".into(),
+                    arguments: json!({"filePath": "/workspace/tests/greet_args.sh", "content": test_file}),
+                }],
+            }],
+        }],
+    };
+    let Some(HarnessRun {
+        proxy,
+        report,
+        out,
+        _tmp,
+    }) = run_harness("opencode_harness_worker_a", Role::WorkerA, script).await
+    else {
+        return;
+    };
+    // The prompt carried Worker A's instructions and the task's requirement.
+    let seen = proxy.double.requests();
+    let prompt = seen
+        .iter()
+        .flat_map(|r| r.body["messages"].as_array().cloned().unwrap_or_default())
+        .filter(|m| m["role"] == "user")
+        .map(|m| m.to_string())
+        .find(|t| t.contains("protobot task: worker-a for"))
+        .expect("the harness's prompt reached the model");
+    assert!(
+        prompt.contains("You are Worker A. Write automated tests"),
+        "{prompt}"
+    );
+    assert!(prompt.contains("REQ-GREET-00001"), "{prompt}");
+    assert!(!prompt.contains("You are Worker B"));
+    // Worker A never sees the implementation, and its test comes back accepted.
+    assert!(!report.dest.join("src/README").exists());
+    let bundle = collect_bundle(
+        &out.out_dir.join("worker"),
+        &report.record,
+        &BundleLimits::default(),
+    )
+    .unwrap();
+    let accepted = accept_bundle(bundle, &report.record, &BundleLimits::default())
+        .unwrap_or_else(|r| panic!("the bundle was refused: {r:?}"));
+    let paths: Vec<_> = accepted
+        .bundle()
+        .commits
+        .iter()
+        .flat_map(|c| c.changes.iter().map(|ch| ch.path.clone()))
+        .collect();
+    assert_eq!(paths, ["tests/greet_args.sh"]);
 }
 
 fn hex_of(bytes: &[u8]) -> String {
