@@ -68,6 +68,25 @@ pub struct DemoArgs {
     /// Run Workers as plain processes when bubblewrap is missing (unsafe; logged on every run).
     #[arg(long)]
     pub insecure_no_sandbox: bool,
+    /// Workers A and B: the bundled scripted Workers, or the real OpenCode CLI
+    /// (harnesses/opencode) reaching a deterministic model endpoint only through the egress
+    /// proxy (needs root and scripts/install-agents.sh).
+    #[arg(long, value_enum, default_value = "scripted")]
+    pub harness: Harness,
+    /// The OpenCode binary for --harness opencode (default: .tools/agents/bin/opencode, else
+    /// opencode on PATH).
+    #[arg(long)]
+    pub opencode: Option<PathBuf>,
+}
+
+/// Which Workers A and B the demo runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Harness {
+    /// The bundled scripted Workers (examples/cli-sync/workers), no model.
+    Scripted,
+    /// OpenCode against the demo's model double, through the egress proxy.
+    Opencode,
 }
 
 #[derive(Debug, Serialize)]
@@ -87,6 +106,10 @@ struct Report {
     stages: Vec<String>,
     evidence: Evidence,
     sandbox: String,
+    harness: Harness,
+    /// What the model endpoint saw (--harness opencode only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    model: Option<crate::demo_agents::ModelEvidence>,
     seconds: f64,
 }
 
@@ -118,6 +141,8 @@ enum DemoError {
     Rejected { command: &'static str, code: String },
     #[error("the build stopped: {0}")]
     Engine(#[from] protobot_jobsite::engine::EngineError),
+    #[error("unable to run OpenCode as the Workers: {0}")]
+    Agents(#[from] crate::demo_agents::AgentError),
 }
 
 fn context(role: &str, subject: &str, actions: &[&str]) -> AuthorizationContext {
@@ -245,10 +270,31 @@ async fn run(
         "job-site-local",
         protobot_jobsite::site::JOB_SITE_ACTIONS,
     );
-    let executor = LocalExecutor::new(
-        BubblewrapConfig::under(&root.join("sandbox")),
-        args.insecure_no_sandbox,
-    );
+    let agents = match args.harness {
+        Harness::Scripted => None,
+        Harness::Opencode => {
+            let opencode = crate::demo_agents::find_opencode(args.opencode.as_deref())?;
+            progress(&format!(
+                "Workers A and B: OpenCode ({}) through the egress proxy",
+                opencode.display()
+            ));
+            Some(crate::demo_agents::start(root, &opencode, &contract.work_item_id).await?)
+        }
+    };
+    let mut sandbox_config = BubblewrapConfig::under(&root.join("sandbox"));
+    if let Some(a) = &agents {
+        sandbox_config.egress = Some(a.egress.clone());
+        sandbox_config
+            .extra_ro_binds
+            .extend(a.binds.iter().cloned());
+    }
+    let executor = LocalExecutor::new(sandbox_config, args.insecure_no_sandbox);
+    if agents.is_some() && matches!(executor, LocalExecutor::Insecure(_)) {
+        return Err(DemoError::Rejected {
+            command: "demo --harness opencode",
+            code: "the agent Workers reach their model only through the sandbox's egress; install bubblewrap (no --insecure-no-sandbox)".into(),
+        });
+    }
     let sandbox = match &executor {
         LocalExecutor::Sandboxed(_) => "bubblewrap",
         LocalExecutor::Insecure(_) => "none (--insecure-no-sandbox)",
@@ -279,19 +325,33 @@ async fn run(
             max_cycles: 3,
             transient_retries: 3,
             start_tier: protobot_jobsite::escalation::Tier::T1,
-            worker_a: sh(WORKER_A),
-            worker_b: sh(WORKER_B),
+            worker_a: agents
+                .as_ref()
+                .map_or_else(|| sh(WORKER_A), |a| a.worker_a.clone()),
+            worker_b: agents
+                .as_ref()
+                .map_or_else(|| sh(WORKER_B), |a| a.worker_b.clone()),
             integration: sh(INTEGRATION),
             producers: vec![protobot_jobsite::engine::Producer {
                 name: "inspector".into(),
                 kind: protobot_jobsite::inspection::ProducerKind::Inspector,
                 class: sh(INSPECTOR),
             }],
-            limits: Limits::default(),
+            // OpenCode (Bun) reserves a large address space up front and the memory
+            // limit is an RLIMIT_AS.
+            limits: match &agents {
+                Some(_) => Limits {
+                    memory_bytes: 64 << 30,
+                    processes: 1024,
+                    open_files: 4096,
+                    ..Limits::default()
+                },
+                None => Limits::default(),
+            },
             scratch: root.join("scratch"),
             remote: "origin".into(),
             target_branch: "main".into(),
-            egress_proxy: None,
+            egress_proxy: agents.as_ref().map(|a| a.proxy_url.clone()),
         },
         on_stage: Some(recorder),
         faults: None,
@@ -420,6 +480,10 @@ async fn run(
             ),
         },
         sandbox: sandbox.into(),
+        harness: args.harness,
+        model: agents
+            .as_ref()
+            .map(crate::demo_agents::AgentWorkers::evidence),
         seconds: started.elapsed().as_secs_f64(),
     })
 }
@@ -577,6 +641,12 @@ pub fn demo(args: DemoArgs) -> ExitCode {
                 ));
                 lines.push(format!("main contains  {}", report.main_contains_merge));
                 lines.push(format!("sandbox        {}", report.sandbox));
+                if let Some(m) = &report.model {
+                    lines.push(format!(
+                        "model          {} requests, {} with the key the broker injected (proxy: {} allowed, {} denied)",
+                        m.requests, m.with_injected_key, m.proxy_allowed, m.proxy_denied
+                    ));
+                }
                 lines.push(format!(
                     "evidence       {} (origin: {}, store: {})",
                     report.evidence.attestations,

@@ -9,6 +9,7 @@ use clap::{Parser, Subcommand};
 mod clone;
 mod crd;
 mod demo;
+mod demo_agents;
 mod egress;
 mod init;
 mod lifecycle;

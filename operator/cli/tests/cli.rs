@@ -439,6 +439,78 @@ fn merges_on_main(origin: &std::path::Path) -> usize {
         .count()
 }
 
+/// `protobot demo --harness opencode` (issue 21): the real OpenCode CLI as Workers A and B in
+/// the sandbox, reaching the demo's model double only through the egress proxy, which
+/// injects the key. Needs root, bubblewrap and `scripts/install-agents.sh`; skipped with the
+/// reason otherwise, unless PROTOBOT_REQUIRE_AGENTS is set.
+#[test]
+fn the_demo_with_opencode_workers_merges_through_the_egress_proxy() {
+    let opencode =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.tools/agents/bin/opencode");
+    let root = std::fs::read_to_string("/proc/self/status")
+        .unwrap()
+        .lines()
+        .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(2) == Some("0"));
+    let missing = if !bwrap_available() {
+        Some("bubblewrap is not installed")
+    } else if !root {
+        Some("the agent Workers' network namespace needs root")
+    } else if !opencode.exists() {
+        Some("OpenCode is not installed (scripts/install-agents.sh)")
+    } else {
+        None
+    };
+    if let Some(why) = missing {
+        assert!(
+            std::env::var_os("PROTOBOT_REQUIRE_AGENTS").is_none(),
+            "PROTOBOT_REQUIRE_AGENTS is set but {why}"
+        );
+        eprintln!("skipping: {why}; set PROTOBOT_REQUIRE_AGENTS=1 to make this a failure");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("demo");
+    let output = protobot(&[
+        "demo",
+        "--output",
+        "json",
+        "--harness",
+        "opencode",
+        "--opencode",
+        opencode.to_str().unwrap(),
+        "--dir",
+        dir.to_str().unwrap(),
+    ]);
+    let stdout = String::from_utf8(output.stdout).unwrap();
+    assert!(
+        output.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(report["state"], "completed");
+    assert_eq!(report["main_contains_merge"], true);
+    assert_eq!(report["harness"], "opencode");
+    let decisions: Vec<&str> = report["cycles"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["decision"].as_str().unwrap())
+        .collect();
+    assert_eq!(decisions, ["implementation", "pass"], "{report}");
+    // Worker A once, Worker B twice, each at least a tool turn and a closing turn (plus
+    // OpenCode's title requests): every one carried the key the broker injected.
+    let model = &report["model"];
+    let requests = model["requests"].as_u64().unwrap();
+    assert!(requests >= 6, "{model}");
+    assert_eq!(
+        model["with_injected_key"].as_u64(),
+        Some(requests),
+        "{model}"
+    );
+    assert_eq!(model["proxy_allowed"].as_u64(), Some(requests), "{model}");
+}
+
 #[test]
 fn a_demo_killed_mid_build_resumes_from_its_store_and_merges_once() {
     if !bwrap_available() {

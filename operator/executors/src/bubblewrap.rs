@@ -17,8 +17,11 @@
 //!   `PROTOBOT_OUT`, `PROTOBOT_TASK` and `RunSpec::env` (plus `PWD`, which
 //!   bwrap sets), nothing else;
 //! - has no network: its own network namespace holds only `lo`. A run that
-//!   asks for an egress proxy is refused, because local egress through a
-//!   proxy is not supported yet, unless
+//!   asks for an egress proxy gets, when the executor has a
+//!   [`BubblewrapConfig::egress`] session secret and runs as root, a network
+//!   namespace whose only reachable address is `127.0.0.1:3128`, relayed to
+//!   the proxy, and a signed session token at `/task/egress-session-token`
+//!   ([`crate::egress`]); without a secret such a run is refused, unless
 //!   [`BubblewrapConfig::no_network_instead_of_proxy`] allows running it with
 //!   no network at all;
 //! - applies rlimits by executing `bwrap` through util-linux `prlimit`
@@ -59,6 +62,7 @@ use tokio::{process::Command, sync::watch};
 
 use crate::{
     conformance::{BackendIdentity, Capability, SandboxBackend},
+    egress::{self, LocalEgress, NetNs, ProxyAddress, Relay},
     procfs,
     rundir::{self, Owner, RunDir},
     supervise::{self, Ending, KILL_WAIT},
@@ -126,8 +130,11 @@ pub struct BubblewrapConfig {
     pub output_root: PathBuf,
     /// Sandbox uid policy.
     pub identity: SandboxIdentity,
-    /// Run specs asking for an egress proxy with no network at all instead of
-    /// refusing them (local proxied egress is not supported yet).
+    /// Proxied egress for runs whose spec names an egress proxy (needs root).
+    /// `None`: such runs are refused (or run with no network, see below).
+    pub egress: Option<LocalEgress>,
+    /// Without [`Self::egress`], run specs asking for an egress proxy with no
+    /// network at all instead of refusing them.
     pub no_network_instead_of_proxy: bool,
     /// Extra host paths mounted read-only at the same place (e.g. a
     /// toolchain directory). Never mount secrets or control-plane state.
@@ -145,6 +152,7 @@ impl BubblewrapConfig {
             scratch_root: base.join("scratch"),
             output_root: base.join("out"),
             identity: SandboxIdentity::Auto,
+            egress: None,
             no_network_instead_of_proxy: false,
             extra_ro_binds: Vec::new(),
             extra_bwrap_args: Vec::new(),
@@ -195,6 +203,22 @@ struct Tools {
     bwrap: PathBuf,
     prlimit: PathBuf,
     setpriv: Option<PathBuf>,
+}
+
+/// What a run with egress needs, checked before anything is made.
+struct EgressPlan {
+    proxy: ProxyAddress,
+    ip: PathBuf,
+    nsenter: PathBuf,
+}
+
+/// The network of one run with proxied egress: kept alive for the run, torn
+/// down (relay stopped, namespace deleted) when dropped.
+struct EgressSetup {
+    nsenter: PathBuf,
+    // Field order is drop order: stop relaying before deleting the namespace.
+    _relay: Relay,
+    netns: NetNs,
 }
 
 impl BubblewrapExecutor {
@@ -331,12 +355,23 @@ impl BubblewrapExecutor {
         Ok(guard)
     }
 
-    fn bwrap_args(&self, dir: &RunDir, spec: &RunSpec) -> Vec<OsString> {
+    fn bwrap_args(&self, dir: &RunDir, spec: &RunSpec, own_netns: bool) -> Vec<OsString> {
         let mut a: Vec<OsString> = Vec::new();
         let mut push =
             |items: &[&std::ffi::OsStr]| a.extend(items.iter().map(|s| s.to_os_string()));
+        if own_netns {
+            push(&["--unshare-all".as_ref()]);
+        } else {
+            // Everything `--unshare-all` does but the network: the run joined
+            // the namespace the executor made for its egress already.
+            push(&[
+                "--unshare-ipc".as_ref(),
+                "--unshare-pid".as_ref(),
+                "--unshare-uts".as_ref(),
+                "--unshare-cgroup-try".as_ref(),
+            ]);
+        }
         push(&[
-            "--unshare-all".as_ref(),
             "--unshare-user".as_ref(),
             "--die-with-parent".as_ref(),
             "--new-session".as_ref(),
@@ -403,7 +438,7 @@ impl BubblewrapExecutor {
         a
     }
 
-    fn sandbox_env(spec: &RunSpec) -> BTreeMap<String, String> {
+    fn sandbox_env(spec: &RunSpec, egress: bool) -> BTreeMap<String, String> {
         let mut env: BTreeMap<String, String> = [
             ("PATH", SANDBOX_PATH),
             ("HOME", "/tmp"),
@@ -415,7 +450,95 @@ impl BubblewrapExecutor {
         .map(|(k, v)| (k.to_owned(), v.to_owned()))
         .collect();
         env.extend(spec.env.clone());
+        if egress {
+            env.extend(egress::sandbox_env());
+        }
         env
+    }
+
+    /// Checks that a run asking for egress can get it, before anything is made.
+    fn egress_plan(&self, run_id: &str, proxy: &str) -> Result<EgressPlan, ExecutorError> {
+        let refuse = |e: egress::EgressError| ExecutorError::Start {
+            run_id: run_id.to_owned(),
+            reason: format!("sandbox.fail_closed: {e}"),
+        };
+        let address = ProxyAddress::parse(proxy).map_err(refuse)?;
+        if tools::effective_uid() != Some(0) {
+            return Err(refuse(egress::EgressError::NotRoot));
+        }
+        let ip = tools::find_on_path("ip").ok_or(egress::EgressError::MissingTool {
+            tool: "ip",
+            package: "iproute2",
+        });
+        let nsenter = tools::find_on_path("nsenter").ok_or(egress::EgressError::MissingTool {
+            tool: "nsenter",
+            package: "util-linux",
+        });
+        Ok(EgressPlan {
+            proxy: address,
+            ip: ip.map_err(refuse)?,
+            nsenter: nsenter.map_err(refuse)?,
+        })
+    }
+
+    /// Stages the token and builds the run's namespace and relay.
+    async fn egress_setup(
+        &self,
+        spec: &RunSpec,
+        egress: &LocalEgress,
+        plan: EgressPlan,
+        dir: &RunDir,
+        owner: Option<Owner>,
+    ) -> Result<EgressSetup, ExecutorError> {
+        let start_err = |reason: String| ExecutorError::Start {
+            run_id: spec.run_id.clone(),
+            reason: format!("sandbox.fail_closed: {reason}"),
+        };
+        let EgressPlan { proxy, ip, nsenter } = plan;
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        let token = protobot_egress::issue_session_token(
+            &egress.session_secret,
+            &egress::session_for(spec),
+            egress::token_expiry(now, spec.limits.wall_clock, egress.token_grace),
+        );
+        let token_file = dir.task_dir.join(egress::TOKEN_FILE);
+        // Named after the run, so a namespace left by a killed control plane says whose it was.
+        let ns_name = format!(
+            "protobot-{}-{}",
+            tools::safe_component(&spec.run_id),
+            tools::nonce()
+        );
+        let built = tokio::task::spawn_blocking(move || {
+            crate::tree::write_new_file(&token_file, 0o400, token.as_bytes())
+                .map_err(|e| e.to_string())?;
+            if let Some(o) = owner {
+                o.apply(&token_file).map_err(|e| e.to_string())?;
+            }
+            let netns = NetNs::create(&ip, &ns_name).map_err(|e| e.to_string())?;
+            let listener = egress::bind_inside(&netns.path(), egress::SANDBOX_PROXY_PORT).map_err(
+                |source| {
+                    egress::EgressError::Bind {
+                        netns: netns.name().to_owned(),
+                        source,
+                    }
+                    .to_string()
+                },
+            )?;
+            Ok::<_, String>((netns, listener))
+        })
+        .await
+        .map_err(|e| start_err(format!("setting up egress panicked: {e}")))?
+        .map_err(start_err)?;
+        let (netns, listener) = built;
+        let relay = Relay::start(listener, proxy)
+            .map_err(|e| start_err(format!("failed to start the egress relay: {e}")))?;
+        Ok(EgressSetup {
+            nsenter,
+            _relay: relay,
+            netns,
+        })
     }
 
     async fn run_checked(
@@ -425,22 +548,29 @@ impl BubblewrapExecutor {
     ) -> Result<RunOutput, ExecutorError> {
         tools::validate_spec(&spec)?;
         let run_id = spec.run_id.clone();
+        let mut egress_plan = None;
         if let Some(proxy) = &spec.egress_proxy {
-            if !self.config.no_network_instead_of_proxy {
-                return Err(ExecutorError::Start {
-                    run_id,
-                    reason: format!(
-                        "sandbox.denied: the run asks for egress through the proxy {proxy:?}, but the local \
-                         bubblewrap profile has no proxied egress yet (only no network at all); enable \
-                         `no_network_instead_of_proxy` to run it without network, or use a Kubernetes profile"
-                    ),
-                });
+            match &self.config.egress {
+                Some(_) => egress_plan = Some(self.egress_plan(&run_id, proxy)?),
+                None if self.config.no_network_instead_of_proxy => {
+                    tracing::warn!(
+                        run_id,
+                        "egress proxy requested but this executor has no egress session secret: running with NO network"
+                    );
+                    spec.egress_proxy = None;
+                }
+                None => {
+                    return Err(ExecutorError::Start {
+                        run_id,
+                        reason: format!(
+                            "sandbox.fail_closed: the run asks for egress through the proxy {proxy:?}, but this \
+                             bubblewrap executor has no egress session secret to give it a session token; \
+                             configure one (BubblewrapConfig::egress, the proxy's --session-secret), or enable \
+                             `no_network_instead_of_proxy` to run it without network"
+                        ),
+                    });
+                }
             }
-            tracing::warn!(
-                run_id,
-                "egress proxy requested but not supported locally: running with NO network"
-            );
-            spec.egress_proxy = None;
         }
         let tools = self.tools(&run_id)?;
         let guard = self.reserve(&run_id)?;
@@ -464,9 +594,31 @@ impl BubblewrapExecutor {
         .map_err(|e| start_err(format!("preparing the run directory panicked: {e}")))?
         .map_err(|e| start_err(format!("preparing the ephemeral workspace failed: {e}")))?;
 
-        let result = self
-            .execute(&spec, &dir, &tools, guard.uid, &name, cancel)
-            .await;
+        let result = match (&self.config.egress, egress_plan) {
+            (Some(egress), Some(plan)) => {
+                match self.egress_setup(&spec, egress, plan, &dir, owner).await {
+                    Ok(setup) => {
+                        let r = self
+                            .execute(
+                                &spec,
+                                &dir,
+                                &tools,
+                                (guard.uid, &name),
+                                Some(&setup),
+                                cancel,
+                            )
+                            .await;
+                        drop(setup);
+                        r
+                    }
+                    Err(e) => Err(e),
+                }
+            }
+            _ => {
+                self.execute(&spec, &dir, &tools, (guard.uid, &name), None, cancel)
+                    .await
+            }
+        };
         let root = dir.root.clone();
         let removed = tokio::task::spawn_blocking(move || rundir::remove_tree(&root)).await;
         let mut out = result?;
@@ -505,15 +657,32 @@ impl BubblewrapExecutor {
         spec: &RunSpec,
         dir: &RunDir,
         tools: &Tools,
-        uid: Option<u32>,
-        name: &str,
+        (uid, name): (Option<u32>, &str),
+        egress: Option<&EgressSetup>,
         cancel: watch::Receiver<bool>,
     ) -> Result<RunOutput, ExecutorError> {
         let run_id = spec.run_id.as_str();
+        // With egress, the whole chain starts inside the run's namespace.
+        let mut prefix = match egress {
+            Some(e) => {
+                let mut c = Command::new(&e.nsenter);
+                c.arg(format!("--net={}", e.netns.path().display()))
+                    .arg("--");
+                Some(c)
+            }
+            None => None,
+        };
+        let mut begin = |program: &Path| match prefix.take() {
+            Some(mut c) => {
+                c.arg(program);
+                c
+            }
+            None => Command::new(program),
+        };
         let mut cmd;
         match (&tools.setpriv, uid) {
             (Some(setpriv), Some(uid)) => {
-                cmd = Command::new(setpriv);
+                cmd = begin(setpriv);
                 cmd.arg(format!("--reuid={uid}"))
                     .arg(format!("--regid={uid}"))
                     .arg("--clear-groups")
@@ -521,13 +690,13 @@ impl BubblewrapExecutor {
                     .arg("--")
                     .arg(&tools.prlimit);
             }
-            _ => cmd = Command::new(&tools.prlimit),
+            _ => cmd = begin(&tools.prlimit),
         }
         cmd.args(tools::prlimit_args(spec))
             .arg(&tools.bwrap)
-            .args(self.bwrap_args(dir, spec));
+            .args(self.bwrap_args(dir, spec, egress.is_none()));
         cmd.env_clear()
-            .envs(Self::sandbox_env(spec))
+            .envs(Self::sandbox_env(spec, egress.is_some()))
             .current_dir("/");
 
         let cancelled_before = *cancel.borrow();
@@ -617,7 +786,7 @@ impl BubblewrapExecutor {
 /// command ran.
 fn is_setup_failure(stderr: &str) -> bool {
     let first = stderr.trim_start();
-    ["bwrap: ", "prlimit: ", "setpriv: "]
+    ["bwrap: ", "prlimit: ", "setpriv: ", "nsenter: "]
         .iter()
         .any(|p| first.starts_with(p))
 }
@@ -653,6 +822,22 @@ impl SandboxBackend for BubblewrapExecutor {
                 })
                 .collect();
         }
+        let network = if self.config.egress.is_some() {
+            "deny-all: own network namespace with only lo; a run asking for egress gets a namespace (ip netns, needs root) whose only reachable address is 127.0.0.1:3128, relayed to the egress proxy; DNS and direct connections fail at once"
+        } else {
+            "deny-all: own network namespace with only lo; runs asking for an egress proxy are refused (this executor has no egress session secret)"
+        };
+        // The conformance suite does not drive the broker through this
+        // executor yet (its probes run with no egress), so the capability
+        // stays unsupported even when runs can reach the proxy.
+        let broker = Capability::unsupported(
+            "credential-broker",
+            if self.config.egress.is_some() {
+                "credentials stay with the egress proxy (protobot egress-proxy), which injects them after its decision; the sandbox holds only a signed session token. The conformance probes do not exercise the broker yet, so it is not claimed"
+            } else {
+                "no broker locally: the sandbox gets no credential and no egress, so nothing is ever injected"
+            },
+        );
         let nproc = if self.per_run_uid().is_some() {
             "RLIMIT_NPROC under a dedicated per-run uid"
         } else {
@@ -667,14 +852,8 @@ impl SandboxBackend for BubblewrapExecutor {
                 "git-isolation",
                 "the workspace is a copy; repositories with remotes, alternates or gitdir links are refused; reflogs scrubbed; host repositories are not mounted",
             ),
-            Capability::supported(
-                "network-policy",
-                "deny-all: own network namespace with only lo; runs asking for an egress proxy are refused (local proxied egress is not supported)",
-            ),
-            Capability::unsupported(
-                "credential-broker",
-                "no broker locally: the sandbox gets no credential and no egress, so nothing is ever injected",
-            ),
+            Capability::supported("network-policy", network),
+            broker,
             Capability::supported(
                 "lifecycle-cleanup",
                 "wall clock and cancel kill bwrap, whose PID-namespace init dies with it; ephemeral directory removed after every run",

@@ -20,7 +20,12 @@
 //! `audit-chain`; any other
 //! profile requires all seven. This profile-scoped requirement is a local
 //! reading of §2.2 (which disables autonomy for any unsupported capability):
-//! the local profile refuses every run that would need the broker (egress).
+//! the local profile refuses every run that would need the broker (egress)
+//! unless the executor holds the proxy's session secret
+//! ([`crate::BubblewrapConfig::egress`]). Such runs are tested by
+//! `tests/egress.rs` against a real broker, not by these probes: the suite
+//! is meant for an executor without egress (SB-NET-010 expects a refusal or
+//! no network, and the audit check expects the network event to be a denial).
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -58,7 +63,8 @@ pub const ALL_CAPABILITIES: [&str; 7] = [
     "audit-chain",
 ];
 
-/// Capabilities the `local` (no-egress) profile requires.
+/// Capabilities the `local` profile requires (not `credential-broker`: the
+/// probes do not drive the broker through the executor).
 pub const LOCAL_REQUIRED_CAPABILITIES: [&str; 6] = [
     "filesystem-isolation",
     "git-isolation",

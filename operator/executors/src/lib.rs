@@ -6,6 +6,9 @@
 //! - [`bubblewrap`]: [`BubblewrapExecutor`], the single-machine sandbox
 //!   (mount, PID, network, IPC, UTS and user namespaces via `bwrap`; rlimits via
 //!   `prlimit`; a dedicated uid per run when the control plane runs as root);
+//! - [`egress`]: proxied egress for bubblewrap runs (a network namespace
+//!   whose only reachable address is the egress proxy, and a signed session
+//!   token), when the executor has the proxy's session secret and is root;
 //! - [`insecure`]: [`InsecureProcessExecutor`], plain processes with no
 //!   isolation, only ever built explicitly (`--insecure-no-sandbox`) and loudly
 //!   logged on every run; [`LocalExecutor`] picks one of the two;
@@ -24,6 +27,7 @@
 
 pub mod bubblewrap;
 pub mod conformance;
+pub mod egress;
 pub mod insecure;
 pub mod procfs;
 mod rundir;
@@ -36,6 +40,7 @@ pub use conformance::{
     BackendIdentity, Capability, ConformanceCheck, ConformanceReport, ConformantExecutor,
     SandboxBackend, run_conformance,
 };
+pub use egress::LocalEgress;
 pub use insecure::{InsecureProcessExecutor, LocalExecutor};
 
 /// The sentinel credential of jobsite-sandbox/v1 (§2.6): it must never reach a

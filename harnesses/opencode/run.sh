@@ -1,0 +1,106 @@
+#!/bin/sh
+# Reference harness: OpenCode (npm opencode-ai) as Worker A or Worker B (docs/worker-harnesses.md).
+#
+# Reads /task/task.json, runs `opencode run` non-interactively on /workspace with the role's
+# instructions, commits what the agent changed and copies the repository to /out/worker.
+# The model is reached ONLY through the egress proxy ($PROTOBOT_EGRESS_PROXY), with the run's
+# session token read from $PROTOBOT_EGRESS_SESSION_TOKEN_FILE by OpenCode itself (a `{file:…}`
+# header in its configuration): no API key exists in the sandbox, and the request carries no
+# Authorization header, so the credential broker adds the key after its policy decision.
+#
+# The WorkerClass sets the model through the environment of its command, for example
+#   {"command": ["env", "PROTOBOT_MODEL_HOST=api.openai.com", "PROTOBOT_MODEL=gpt-4.1",
+#                "/harness/opencode/run.sh"], "egress": true}
+#   PROTOBOT_MODEL_HOST       host of an OpenAI-compatible chat-completions API (required)
+#   PROTOBOT_MODEL            model id (required)
+#   PROTOBOT_MODEL_BASE_PATH  API path prefix on that host (default /v1)
+#   PROTOBOT_OPENCODE         the opencode binary (default: opencode on PATH)
+set -eu
+
+task=${PROTOBOT_TASK:-/task/task.json}
+workspace=${PROTOBOT_WORKSPACE:-/workspace}
+out=${PROTOBOT_OUT:-/out}
+opencode=${PROTOBOT_OPENCODE:-opencode}
+
+fail() {
+    echo "opencode harness: $*" >&2
+    exit 2
+}
+[ -n "${PROTOBOT_EGRESS_PROXY:-}" ] || fail "PROTOBOT_EGRESS_PROXY is not set: this harness reaches its model only through the egress proxy; give the worker class \"egress\": true"
+[ -r "${PROTOBOT_EGRESS_SESSION_TOKEN_FILE:-}" ] || fail "the egress session token file (PROTOBOT_EGRESS_SESSION_TOKEN_FILE) is missing or unreadable"
+[ -n "${PROTOBOT_MODEL_HOST:-}" ] || fail "PROTOBOT_MODEL_HOST is not set: the worker class names the model API's host (e.g. api.openai.com)"
+[ -n "${PROTOBOT_MODEL:-}" ] || fail "PROTOBOT_MODEL is not set: the worker class names the model"
+command -v jq >/dev/null 2>&1 || fail "jq is missing from the image"
+command -v git >/dev/null 2>&1 || fail "git is missing from the image"
+command -v "$opencode" >/dev/null 2>&1 || fail "opencode ($opencode) is missing from the image; see scripts/install-agents.sh"
+base_path=${PROTOBOT_MODEL_BASE_PATH:-/v1}
+
+role=$(jq -r .role "$task")
+work_item=$(jq -r '.work_item_id // "unknown"' "$task")
+cycle=$(jq -r '.cycle // 0' "$task")
+requirements=$(jq -r '(.requirement_ids // []) | join(", ")' "$task")
+feedback=$(jq -c '.feedback // []' "$task")
+case "$role" in
+worker-a)
+    instructions="You are Worker A. Write automated tests for the requirements below, and only tests: do not write or change the implementation (it is not in your workspace). Each test must check the observable behaviour a requirement states, its error paths included."
+    ;;
+worker-b)
+    instructions="You are Worker B. Implement the requirements below. Do not write or change tests (they are not in your workspace)."
+    ;;
+*)
+    fail "role $role is not supported by this harness (worker-a, worker-b)"
+    ;;
+esac
+prompt="protobot task: $role for $work_item, cycle $cycle.
+$instructions
+The requirements are in the repository's specification files; the files under .protobot/ say which paths your role owns. Never edit .protobot/.
+Requirements: $requirements
+Feedback from the previous cycle (sanitized): $feedback
+Work in $workspace and stop when you are done; the harness commits your changes."
+
+# OpenCode's state and configuration live in the private /tmp, never in the workspace. The
+# project's own OpenCode configuration is ignored: the workspace is untrusted input.
+state=$(mktemp -d "${TMPDIR:-/tmp}/opencode.XXXXXX")
+export HOME="$state/home" XDG_CONFIG_HOME="$state/config" XDG_DATA_HOME="$state/data" \
+    XDG_CACHE_HOME="$state/cache" XDG_STATE_HOME="$state/state"
+mkdir -p "$HOME" "$XDG_CONFIG_HOME" "$XDG_DATA_HOME" "$XDG_CACHE_HOME" "$XDG_STATE_HOME"
+export OPENCODE_CONFIG="$state/opencode.json" OPENCODE_DISABLE_PROJECT_CONFIG=1 \
+    OPENCODE_DISABLE_MODELS_FETCH=1 OPENCODE_DISABLE_AUTOUPDATE=1 OPENCODE_DISABLE_DEFAULT_PLUGINS=1 \
+    OPENCODE_DISABLE_LSP_DOWNLOAD=1 OPENCODE_DISABLE_SHARE=1 OPENCODE_DISABLE_CLAUDE_CODE=1 \
+    OPENCODE_DISABLE_EXTERNAL_SKILLS=1
+# No "apiKey": the openai-compatible provider then sends no Authorization header (the proxy
+# refuses requests that carry one). The session token header is read from its file by OpenCode.
+# external_directory is allowed because the sandbox, not OpenCode, is the boundary: only
+# /workspace, /out and the private /tmp are writable, and the agent may read /task.
+jq -n \
+    --arg base "${PROTOBOT_EGRESS_PROXY%/}/$PROTOBOT_MODEL_HOST$base_path" \
+    --arg token "{file:$PROTOBOT_EGRESS_SESSION_TOKEN_FILE}" \
+    --arg model "$PROTOBOT_MODEL" \
+    '{
+      "$schema": "https://opencode.ai/config.json",
+      autoupdate: false,
+      share: "disabled",
+      lsp: false,
+      formatter: false,
+      provider: {protobot: {
+        npm: "@ai-sdk/openai-compatible",
+        name: "protobot (through the egress proxy)",
+        options: {baseURL: $base, headers: {"X-Sandbox-Session-Token": $token}},
+        models: {($model): {name: $model, tool_call: true}}
+      }},
+      model: ("protobot/" + $model),
+      small_model: ("protobot/" + $model),
+      permission: {edit: "allow", bash: "allow", webfetch: "deny", external_directory: "allow"}
+    }' > "$OPENCODE_CONFIG"
+
+cd "$workspace"
+"$opencode" run --print-logs "$prompt" > "$state/opencode.out" 2> "$state/opencode.log" || {
+    rc=$?
+    tail -n 40 "$state/opencode.log" >&2
+    fail "opencode exited with $rc"
+}
+tail -n 5 "$state/opencode.out"
+
+git add -A -- . ':!.protobot'
+git -c user.name=opencode -c user.email=opencode@worker.invalid commit -qm "opencode: $role for $work_item, cycle $cycle" || true
+cp -a "$workspace" "$out/worker"

@@ -1,0 +1,311 @@
+//! `protobot demo --harness opencode`: Workers A and B are the real OpenCode
+//! CLI (`harnesses/opencode/run.sh`) in the bubblewrap sandbox, reaching a
+//! deterministic model endpoint only through the egress proxy (issue 21).
+//!
+//! The demo starts, in its own process and on loopback only:
+//! - the model double (`protobot-model-double`), scripted so that each
+//!   Worker's first turn is one shell tool call running the bundled scripted
+//!   Worker's edits (`examples/cli-sync/workers/worker-{a,b}.sh`, without its
+//!   final copy to `/out`: the harness commits and copies), then a text turn;
+//! - the egress proxy and credential broker, whose policy lets Worker A and
+//!   Worker B POST chat completions to the model host, injecting a demo key
+//!   the sandbox never sees.
+//!
+//! The broker reaches the double over plain HTTP on loopback
+//! (`Upstream::plaintext_for_tests`): the double has no certificate the
+//! proxy's TLS client would trust. The key is a random demo value that
+//! authorizes nothing anywhere else. Needs root (the sandbox's network
+//! namespace is made with `ip netns`) and an installed OpenCode
+//! (`scripts/install-agents.sh`).
+
+use std::{
+    collections::HashMap,
+    io::Read,
+    path::{Path, PathBuf},
+};
+
+use protobot_egress::{
+    Broker, Credential, CredentialStore, EgressMetrics, EgressPolicy, Limits, SessionRegistry,
+    SessionSecret, Upstream, server::serve,
+};
+use protobot_executors::LocalEgress;
+use protobot_jobsite::{
+    engine::WorkerClass,
+    example::{WORKER_A, WORKER_B},
+};
+use protobot_model_double::{ModelDouble, Recorded, Scenario, Script, Step, ToolCall};
+use serde_json::json;
+use tokio::net::TcpListener;
+
+/// The model host the demo's policy allows.
+pub const MODEL_HOST: &str = "model.protobot-demo.invalid";
+/// The harness script, bundled into the binary.
+const RUN_SH: &str = include_str!("../../../harnesses/opencode/run.sh");
+
+const POLICY: &str = r#"
+rules:
+  - role: worker-a
+    destination: model.protobot-demo.invalid
+    method: POST
+    path: /v1/chat/completions
+    credential: model
+  - role: worker-b
+    destination: model.protobot-demo.invalid
+    method: POST
+    path: /v1/chat/completions
+    credential: model
+"#;
+
+/// Why the agent Workers could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum AgentError {
+    /// OpenCode is not installed.
+    #[error(
+        "OpenCode was not found at {0}; install it with scripts/install-agents.sh or pass --opencode PATH"
+    )]
+    NoOpencode(PathBuf),
+    /// Not root.
+    #[error(
+        "--harness opencode needs root: the Workers' network namespace (their only route is the egress proxy) is made with `ip netns`"
+    )]
+    NotRoot,
+    /// A file or socket could not be prepared.
+    #[error("failed to {what}: {source}")]
+    Io {
+        /// What was being done.
+        what: &'static str,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The bundled policy did not load (a defect of this binary).
+    #[error("failed to load the demo's egress policy: {0}")]
+    Policy(#[from] protobot_egress::PolicyError),
+    /// The proxy's metrics did not register.
+    #[error("failed to register the egress metrics: {0}")]
+    Metrics(#[from] prometheus::Error),
+}
+
+fn io(what: &'static str) -> impl FnOnce(std::io::Error) -> AgentError {
+    move |source| AgentError::Io { what, source }
+}
+
+/// The OpenCode binary: `--opencode`, else `.tools/agents/bin/opencode` under
+/// the current directory, else `opencode` on `PATH`; symlinks resolved (the
+/// sandbox mounts the directory of the real binary).
+pub fn find_opencode(given: Option<&Path>) -> Result<PathBuf, AgentError> {
+    let candidate = match given {
+        Some(p) => p.to_path_buf(),
+        None => {
+            let local = PathBuf::from(".tools/agents/bin/opencode");
+            if local.exists() {
+                local
+            } else {
+                std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())
+                    .map(|d| d.join("opencode"))
+                    .find(|p| p.is_file())
+                    .unwrap_or(local)
+            }
+        }
+    };
+    std::fs::canonicalize(&candidate)
+        .ok()
+        .filter(|p| p.is_file())
+        .ok_or(AgentError::NoOpencode(candidate))
+}
+
+/// The scripted Worker's edits as one shell command: its script without the
+/// final copy to `/out/worker` (the harness commits and copies).
+pub fn scripted_edits(script: &str) -> String {
+    script
+        .lines()
+        .filter(|l| !l.trim_start().starts_with("cp -a /workspace /out/worker"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The double's script for `work_item`.
+pub fn model_script(work_item: &str) -> Script {
+    let scenario = |role: &str, worker: &str| Scenario {
+        marker: format!("{role} for {work_item}"),
+        steps: vec![
+            Step::ToolCalls {
+                calls: vec![ToolCall {
+                    name: "bash".into(),
+                    arguments: json!({
+                        "command": scripted_edits(worker),
+                        "description": format!("{role}: the bundled example's edits"),
+                    }),
+                }],
+            },
+            Step::Text {
+                text: format!("{role}: done"),
+            },
+        ],
+    };
+    Script {
+        scenarios: vec![
+            scenario("worker-a", WORKER_A),
+            scenario("worker-b", WORKER_B),
+        ],
+    }
+}
+
+/// The running model double and proxy, and what the engine needs from them.
+pub struct AgentWorkers {
+    /// Worker A's class.
+    pub worker_a: WorkerClass,
+    /// Worker B's class.
+    pub worker_b: WorkerClass,
+    /// The proxy's base URL (host side).
+    pub proxy_url: String,
+    /// The executor's egress (the proxy's session secret).
+    pub egress: LocalEgress,
+    /// Host paths the sandbox must see read-only: the harness and OpenCode.
+    pub binds: Vec<PathBuf>,
+    key: String,
+    double: ModelDouble,
+    metrics: EgressMetrics,
+}
+
+/// What the model endpoint saw, for the report.
+#[derive(Debug, serde::Serialize)]
+pub struct ModelEvidence {
+    /// Requests that reached the endpoint.
+    pub requests: usize,
+    /// How many carried the demo key, injected by the broker.
+    pub with_injected_key: usize,
+    /// Decisions of the proxy that allowed a request.
+    pub proxy_allowed: u64,
+    /// Decisions of the proxy that denied one.
+    pub proxy_denied: u64,
+}
+
+impl AgentWorkers {
+    /// What the endpoint and the proxy saw so far.
+    pub fn evidence(&self) -> ModelEvidence {
+        let requests: Vec<Recorded> = self.double.requests();
+        let bearer = format!("Bearer {}", self.key);
+        ModelEvidence {
+            requests: requests.len(),
+            with_injected_key: requests
+                .iter()
+                .filter(|r| r.header("authorization") == Some(bearer.as_str()))
+                .count(),
+            proxy_allowed: self.metrics.decisions.with_label_values(&["allowed"]).get(),
+            proxy_denied: self.metrics.decisions.with_label_values(&["denied"]).get(),
+        }
+    }
+}
+
+fn random_hex(bytes: usize) -> Result<String, AgentError> {
+    let mut buf = vec![0u8; bytes];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut buf))
+        .map_err(io("read /dev/urandom"))?;
+    Ok(buf.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+/// Starts the double and the proxy and writes the harness under `root`.
+pub async fn start(
+    root: &Path,
+    opencode: &Path,
+    work_item: &str,
+) -> Result<AgentWorkers, AgentError> {
+    let uid_is_root = std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Uid:"))
+                .and_then(|l| l.split_whitespace().nth(2).map(str::to_owned))
+        })
+        .is_some_and(|u| u == "0");
+    if !uid_is_root {
+        return Err(AgentError::NotRoot);
+    }
+    let harness_dir = root.join("harness/opencode");
+    std::fs::create_dir_all(&harness_dir).map_err(io("create the harness directory"))?;
+    let run_sh = harness_dir.join("run.sh");
+    std::fs::write(&run_sh, RUN_SH).map_err(io("write the harness script"))?;
+
+    let double = ModelDouble::start(
+        TcpListener::bind("127.0.0.1:0")
+            .await
+            .map_err(io("bind the model double"))?,
+        model_script(work_item),
+    )
+    .map_err(io("start the model double"))?;
+    let secret = SessionSecret::new(random_hex(32)?.into_bytes());
+    let key = format!("demo-model-key-{}", random_hex(16)?);
+    let registry = prometheus::Registry::new();
+    let metrics = EgressMetrics::register(&registry)?;
+    let broker = Broker::new(
+        EgressPolicy::from_yaml(POLICY, "<demo policy>")?,
+        CredentialStore::from_pairs([("model", Credential::new(key.clone()))]),
+        SessionRegistry::new(secret.clone()),
+        Upstream::plaintext_for_tests(HashMap::from([(MODEL_HOST.to_owned(), double.addr())])),
+        metrics.clone(),
+        Limits::default(),
+    );
+    let listener = TcpListener::bind("127.0.0.1:0")
+        .await
+        .map_err(io("bind the egress proxy"))?;
+    let proxy_url = format!(
+        "http://{}",
+        listener
+            .local_addr()
+            .map_err(io("read the proxy's address"))?
+    );
+    tokio::spawn(serve(
+        listener,
+        move |req| {
+            let broker = broker.clone();
+            async move { broker.handle(req).await }
+        },
+        std::future::pending(),
+    ));
+    let class = || WorkerClass {
+        command: vec![
+            "env".into(),
+            format!("PROTOBOT_MODEL_HOST={MODEL_HOST}"),
+            "PROTOBOT_MODEL=scripted".into(),
+            format!("PROTOBOT_OPENCODE={}", opencode.display()),
+            "/bin/sh".into(),
+            run_sh.display().to_string(),
+        ],
+        image: None,
+        egress: true,
+    };
+    let binds = vec![
+        harness_dir.clone(),
+        opencode
+            .parent()
+            .map_or_else(|| opencode.to_path_buf(), Path::to_path_buf),
+    ];
+    Ok(AgentWorkers {
+        worker_a: class(),
+        worker_b: class(),
+        proxy_url,
+        egress: LocalEgress::new(secret),
+        binds,
+        key,
+        double,
+        metrics,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_scripted_edits_leave_the_copy_to_the_harness() {
+        let edits = scripted_edits(WORKER_B);
+        assert!(WORKER_B.contains("cp -a /workspace /out/worker"));
+        assert!(!edits.contains("/out/worker"));
+        assert!(edits.contains("src/sync.sh"));
+        let script = model_script("WI-1");
+        assert_eq!(script.scenarios.len(), 2);
+        assert_eq!(script.scenarios[0].marker, "worker-a for WI-1");
+    }
+}
