@@ -292,6 +292,7 @@ async fn run(
             remote: "origin".into(),
             target_branch: "main".into(),
             egress_proxy: None,
+            landing: Default::default(),
         },
         on_stage: Some(recorder),
         faults: None,
