@@ -214,7 +214,11 @@ impl Forged {
     fn approve(&self) {
         let branch = git(
             &self.work,
-            &["for-each-ref", "--format=%(refname:short)", "refs/heads/cs/"],
+            &[
+                "for-each-ref",
+                "--format=%(refname:short)",
+                "refs/heads/cs/",
+            ],
         );
         assert!(branch.starts_with("cs/00001-"), "{branch}");
         let head = git(&self.work, &["rev-parse", &format!("{}^2", self.merge)]);
@@ -305,19 +309,21 @@ impl Forged {
                 Arc::clone(&forges),
             )));
         if job_site {
-            self.tasks
-                .push(tokio::spawn(protobot_controller::inspectionrun::run_metered(
+            self.tasks.push(tokio::spawn(
+                protobot_controller::inspectionrun::run_metered(
                     operator.clone(),
                     Some(ns.clone()),
                     Some(metrics.clone()),
-                )));
+                ),
+            ));
             let settings = self.settings(Arc::clone(&forges), Some(metrics));
-            self.tasks.push(tokio::spawn(protobot_controller::jobsite::run(
-                operator,
-                Some(ns),
-                settings,
-                self.executor(),
-            )));
+            self.tasks
+                .push(tokio::spawn(protobot_controller::jobsite::run(
+                    operator,
+                    Some(ns),
+                    settings,
+                    self.executor(),
+                )));
         }
         forges
     }
@@ -343,12 +349,16 @@ impl Forged {
 
     async fn until_state(&self, name: &str, state: LifecycleState) -> BuildWorkItem {
         let items: Api<BuildWorkItem> = Api::namespaced(self.cluster.client.clone(), &self.ns());
-        let reached =
-            protobot_testkit::wait::until(&items, name, timeout() * 6, |i: Option<&BuildWorkItem>| {
+        let reached = protobot_testkit::wait::until(
+            &items,
+            name,
+            timeout() * 6,
+            |i: Option<&BuildWorkItem>| {
                 i.and_then(|i| i.status.as_ref())
                     .is_some_and(|s| s.state == state)
-            })
-            .await;
+            },
+        )
+        .await;
         match reached {
             Ok(Some(item)) => item,
             other => {
@@ -381,9 +391,16 @@ impl Forged {
     fn tested_head(&self) -> (String, String) {
         let branch = git(
             &self.origin,
-            &["for-each-ref", "--format=%(refname:short)", "refs/heads/wi/"],
+            &[
+                "for-each-ref",
+                "--format=%(refname:short)",
+                "refs/heads/wi/",
+            ],
         );
-        let head = git(&self.origin, &["rev-parse", &format!("refs/heads/{branch}")]);
+        let head = git(
+            &self.origin,
+            &["rev-parse", &format!("refs/heads/{branch}")],
+        );
         (branch, head)
     }
 
@@ -512,7 +529,11 @@ async fn an_approved_change_set_is_built_and_landed_by_a_pull_request_merge_with
     );
     // Every call was counted on the operator's registry.
     assert_eq!(f.forge_metrics.calls("merge-pull", Outcome::Success), 1);
-    assert!(f.forge_metrics.calls("list-pulls-for-commit", Outcome::Success) >= 1);
+    assert!(
+        f.forge_metrics
+            .calls("list-pulls-for-commit", Outcome::Success)
+            >= 1
+    );
     assert!(
         f.registry
             .gather()
@@ -640,12 +661,10 @@ async fn a_failing_required_check_leaves_the_item_with_that_reason_and_one_escal
     while f.merges().is_empty() {
         passes += 1;
         assert!(passes < 40, "no merge was attempted");
-        protobot_controller::jobsite::pass(&operator, Some(&ns), &settings, executor.clone())
-            .await;
+        protobot_controller::jobsite::pass(&operator, Some(&ns), &settings, executor.clone()).await;
     }
     for _ in 0..3 {
-        protobot_controller::jobsite::pass(&operator, Some(&ns), &settings, executor.clone())
-            .await;
+        protobot_controller::jobsite::pass(&operator, Some(&ns), &settings, executor.clone()).await;
     }
     let items: Api<BuildWorkItem> = Api::namespaced(f.cluster.client.clone(), &ns);
     let item = items.get(&name).await.unwrap();

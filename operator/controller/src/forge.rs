@@ -308,13 +308,13 @@ pub fn credentials(
             installation_id,
             secret,
         } => {
-            let pem = data
-                .get(PRIVATE_KEY_KEY)
-                .ok_or_else(|| ForgeSetupError::SecretKeyMissing {
-                    secret: secret.clone(),
-                    key: PRIVATE_KEY_KEY,
-                    what: "GitHub App's PEM private key",
-                })?;
+            let pem =
+                data.get(PRIVATE_KEY_KEY)
+                    .ok_or_else(|| ForgeSetupError::SecretKeyMissing {
+                        secret: secret.clone(),
+                        key: PRIVATE_KEY_KEY,
+                        what: "GitHub App's PEM private key",
+                    })?;
             let key = AppKey::from_pem(&Sensitive::new(pem.clone()), &secret.to_string())?;
             Ok(Credentials::App {
                 app_id: *app_id,
@@ -524,14 +524,23 @@ mod tests {
 
     #[test]
     fn git_keeps_the_credentials_secret_without_a_forge_or_over_ssh() {
-        let plain = project(serde_json::Value::Null, "https://github.com/acme/widgets.git");
+        let plain = project(
+            serde_json::Value::Null,
+            "https://github.com/acme/widgets.git",
+        );
         assert_eq!(forge_config(&plain).unwrap(), None);
-        assert_eq!(git_secret("team", &plain), Some(SecretRef::new("team", "git-creds")));
+        assert_eq!(
+            git_secret("team", &plain),
+            Some(SecretRef::new("team", "git-creds"))
+        );
         let ssh = project(
             serde_json::json!({"github": {"tokenSecretRef": {"name": "gh"}}}),
             "ssh://git@github.com/acme/widgets.git",
         );
-        assert_eq!(git_secret("team", &ssh), Some(SecretRef::new("team", "git-creds")));
+        assert_eq!(
+            git_secret("team", &ssh),
+            Some(SecretRef::new("team", "git-creds"))
+        );
     }
 
     #[test]

@@ -307,7 +307,10 @@ mod tests {
                 now,
             );
             let v = find(&s, types::VERIFIED);
-            assert_eq!((v.status, v.reason.as_str()), (ConditionStatus::False, code));
+            assert_eq!(
+                (v.status, v.reason.as_str()),
+                (ConditionStatus::False, code)
+            );
             assert_eq!(find(&s, types::MATERIALIZED).status, ConditionStatus::False);
             assert_eq!(find(&s, types::STALLED).status, ConditionStatus::True);
             assert_eq!(s.work_item_ref, None);

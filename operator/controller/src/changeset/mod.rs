@@ -260,7 +260,10 @@ pub fn review_mode(spec: Option<ReviewMode>, declared: Option<&str>) -> ReviewMo
 
 /// `repository.branch_prefix` and `repository.review_mode` of `project.yaml` at `merge` in
 /// the clone `repo` (read as the materializer reads the change set).
-fn declared_review(repo: &std::path::Path, merge: &str) -> Result<(String, Option<String>), String> {
+fn declared_review(
+    repo: &std::path::Path,
+    merge: &str,
+) -> Result<(String, Option<String>), String> {
     let oid = git2::Oid::from_str(merge).map_err(|e| format!("merge commit {merge}: {e}"))?;
     let git = protobot_spec::git::Git::discover(repo).map_err(|f| f.message)?;
     let vfs = git.commit_vfs(oid).map_err(|f| f.message)?;
