@@ -158,14 +158,14 @@ pub enum ForgeSetupError {
         secret: SecretRef,
         /// Why.
         #[source]
-        source: crate::repo_cache::ReadSecretError,
+        source: Box<crate::repo_cache::ReadSecretError>,
     },
     /// The token or key is unusable.
     #[error(transparent)]
     Credentials(#[from] AuthError),
     /// The client could not be built.
     #[error(transparent)]
-    Client(#[from] ForgeError),
+    Client(Box<ForgeError>),
 }
 
 impl ForgeSetupError {
@@ -436,7 +436,7 @@ impl ForgeClients {
             .await
             .map_err(|source| ForgeSetupError::ReadSecret {
                 secret: secret.clone(),
-                source,
+                source: Box::new(source),
             })?;
         let Some(found) = found else {
             return Err(ForgeSetupError::SecretMissing {
@@ -462,11 +462,10 @@ impl ForgeClients {
         let credentials = credentials(&config.identity, &found.data)?;
         let mut settings = GithubSettings::new(config.api_base.clone(), config.repository.clone());
         settings.timeout = self.timeout;
-        let client = Arc::new(GithubClient::new(
-            settings,
-            credentials,
-            self.metrics.clone(),
-        )?);
+        let client = Arc::new(
+            GithubClient::new(settings, credentials, self.metrics.clone())
+                .map_err(|e| ForgeSetupError::Client(Box::new(e)))?,
+        );
         if matches!(config.identity, Identity::App { .. }) {
             APP_CLIENTS
                 .write()

@@ -200,7 +200,7 @@ pub enum ProjectError {
         project: String,
         /// Why.
         #[source]
-        source: crate::forge::ForgeSetupError,
+        source: Box<crate::forge::ForgeSetupError>,
     },
     /// The API failed.
     #[error("project {project}: {source}")]
@@ -376,7 +376,7 @@ async fn drive_project<E: Executor + 'static>(
         Err(source) => {
             return Err(ProjectError::Forge {
                 project: name.clone(),
-                source,
+                source: Box::new(source),
             });
         }
     };

@@ -160,7 +160,7 @@ pub fn status(
             set(ConditionUpdate::new(
                 types::VERIFIED,
                 ConditionStatus::False,
-                *code,
+                code,
                 message.clone(),
             ));
             set(pending("waiting for an approved merge"));
