@@ -197,11 +197,12 @@ pub struct ForgeSpec {
 ]))]
 pub struct GithubForge {
     /// Base URL of the REST API: `https://api.github.com`, or `https://HOST/api/v3` for GitHub
-    /// Enterprise Server. No credentials, query or fragment.
+    /// Enterprise Server. No credentials, query or fragment. Plain `http://` only on loopback
+    /// (`http://127.0.0.1[:port]`, `http://localhost[:port]`: a local proxy or a test double).
     #[serde(default = "default_github_api_base_url")]
     #[schemars(length(min = 1, max = REPO_URL_MAX_LENGTH))]
     #[schemars(extend("x-kubernetes-validations" = [
-        {"rule": "self.matches('^https://[^/@?#[:space:]]+(/[^?#[:space:]]*)?$')", "message": "spec.forge.github.apiBaseUrl must be https://api.github.com or https://HOST/api/v3, without credentials, query or fragment"}
+        {"rule": "self.matches('^https://[^/@?#[:space:]]+(/[^?#[:space:]]*)?$') || self.matches('^http://(127[.]0[.]0[.]1|localhost)(:[0-9]{1,5})?(/[^?#[:space:]]*)?$')", "message": "spec.forge.github.apiBaseUrl must be https://api.github.com or https://HOST/api/v3 (http only for 127.0.0.1 or localhost), without credentials, query or fragment"}
     ]))]
     pub api_base_url: String,
     /// Repository owner (user or organization). Absent: derived from `spec.repoUrl`.

@@ -352,6 +352,7 @@ async fn run(
             remote: "origin".into(),
             target_branch: "main".into(),
             egress_proxy: agents.as_ref().map(|a| a.proxy_url.clone()),
+            landing: Default::default(),
         },
         on_stage: Some(recorder),
         faults: None,

@@ -78,6 +78,9 @@ pub struct Settings {
     /// Which repository locations Projects may name: network URLs only unless
     /// `--allow-local-repositories` (the default of [`Settings::new`]: network only).
     pub repositories: crate::project::decide::RepositoryPolicy,
+    /// The forge clients of Projects with `spec.forge` (their items land through pull
+    /// requests). `None`: [`run`] makes its own (API calls not counted).
+    pub forges: Option<Arc<crate::forge::ForgeClients>>,
 }
 
 /// Default of `--max-concurrent-builds`.
@@ -103,6 +106,7 @@ impl Settings {
             stop: StopSignal::new(),
             drained: Arc::new(tokio::sync::Notify::new()),
             repositories: crate::project::decide::RepositoryPolicy::default(),
+            forges: None,
         }
     }
 }
@@ -187,6 +191,16 @@ pub enum ProjectError {
         url: String,
         /// Why.
         reason: String,
+    },
+    /// The Project's forge cannot be used: nothing is built (an item of a Project with a
+    /// forge never lands around it).
+    #[error("project {project}: {source}")]
+    Forge {
+        /// Project.
+        project: String,
+        /// Why.
+        #[source]
+        source: Box<crate::forge::ForgeSetupError>,
     },
     /// The API failed.
     #[error("project {project}: {source}")]
@@ -351,6 +365,21 @@ async fn drive_project<E: Executor + 'static>(
             reason: e.to_string(),
         }
     })?;
+    // A Project with a forge lands through its pull requests (or as its spec says).
+    let forges = settings
+        .forges
+        .clone()
+        .unwrap_or_else(|| Arc::new(crate::forge::ForgeClients::new(client.clone(), None)));
+    let landing = match forges.for_project(project).await {
+        Ok(Some(forge)) => forge.landing(),
+        Ok(None) => protobot_jobsite::landing::Landing::DirectPush,
+        Err(source) => {
+            return Err(ProjectError::Forge {
+                project: name.clone(),
+                source: Box::new(source),
+            });
+        }
+    };
     let home = settings.workdir.join(&ns).join(&name);
     let clone = home.join("repo");
     {
@@ -390,6 +419,7 @@ async fn drive_project<E: Executor + 'static>(
     config.limits = settings.limits.clone();
     config.egress_proxy = settings.egress_proxy.clone();
     config.target_branch = spec.default_branch.clone();
+    config.landing = landing;
     let engine = Engine {
         store,
         executor,
@@ -502,6 +532,7 @@ impl ProjectError {
         match self {
             ProjectError::WorkerClasses { .. } => "worker-classes",
             ProjectError::Repository { .. } => "repository",
+            ProjectError::Forge { source, .. } => source.category(),
             ProjectError::Api { .. } => "api",
             ProjectError::Pass { .. } => "pass",
         }
@@ -908,6 +939,15 @@ pub async fn run<E: Executor + Send + Sync + 'static>(
     let mut schedules: BTreeMap<(String, String), ProjectSchedule> = BTreeMap::new();
     let mut running: tokio::task::JoinSet<((String, String), bool)> = tokio::task::JoinSet::new();
     let mut busy: std::collections::BTreeSet<(String, String)> = Default::default();
+    // One set of forge clients for every pass, so a Project's client (and its App's
+    // installation token) is reused until its spec or Secret changes.
+    let mut settings = settings;
+    if settings.forges.is_none() {
+        settings.forges = Some(Arc::new(crate::forge::ForgeClients::new(
+            client.clone(),
+            None,
+        )));
+    }
     let settings = Arc::new(settings);
     let mut stop_poll = tokio::time::interval(Duration::from_millis(200));
     loop {

@@ -4,7 +4,8 @@
 //! (repository, configuration and sandbox status), the InspectionRun
 //! controller (its `ProducersComplete` and `Sealed` conditions) and the
 //! in-cluster Job Site (claims, builds, inspections, merges) and the WMS
-//! Adapter API over HTTP (`wms_api`).
+//! Adapter API over HTTP (`wms_api`), and GitHub as a Project's forge
+//! (`forge`: approvals at registration, landing through pull requests).
 
 pub mod admin;
 pub mod api_errors;
@@ -12,6 +13,7 @@ pub mod bugreport;
 pub mod changeset;
 pub mod drive;
 pub mod events;
+pub mod forge;
 pub mod inspectionrun;
 pub mod jobsite;
 pub mod metrics;

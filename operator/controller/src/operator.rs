@@ -152,6 +152,8 @@ pub async fn run<E: protobot_jobsite::executor::Executor + 'static>(
     let (reader, reflect) = state_cache(items);
     let registry = prometheus::Registry::new();
     let metrics = JobSiteMetrics::register(&registry, Arc::new(CachedStates(reader.clone())))?;
+    // `protobot_forge_api_calls_total` and `protobot_forge_rate_limit_waits_total`.
+    let forge_metrics = protobot_forge::metrics::ForgeMetrics::register(&registry)?;
     api_errors.count_into(metrics.reconcile_errors.clone());
     let readiness = Readiness::default();
     let (bound, _server) = admin::serve(admin_addr, registry, readiness.clone()).await?;
@@ -175,12 +177,19 @@ pub async fn run<E: protobot_jobsite::executor::Executor + 'static>(
         .as_ref()
         .map(|j| j.settings.workdir.join("registry"))
         .unwrap_or_else(|| std::env::temp_dir().join("protobot-repositories"));
-    let registration = crate::changeset::run_metered(
+    // GitHub clients per Project, shared by registration (approvals) and the Job Site
+    // (landing through pull requests); their API calls are counted on the registry.
+    let forges = Arc::new(crate::forge::ForgeClients::new(
+        client.clone(),
+        Some(forge_metrics),
+    ));
+    let registration = crate::changeset::run_forged(
         client.clone(),
         namespace.clone(),
         registry_dir.clone(),
         repositories,
         Some(metrics.clone()),
+        Arc::clone(&forges),
     );
     let bug_registration = crate::bugreport::run_metered(
         client.clone(),
@@ -207,6 +216,7 @@ pub async fn run<E: protobot_jobsite::executor::Executor + 'static>(
                 let settings = crate::jobsite::Settings {
                     metrics: Some(metrics.clone()),
                     repositories,
+                    forges: Some(Arc::clone(&forges)),
                     ..j.settings
                 };
                 crate::jobsite::run(client.clone(), namespace.clone(), settings, j.executor).await

@@ -93,4 +93,6 @@ pub struct Context {
     pub workdir: PathBuf,
     /// Which repository locations Projects may name (`--allow-local-repositories`).
     pub repositories: crate::project::decide::RepositoryPolicy,
+    /// The forge clients of Projects with `spec.forge` (approvals are checked there).
+    pub forges: std::sync::Arc<crate::forge::ForgeClients>,
 }

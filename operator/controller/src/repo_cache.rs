@@ -175,13 +175,58 @@ pub fn mirror_with(
     Ok(())
 }
 
-/// The Secret a Project names (`spec.credentialsSecretRef`), in the Project's namespace.
+/// The Secret a Project's git transport authenticates with: `spec.credentialsSecretRef`, in
+/// the Project's namespace, or, for an `https://` repository of a Project with a GitHub
+/// forge, the forge's identity (its token serves git too: [`crate::forge::git_secret`]).
 pub fn project_secret(namespace: &str, project: &protobot_api::Project) -> Option<SecretRef> {
-    project
-        .spec
-        .credentials_secret_ref
-        .as_ref()
-        .map(|r| SecretRef::new(namespace, &r.name))
+    crate::forge::git_secret(namespace, project)
+}
+
+/// A Secret as read for one use: its data and its identity (to tell a changed Secret).
+pub struct ReadSecret {
+    /// `data`, decoded.
+    pub data: BTreeMap<String, Vec<u8>>,
+    /// `metadata.uid`.
+    pub uid: Option<String>,
+    /// `metadata.resourceVersion`.
+    pub resource_version: Option<String>,
+}
+
+/// Why a Secret could not be read (never its content).
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "{source}; check that the operator's ServiceAccount may get Secrets in {namespace} (the chart's RBAC grants get on secrets)"
+)]
+pub struct ReadSecretError {
+    namespace: String,
+    #[source]
+    source: kube::Error,
+}
+
+/// Reads `secret` (`None`: it does not exist): the one path repository credentials and
+/// forge identities are read through.
+pub async fn read_secret(
+    client: &Client,
+    secret: &SecretRef,
+) -> Result<Option<ReadSecret>, ReadSecretError> {
+    let api: Api<Secret> = Api::namespaced(client.clone(), &secret.namespace);
+    let found = api
+        .get_opt(&secret.name)
+        .await
+        .map_err(|source| ReadSecretError {
+            namespace: secret.namespace.clone(),
+            source,
+        })?;
+    Ok(found.map(|s| ReadSecret {
+        data: s
+            .data
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(k, v)| (k, v.0))
+            .collect(),
+        uid: s.metadata.uid,
+        resource_version: s.metadata.resource_version,
+    }))
 }
 
 // === SecretResolver ===
@@ -217,49 +262,48 @@ impl SecretResolver {
 /// A failed Secret read, with what to check.
 #[derive(Debug, thiserror::Error)]
 enum ReadError {
-    #[error(
-        "{source}; check that the operator's ServiceAccount may get Secrets in {namespace} (the chart's RBAC grants get on secrets)"
-    )]
-    Api {
-        namespace: String,
-        #[source]
-        source: kube::Error,
-    },
+    #[error(transparent)]
+    Api(#[from] ReadSecretError),
     #[error("the thread reading the Secret stopped")]
     Thread,
+    #[error("failed to mint a GitHub App installation token for git: {0}")]
+    Forge(#[source] protobot_forge::ForgeError),
 }
 
 impl ResolveCredentials for SecretResolver {
     fn resolve(&self, secret: &SecretRef, url: &RemoteUrl) -> Result<Credentials, AccessError> {
-        let api: Api<Secret> = Api::namespaced(self.client.clone(), &secret.namespace);
         let handle = self.handle.clone();
-        let name = secret.name.clone();
-        let read = std::thread::scope(|s| {
-            s.spawn(move || handle.block_on(async move { api.get_opt(&name).await }))
-                .join()
-        });
         let unreadable = |source: ReadError| AccessError::SecretUnreadable {
             secret: secret.clone(),
             source: Box::new(source),
         };
+        // A GitHub App's key Secret: git authenticates with a current installation token
+        // (user `x-access-token`), minted by the App's client, never with the key.
+        if let Some(app) = crate::forge::app_token_for(secret) {
+            let token = std::thread::scope(|s| {
+                s.spawn(move || handle.block_on(async move { app.token().await }))
+                    .join()
+            })
+            .map_err(|_| unreadable(ReadError::Thread))?
+            .map_err(|e| unreadable(ReadError::Forge(e)))?;
+            return Ok(Credentials::Https {
+                username: protobot_repo::remote::DEFAULT_TOKEN_USERNAME.to_string(),
+                password: token,
+                ca: None,
+            });
+        }
+        let client = self.client.clone();
+        let read = std::thread::scope(|s| {
+            s.spawn(move || handle.block_on(async move { read_secret(&client, secret).await }))
+                .join()
+        });
         let found = read
             .map_err(|_| unreadable(ReadError::Thread))?
-            .map_err(|source| {
-                unreadable(ReadError::Api {
-                    namespace: secret.namespace.clone(),
-                    source,
-                })
-            })?
+            .map_err(|e| unreadable(ReadError::Api(e)))?
             .ok_or_else(|| AccessError::SecretMissing {
                 secret: secret.clone(),
             })?;
-        let data: BTreeMap<String, Vec<u8>> = found
-            .data
-            .unwrap_or_default()
-            .into_iter()
-            .map(|(k, v)| (k, v.0))
-            .collect();
-        Credentials::from_secret_data(secret, url, &data)
+        Credentials::from_secret_data(secret, url, &found.data)
     }
 }
 

@@ -12,9 +12,9 @@
 
 mod support;
 
-use std::{path::Path, sync::Arc, time::Duration};
+use std::{sync::Arc, time::Duration};
 
-use axum::http::{Method, StatusCode};
+use axum::http::Method;
 use protobot_forge::{
     GithubClient, GithubForge, GithubSettings,
     auth::Credentials,
@@ -30,7 +30,7 @@ use protobot_jobsite::{
 use protobot_lifecycle::{Command, OperationEnvelope, State};
 use protobot_repo::remote::Sensitive;
 use protobot_stores::{AdapterConfig, MemoryStore, WorkStore};
-use serde_json::{Value, json};
+use serde_json::json;
 use support::{Fake, OWNER, REPO};
 
 fn memory() -> Arc<MemoryStore> {
@@ -43,70 +43,9 @@ fn memory() -> Arc<MemoryStore> {
     ))
 }
 
-/// The fake's merge endpoint merges `head.sha` into `main` of the bare `origin` (a two-parent
-/// merge commit with GitHub's title + message), and pull-request heads follow the pushed
-/// branches.
-fn merge_in(origin: &Path) -> support::MergeHook {
-    let origin = origin.to_path_buf();
-    Box::new(move |_n: u64, pull: &Value, body: &Value| {
-        let head = pull["head"]["ref"].as_str().unwrap();
-        let head_sha = git(&origin, &["rev-parse", &format!("refs/heads/{head}")]);
-        if body["sha"].as_str() != Some(head_sha.as_str()) {
-            return Err((
-                StatusCode::CONFLICT,
-                json!({"message": "Head branch was modified. Review and try the merge again."}),
-            ));
-        }
-        let main = git(&origin, &["rev-parse", "refs/heads/main"]);
-        let tree = git(&origin, &["merge-tree", "--write-tree", &main, &head_sha]);
-        let message = format!(
-            "{}\n\n{}",
-            body["commit_title"].as_str().unwrap_or_default(),
-            body["commit_message"].as_str().unwrap_or_default()
-        );
-        let merge = git(
-            &origin,
-            &[
-                "-c",
-                "user.name=GitHub",
-                "-c",
-                "user.email=noreply@github.com",
-                "commit-tree",
-                tree.lines().next().unwrap(),
-                "-p",
-                &main,
-                "-p",
-                &head_sha,
-                "-m",
-                &message,
-            ],
-        );
-        git(&origin, &["update-ref", "refs/heads/main", &merge, &main]);
-        Ok(merge)
-    })
-}
-
 async fn github(w: &World<MemoryStore>) -> (Fake, Landing) {
     let fake = Fake::start().await;
-    let origin = w.origin.clone();
-    fake.with(|m| {
-        m.merge_hook = Some(merge_in(&w.origin));
-        m.head_of = Some(Box::new(move |branch: &str| {
-            std::process::Command::new("git")
-                .arg("-C")
-                .arg(&origin)
-                .args([
-                    "rev-parse",
-                    "--verify",
-                    "-q",
-                    &format!("refs/heads/{branch}"),
-                ])
-                .output()
-                .ok()
-                .filter(|o| o.status.success())
-                .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-        }));
-    });
+    fake.serve_repository(&w.origin);
     let mut settings = GithubSettings::new(
         ApiBase::parse(&fake.base()).unwrap(),
         RepoCoordinates::new(OWNER, REPO).unwrap(),
@@ -236,48 +175,8 @@ async fn the_default_branch_moving_before_the_merge_leads_to_revalidation() {
     let (fake, landing) = github(&w).await;
     // Someone merges into main just before the Job Site's merge; with "require branches to
     // be up to date" GitHub refuses ours.
-    let origin = w.origin.clone();
-    let moved = Arc::new(std::sync::Mutex::new(false));
-    let inner = merge_in(&w.origin);
-    let flag = moved.clone();
-    fake.with(|m| {
-        m.merge_hook = Some(Box::new(move |n, pull, body| {
-            let mut moved = flag.lock().unwrap();
-            if !*moved {
-                *moved = true;
-                let side = origin.parent().unwrap().join("side");
-                git(
-                    origin.parent().unwrap(),
-                    &[
-                        "clone",
-                        "-q",
-                        origin.to_str().unwrap(),
-                        side.to_str().unwrap(),
-                    ],
-                );
-                std::fs::write(side.join("docs/other.md"), "another change\n").unwrap();
-                git(&side, &["add", "-A"]);
-                git(
-                    &side,
-                    &[
-                        "-c",
-                        "user.name=o",
-                        "-c",
-                        "user.email=o@example.invalid",
-                        "commit",
-                        "-qm",
-                        "other",
-                    ],
-                );
-                git(&side, &["push", "-q", "origin", "main"]);
-                return Err((
-                    StatusCode::METHOD_NOT_ALLOWED,
-                    json!({"message": "Head branch is not up to date with the base branch"}),
-                ));
-            }
-            inner(n, pull, body)
-        }))
-    });
+    let hook = support::main_moves_once_then(&w.origin, support::merge_in(&w.origin));
+    fake.with(|m| m.merge_hook = Some(hook));
     let report = build(&w, &js, "wi-01", &landing).await.unwrap();
     assert_eq!(report.state, State::Completed, "{report:?}");
     assert!(report.revalidations >= 1, "{report:?}");

@@ -160,6 +160,9 @@ pub struct EngineConfig {
     /// Base URL of the egress proxy given to runs whose class asks for egress
     /// (`None`: such runs are refused).
     pub egress_proxy: Option<String>,
+    /// How [`Engine::build`] lands (the default: a direct push; a Project with a forge lands
+    /// through a pull request: `crate::landing`).
+    pub landing: Landing,
 }
 
 impl EngineConfig {
@@ -183,6 +186,7 @@ impl EngineConfig {
             remote: "origin".into(),
             target_branch: "main".into(),
             egress_proxy: None,
+            landing: Landing::DirectPush,
         }
     }
 }
@@ -853,7 +857,7 @@ impl<S: WorkStore, E: Executor> Engine<S, E> {
         contract: &BuildContract,
         repo_dir: &Path,
     ) -> Result<BuildReport, EngineError> {
-        self.build_landing(claim, contract, repo_dir, &Landing::DirectPush)
+        self.build_landing(claim, contract, repo_dir, &self.config.landing)
             .await
     }
 

@@ -203,6 +203,7 @@ async fn a_work_item_is_built_through_a_triage_cycle_and_merged() {
             remote: "origin".into(),
             target_branch: "main".into(),
             egress_proxy: None,
+            landing: Default::default(),
         },
         on_stage: None,
         faults: None,

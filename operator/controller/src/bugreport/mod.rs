@@ -451,10 +451,13 @@ pub async fn run_metered(
     metrics: Option<crate::metrics::JobSiteMetrics>,
 ) {
     let api = crate::drive::scoped_api::<BugReport>(client.clone(), namespace.as_deref());
+    // Bug registration asks no forge; the clients are built only when asked for.
+    let forges = Arc::new(crate::forge::ForgeClients::new(client.clone(), None));
     let ctx = Arc::new(Context {
         client,
         workdir,
         repositories,
+        forges,
     });
     let metered = crate::drive::Metered::of(metrics, "bugreport");
     crate::drive::run(api, reconcile, error_policy, ctx, metered).await;

@@ -23,6 +23,18 @@ pub enum Outcome {
     NotVerified(String),
     /// The manifest is missing or the contract could not be built.
     ManifestInvalid(String),
+    /// The Project's forge refused the merge as an approval (docs/forge-github.md §1): no
+    /// approving pull request made it, another commit did, or several qualify.
+    NotApproved {
+        /// The Source Control Manager's code: `NOT_APPROVED`, `MERGE_COMMIT_MISMATCH`,
+        /// `AMBIGUOUS_PULL_REQUEST` (also the condition's reason).
+        code: &'static str,
+        /// What the forge found and what to do.
+        message: String,
+    },
+    /// The Project's forge could not be asked (unreachable, rate-limited, its Secret
+    /// missing or refused): retried, never taken as a refusal.
+    ForgeUnavailable(String),
     /// The WMS answered the materialize command.
     Materialized {
         /// The contract.
@@ -40,10 +52,15 @@ impl Outcome {
             Outcome::RepositoryUnavailable(_) => "repository-unavailable",
             Outcome::NotVerified(_) => "not-verified",
             Outcome::ManifestInvalid(_) => "manifest-invalid",
+            Outcome::NotApproved { .. } => "not-approved",
+            Outcome::ForgeUnavailable(_) => "forge-unavailable",
             Outcome::Materialized { .. } => "materialized",
         }
     }
 }
+
+/// `Verified` reason while the forge cannot be asked whether the merge is approved.
+pub const FORGE_UNAVAILABLE: &str = "ForgeUnavailable";
 
 fn change_type(s: &str) -> ChangeType {
     match s {
@@ -138,6 +155,31 @@ pub fn status(
                 reasons::MANIFEST_INVALID,
                 format!("{m}; fix the change-set manifest in a new merge and register that merge"),
             )
+        }
+        Outcome::NotApproved { code, message } => {
+            set(ConditionUpdate::new(
+                types::VERIFIED,
+                ConditionStatus::False,
+                code,
+                message.clone(),
+            ));
+            set(pending("waiting for an approved merge"));
+            // A later approval does not change a merge that was made without one.
+            (
+                Health::Stalled,
+                *code,
+                format!("{message}; register a merge an approving pull request made"),
+            )
+        }
+        Outcome::ForgeUnavailable(m) => {
+            set(ConditionUpdate::new(
+                types::VERIFIED,
+                ConditionStatus::Unknown,
+                FORGE_UNAVAILABLE,
+                m.clone(),
+            ));
+            set(pending("waiting for verification"));
+            (Health::Progressing, FORGE_UNAVAILABLE, m.clone())
         }
         Outcome::Materialized { contract, result } => {
             set(ConditionUpdate::new(
@@ -244,6 +286,47 @@ mod tests {
         );
         assert_eq!(v.observed_generation, Some(3));
         assert_eq!(find(&s, types::MATERIALIZED).reason, reasons::PENDING);
+        assert_eq!(s.work_item_ref, None);
+    }
+
+    #[test]
+    fn a_forge_refusal_is_verified_false_with_its_code_and_an_unreachable_forge_is_unknown() {
+        let now = t("2026-09-18T12:00:00Z");
+        for code in [
+            "NOT_APPROVED",
+            "MERGE_COMMIT_MISMATCH",
+            "AMBIGUOUS_PULL_REQUEST",
+        ] {
+            let s = status(
+                None,
+                &Outcome::NotApproved {
+                    code,
+                    message: format!("refused: {code}"),
+                },
+                Some(2),
+                now,
+            );
+            let v = find(&s, types::VERIFIED);
+            assert_eq!(
+                (v.status, v.reason.as_str()),
+                (ConditionStatus::False, code)
+            );
+            assert_eq!(find(&s, types::MATERIALIZED).status, ConditionStatus::False);
+            assert_eq!(find(&s, types::STALLED).status, ConditionStatus::True);
+            assert_eq!(s.work_item_ref, None);
+        }
+        let s = status(
+            None,
+            &Outcome::ForgeUnavailable("GitHub answered 503".into()),
+            Some(2),
+            now,
+        );
+        let v = find(&s, types::VERIFIED);
+        assert_eq!(
+            (v.status, v.reason.as_str()),
+            (ConditionStatus::Unknown, FORGE_UNAVAILABLE)
+        );
+        assert_eq!(find(&s, types::STALLED).status, ConditionStatus::False);
         assert_eq!(s.work_item_ref, None);
     }
 

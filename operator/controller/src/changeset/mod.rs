@@ -4,7 +4,8 @@
 //!
 //! Pipeline, one step per stage; only the edges touch the cluster:
 //! read (the ChangeSet, its Project) → verify (the change set's merge on the
-//! default branch, the manifest at that commit: `jobsite::materializer`) →
+//! default branch, the manifest at that commit: `jobsite::materializer`; for a
+//! Project with a forge, the approving pull request too: [`check_approval`]) →
 //! decide (the build contract: `jobsite::contract`) → apply (the `materialize`
 //! command through the Kubernetes WorkStore) → status ([`decide::status`],
 //! server-side applied under this controller's field manager).
@@ -24,6 +25,7 @@ use kube::{
     runtime::controller::Action,
 };
 use protobot_api::{ChangeSet, Project};
+use protobot_forge::core::approval::{ApprovalClaim, ReviewMode};
 use protobot_jobsite::{
     contract::{BuildContract, Intake, build},
     materializer::{MaterializeError, Registration, read_facts},
@@ -93,10 +95,13 @@ pub async fn reconcile(cs: Arc<ChangeSet>, ctx: Arc<Context>) -> Result<Action, 
     tracing::info!(change_set = %cs.spec.change_set_id, outcome = outcome.as_str(), "reconciled");
     Ok(match outcome {
         // Nothing changes until someone edits the ChangeSet or the Project.
-        Outcome::ProjectNotFound(_) | Outcome::NotVerified(_) | Outcome::ManifestInvalid(_) => {
-            Action::await_change()
+        Outcome::ProjectNotFound(_)
+        | Outcome::NotVerified(_)
+        | Outcome::ManifestInvalid(_)
+        | Outcome::NotApproved { .. } => Action::await_change(),
+        Outcome::RepositoryUnavailable(_) | Outcome::ForgeUnavailable(_) => {
+            Action::requeue(Duration::from_secs(30))
         }
-        Outcome::RepositoryUnavailable(_) => Action::requeue(Duration::from_secs(30)),
         Outcome::Materialized { .. } => Action::await_change(),
     })
 }
@@ -134,6 +139,7 @@ async fn verify_and_materialize(
     if let Err(reason) = mirror_project(&project, ctx.repositories, repo.clone()).await {
         return Ok(Outcome::RepositoryUnavailable(reason));
     }
+    let declared_in = repo.clone();
     let registration = Registration {
         project_id: project_name.clone(),
         change_set_id: cs.spec.change_set_id.clone(),
@@ -170,6 +176,10 @@ async fn verify_and_materialize(
             return Ok(Outcome::ManifestInvalid(e.to_string()));
         }
     };
+    // Only a merge the forge confirms an approving pull request made is materialized.
+    if let Some(refused) = check_approval(ctx, &project, cs, declared_in).await {
+        return Ok(refused);
+    }
     let contract = match build(&Intake::ChangeSet(facts)) {
         Ok(c) => c,
         Err(e) => return Ok(Outcome::ManifestInvalid(e.to_string())),
@@ -184,6 +194,87 @@ async fn verify_and_materialize(
         contract: Box::new(contract),
         result: Box::new(result),
     })
+}
+
+/// The approval check of a Project with a forge (docs/forge-github.md §1): `None` when the
+/// Project has no forge or the forge found the approving pull request; else the outcome that
+/// stops registration (a refusal with its code, or a forge that could not be asked).
+pub async fn check_approval(
+    ctx: &Context,
+    project: &Project,
+    cs: &ChangeSet,
+    repo: PathBuf,
+) -> Option<Outcome> {
+    let forge = match ctx.forges.for_project(project).await {
+        Ok(None) => return None,
+        Ok(Some(forge)) => forge,
+        Err(e) => return Some(Outcome::ForgeUnavailable(e.to_string())),
+    };
+    let merge = cs.spec.merge_commit.clone();
+    let declared = tokio::task::spawn_blocking(move || declared_review(&repo, &merge))
+        .await
+        .map_err(|e| e.to_string())
+        .and_then(|r| r);
+    let (branch_prefix, declared_mode) = match declared {
+        Ok(d) => d,
+        Err(reason) => return Some(Outcome::RepositoryUnavailable(reason)),
+    };
+    let claim = ApprovalClaim {
+        change_set_id: cs.spec.change_set_id.clone(),
+        merge_commit: cs.spec.merge_commit.clone(),
+        default_branch: project.spec.default_branch.clone(),
+        branch_prefix,
+        repository: forge.config.repository.clone(),
+        review_mode: review_mode(forge.config.review_mode, declared_mode.as_deref()),
+    };
+    match forge.client.approved_merge(&claim).await {
+        Ok(Ok(approved)) => {
+            tracing::info!(
+                change_set = %claim.change_set_id,
+                pull_request = approved.number(),
+                approvers = ?approved.approvers(),
+                "the merge's pull request approves the change set"
+            );
+            None
+        }
+        Ok(Err(refusal)) => Some(Outcome::NotApproved {
+            code: refusal.code(),
+            message: refusal.to_string(),
+        }),
+        Err(error) => Some(Outcome::ForgeUnavailable(format!(
+            "unable to check the approving pull request on {}: {error}",
+            forge.config.repository
+        ))),
+    }
+}
+
+/// The review mode approvals are checked under: the spec's, else the one `project.yaml`
+/// declares, else `multi-player` (the stricter: an undeclared mode never lets an unreviewed
+/// merge through).
+pub fn review_mode(spec: Option<ReviewMode>, declared: Option<&str>) -> ReviewMode {
+    spec.unwrap_or(match declared {
+        Some("single-player") => ReviewMode::SinglePlayer,
+        _ => ReviewMode::MultiPlayer,
+    })
+}
+
+/// `repository.branch_prefix` and `repository.review_mode` of `project.yaml` at `merge` in
+/// the clone `repo` (read as the materializer reads the change set).
+fn declared_review(
+    repo: &std::path::Path,
+    merge: &str,
+) -> Result<(String, Option<String>), String> {
+    let oid = git2::Oid::from_str(merge).map_err(|e| format!("merge commit {merge}: {e}"))?;
+    let git = protobot_spec::git::Git::discover(repo).map_err(|f| f.message)?;
+    let vfs = git.commit_vfs(oid).map_err(|f| f.message)?;
+    let project = protobot_spec::snapshot::open(vfs)
+        .map_err(|f| f.message)?
+        .project;
+    let mode = project
+        .repository
+        .as_ref()
+        .and_then(|r| r.review_mode.clone());
+    Ok((project.branch_prefix(), mode))
 }
 
 /// Brings the operator's clone of `project` in `dir` up to its remote's default
@@ -247,7 +338,9 @@ pub fn error_policy(cs: Arc<ChangeSet>, error: &Error, _ctx: Arc<Context>) -> Ac
 }
 
 /// Runs the controller until the stream ends (shutdown), with the repository cache
-/// under `workdir` and the repository locations `repositories` allows.
+/// under `workdir` and the repository locations `repositories` allows. Approvals of Projects
+/// with a forge are checked with clients of its own (API calls not counted: see
+/// [`run_forged`]).
 pub async fn run_with(
     client: Client,
     namespace: Option<String>,
@@ -265,12 +358,49 @@ pub async fn run_metered(
     repositories: crate::project::decide::RepositoryPolicy,
     metrics: Option<crate::metrics::JobSiteMetrics>,
 ) {
+    let forges = Arc::new(crate::forge::ForgeClients::new(client.clone(), None));
+    run_forged(client, namespace, workdir, repositories, metrics, forges).await;
+}
+
+/// [`run_metered`] with the operator's forge clients (shared with the Job Site, their API
+/// calls counted on the operator's registry).
+pub async fn run_forged(
+    client: Client,
+    namespace: Option<String>,
+    workdir: PathBuf,
+    repositories: crate::project::decide::RepositoryPolicy,
+    metrics: Option<crate::metrics::JobSiteMetrics>,
+    forges: Arc<crate::forge::ForgeClients>,
+) {
     let api = crate::drive::scoped_api::<ChangeSet>(client.clone(), namespace.as_deref());
     let ctx = Arc::new(Context {
         client,
         workdir,
         repositories,
+        forges,
     });
     let metered = crate::drive::Metered::of(metrics, "changeset");
     crate::drive::run(api, reconcile, error_policy, ctx, metered).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_spec_review_mode_wins_and_an_undeclared_one_is_multi_player() {
+        assert_eq!(
+            review_mode(Some(ReviewMode::SinglePlayer), Some("multi-player")),
+            ReviewMode::SinglePlayer
+        );
+        assert_eq!(
+            review_mode(None, Some("single-player")),
+            ReviewMode::SinglePlayer
+        );
+        assert_eq!(
+            review_mode(None, Some("multi-player")),
+            ReviewMode::MultiPlayer
+        );
+        assert_eq!(review_mode(None, None), ReviewMode::MultiPlayer);
+    }
 }

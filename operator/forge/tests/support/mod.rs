@@ -1,13 +1,18 @@
 //! A fake GitHub REST API on loopback for the forge's tests: it serves the documented
 //! responses (status codes, headers, `Link` pagination, rate-limit and error bodies) from a
 //! small in-memory model, records every request, and lets a test script the next answers of a
-//! route (a limit, a refusal, a lost answer).
+//! route (a limit, a refusal, a lost answer). [`Fake::serve_repository`] backs its pull
+//! requests with a real bare repository (heads follow the pushed branches, the merge endpoint
+//! really merges there).
+//!
+//! Shared: the e2e scenarios (`e2e/tests/forge_github.rs`) include this file by path.
 
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 use std::{
     collections::VecDeque,
     net::SocketAddr,
+    path::Path,
     sync::{Arc, Mutex},
 };
 
@@ -93,6 +98,17 @@ impl Fake {
             axum::serve(listener, app).await.unwrap();
         });
         Fake { model, addr }
+    }
+
+    /// Pull-request heads follow `origin`'s branches and the merge endpoint merges in it
+    /// ([`merge_in`]).
+    pub fn serve_repository(&self, origin: &Path) {
+        let hook = merge_in(origin);
+        let heads = follow_heads(origin);
+        self.with(|m| {
+            m.merge_hook = Some(hook);
+            m.head_of = Some(heads);
+        });
     }
 
     pub fn base(&self) -> String {
@@ -193,6 +209,116 @@ pub fn pull_json(
         "head": {"label": format!("{OWNER}:{head}"), "ref": head, "sha": head_sha, "repo": {"full_name": head_repo}},
         "base": {"label": format!("{OWNER}:{base}"), "ref": base, "sha": "0".repeat(40), "repo": {"full_name": format!("{OWNER}/{REPO}")}},
         "extra_field_clients_must_ignore": {"nested": [1, 2, 3]}
+    })
+}
+
+/// The merge endpoint of a repository: merges `head.sha` into `main` of the bare `origin` (a
+/// two-parent merge commit with GitHub's title + message), refusing as GitHub does (409) when
+/// the request's `sha` is not the branch's head.
+pub fn merge_in(origin: &Path) -> MergeHook {
+    use protobot_jobsite::testing::git;
+    let origin = origin.to_path_buf();
+    Box::new(move |_n: u64, pull: &Value, body: &Value| {
+        let head = pull["head"]["ref"].as_str().unwrap();
+        let head_sha = git(&origin, &["rev-parse", &format!("refs/heads/{head}")]);
+        if body["sha"].as_str() != Some(head_sha.as_str()) {
+            return Err((
+                StatusCode::CONFLICT,
+                json!({"message": "Head branch was modified. Review and try the merge again."}),
+            ));
+        }
+        let main = git(&origin, &["rev-parse", "refs/heads/main"]);
+        let tree = git(&origin, &["merge-tree", "--write-tree", &main, &head_sha]);
+        let message = format!(
+            "{}\n\n{}",
+            body["commit_title"].as_str().unwrap_or_default(),
+            body["commit_message"].as_str().unwrap_or_default()
+        );
+        let merge = git(
+            &origin,
+            &[
+                "-c",
+                "user.name=GitHub",
+                "-c",
+                "user.email=noreply@github.com",
+                "commit-tree",
+                tree.lines().next().unwrap(),
+                "-p",
+                &main,
+                "-p",
+                &head_sha,
+                "-m",
+                &message,
+            ],
+        );
+        git(&origin, &["update-ref", "refs/heads/main", &merge, &main]);
+        Ok(merge)
+    })
+}
+
+/// Branch heads read from the bare `origin`.
+pub fn follow_heads(origin: &Path) -> HeadOf {
+    let origin = origin.to_path_buf();
+    Box::new(move |branch: &str| {
+        std::process::Command::new("git")
+            .arg("-C")
+            .arg(&origin)
+            .args([
+                "rev-parse",
+                "--verify",
+                "-q",
+                &format!("refs/heads/{branch}"),
+            ])
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+    })
+}
+
+/// A merge endpoint where someone merges into `main` of `origin` just before the Job Site's
+/// first merge, which GitHub (with "require branches to be up to date") then refuses; later
+/// merges are `inner`'s.
+pub fn main_moves_once_then(origin: &Path, inner: MergeHook) -> MergeHook {
+    use protobot_jobsite::testing::git;
+    let origin = origin.to_path_buf();
+    let moved = Mutex::new(false);
+    Box::new(move |n, pull, body| {
+        let mut moved = moved.lock().unwrap();
+        if !*moved {
+            *moved = true;
+            let parent = origin.parent().unwrap();
+            let side = parent.join("side");
+            git(
+                parent,
+                &[
+                    "clone",
+                    "-q",
+                    origin.to_str().unwrap(),
+                    side.to_str().unwrap(),
+                ],
+            );
+            std::fs::write(side.join("docs/other.md"), "another change\n").unwrap();
+            git(&side, &["add", "-A"]);
+            git(
+                &side,
+                &[
+                    "-c",
+                    "user.name=o",
+                    "-c",
+                    "user.email=o@example.invalid",
+                    "commit",
+                    "-qm",
+                    "other",
+                ],
+            );
+            git(&side, &["push", "-q", "origin", "main"]);
+            return Err((
+                StatusCode::METHOD_NOT_ALLOWED,
+                json!({"message": "Head branch is not up to date with the base branch"}),
+            ));
+        }
+        inner(n, pull, body)
     })
 }
 
