@@ -479,7 +479,12 @@ async fn wait_for_rbac(operator: &Client) -> Result<(), PrepareError> {
 
 /// [`wait_for_rbac`] in `namespace` (`None`: cluster-wide).
 async fn wait_for_rbac_in(operator: &Client, namespace: Option<&str>) -> Result<(), PrepareError> {
-    wait_until_allowed(operator, ("protobot.dev", "buildworkitems", "list"), namespace).await
+    wait_until_allowed(
+        operator,
+        ("protobot.dev", "buildworkitems", "list"),
+        namespace,
+    )
+    .await
 }
 
 /// Waits (30 s at most) until the API server's authorizer allows `operator` the `verb` on

@@ -69,7 +69,8 @@ async fn an_applied_change_set_materializes_one_ready_build_work_item() {
     let cluster = Cluster::connect("gitops").await;
     let (repo, merge) = spec_repo("cli-sync");
     apply(&cluster, repo.path(), &merge).await;
-    let (controller, _cache, change_sets) = registration(&cluster, protobot_e2e::LOCAL_REPOSITORIES);
+    let (controller, _cache, change_sets) =
+        registration(&cluster, protobot_e2e::LOCAL_REPOSITORIES);
     assert_eq!(
         condition(&change_sets, "Materialized").await,
         ("True".into(), "WorkItemCreated".into())
@@ -105,7 +106,8 @@ async fn a_wrong_merge_commit_is_reported_and_materializes_nothing() {
     let cluster = Cluster::connect("wrong-merge").await;
     let (repo, _merge) = spec_repo("cli-sync");
     apply(&cluster, repo.path(), &"a".repeat(40)).await;
-    let (controller, _cache, change_sets) = registration(&cluster, protobot_e2e::LOCAL_REPOSITORIES);
+    let (controller, _cache, change_sets) =
+        registration(&cluster, protobot_e2e::LOCAL_REPOSITORIES);
     assert_eq!(
         condition(&change_sets, "Verified").await,
         ("False".into(), "MergeCommitNotFound".into())

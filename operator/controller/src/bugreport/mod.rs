@@ -153,9 +153,13 @@ async fn release_when_finished(bug: &BugReport, ns: &str, ctx: &Context) -> Resu
     {
         match abandon_on_deletion(bug, ns, ctx, name).await? {
             Ok(()) => {
+                // The Event first: once the finalizer is gone the report may vanish at
+                // once, and a reader who sees it gone must find the Event saying why. A
+                // failed release is retried and then takes the released-item path above
+                // (the item is abandoned), so the Event is not published twice.
+                publish_events(&ctx.client, bug, &[decide::abandoned_on_deletion(name)]).await;
                 patch_finalizers(&ctx.client, ns, bug, finalizers).await?;
                 tracing::info!(bug = %bug.spec.bug_id, work_item = name, "abandoned its work item and released");
-                publish_events(&ctx.client, bug, &[decide::abandoned_on_deletion(name)]).await;
                 return Ok(Action::await_change());
             }
             Err(why) => {
