@@ -45,6 +45,35 @@ pub struct Cluster {
 pub const LOCAL_REPOSITORIES: protobot_controller::project::decide::RepositoryPolicy =
     protobot_controller::project::decide::RepositoryPolicy { allow_local: true };
 
+/// True when bubblewrap is on `PATH` (the local sandbox's scenarios run); else prints that
+/// the scenario is skipped. With `PROTOBOT_REQUIRE_BWRAP` set, a missing bwrap fails instead.
+pub fn bwrap_installed() -> bool {
+    let found = std::env::var_os("PATH")
+        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join("bwrap").is_file()));
+    if !found {
+        assert!(
+            std::env::var_os("PROTOBOT_REQUIRE_BWRAP").is_none(),
+            "PROTOBOT_REQUIRE_BWRAP is set but bwrap is missing"
+        );
+        eprintln!("skipping: bubblewrap is not installed");
+    }
+    found
+}
+
+/// A worker-classes ConfigMap entry running `script` with `sh -c`, without an image.
+pub fn worker_class(script: &str) -> String {
+    serde_json::json!({"command": ["sh", "-c", script], "image": null}).to_string()
+}
+
+/// Creates the object `body` describes through `api`; panics when the API server refuses it.
+pub async fn create_object<K>(api: &Api<K>, body: serde_json::Value)
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
+{
+    let object: K = serde_json::from_value(body).unwrap();
+    api.create(&PostParams::default(), &object).await.unwrap();
+}
+
 /// How long a scenario waits for any one condition.
 pub fn timeout() -> Duration {
     if std::env::var_os("KUBECONFIG").is_some() {

@@ -33,7 +33,9 @@ use protobot_controller::{
     jobsite::{ClaimSweeps, Settings},
     metrics::{JobSiteMetrics, StateCounts},
 };
-use protobot_e2e::{Cluster, LOCAL_REPOSITORIES, timeout};
+use protobot_e2e::{
+    Cluster, LOCAL_REPOSITORIES, bwrap_installed, create_object, timeout, worker_class,
+};
 use protobot_executors::{BubblewrapConfig, LocalExecutor};
 use protobot_forge::metrics::{ForgeMetrics, Outcome};
 use protobot_jobsite::{
@@ -77,31 +79,6 @@ fn capture_logs() {
 
 fn logs() -> String {
     String::from_utf8_lossy(&LOGS.lock().unwrap_or_else(|e| e.into_inner())).into_owned()
-}
-
-fn bwrap() -> bool {
-    let found = std::env::var_os("PATH")
-        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join("bwrap").is_file()));
-    if !found {
-        assert!(
-            std::env::var_os("PROTOBOT_REQUIRE_BWRAP").is_none(),
-            "PROTOBOT_REQUIRE_BWRAP is set but bwrap is missing"
-        );
-        eprintln!("skipping: bubblewrap is not installed");
-    }
-    found
-}
-
-fn class(script: &str) -> String {
-    json!({"command": ["sh", "-c", script], "image": null}).to_string()
-}
-
-async fn create<K>(api: &Api<K>, body: serde_json::Value)
-where
-    K: kube::Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
-{
-    let object: K = serde_json::from_value(body).unwrap();
-    api.create(&PostParams::default(), &object).await.unwrap();
 }
 
 struct NoCounts;
@@ -156,20 +133,20 @@ async fn forged(scenario: &str) -> Forged {
             .await
             .unwrap();
     }
-    create(
+    create_object(
         &Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(client.clone(), &ns),
         json!({
             "apiVersion": "v1", "kind": "ConfigMap",
             "metadata": {"name": "cli-sync-workers", "namespace": ns},
             "data": {
-                "worker-a": class(WORKER_A),
-                "worker-b": class(WORKER_B),
-                "integration": class(INTEGRATION),
+                "worker-a": worker_class(WORKER_A),
+                "worker-b": worker_class(WORKER_B),
+                "integration": worker_class(INTEGRATION),
             },
         }),
     )
     .await;
-    create(
+    create_object(
         &Api::<Project>::namespaced(client.clone(), &ns),
         json!({
             "apiVersion": "protobot.dev/v1alpha1", "kind": "Project",
@@ -242,7 +219,7 @@ impl Forged {
     }
 
     async fn register(&self) {
-        create(
+        create_object(
             &Api::<ChangeSet>::namespaced(self.cluster.client.clone(), &self.ns()),
             json!({
                 "apiVersion": "protobot.dev/v1alpha1", "kind": "ChangeSet",
@@ -477,7 +454,7 @@ fn verified(cs: &ChangeSet) -> Option<(ConditionStatus, String, String)> {
 /// by the tested head, verified on the default branch; the forge's calls are counted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_approved_change_set_is_built_and_landed_by_a_pull_request_merge_with_the_sha_guard() {
-    if !bwrap() {
+    if !bwrap_installed() {
         return;
     }
     let mut f = forged("forge-land").await;
@@ -596,7 +573,7 @@ async fn a_change_set_without_an_approving_pull_request_is_refused_not_approved(
 /// lands with the new tested head as the guard.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_default_branch_moving_before_the_merge_leads_to_revalidation() {
-    if !bwrap() {
+    if !bwrap_installed() {
         return;
     }
     let mut f = forged("forge-moved").await;
@@ -635,7 +612,7 @@ async fn the_default_branch_moving_before_the_merge_leads_to_revalidation() {
 /// and the one escalation issue is updated, never a second one opened.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failing_required_check_leaves_the_item_with_that_reason_and_one_escalation_issue() {
-    if !bwrap() {
+    if !bwrap_installed() {
         return;
     }
     let mut f = forged("forge-check").await;

@@ -6,7 +6,7 @@ use kube::{
     api::{Patch, PatchParams, PostParams},
 };
 use protobot_api::{BugReport, BuildWorkItem, ChangeSet, ChangeType, LifecycleState, Project};
-use protobot_e2e::{Cluster, timeout};
+use protobot_e2e::{Cluster, bwrap_installed, timeout};
 use protobot_jobsite::testing::spec_repo;
 use serde_json::json;
 
@@ -681,19 +681,6 @@ async fn a_bug_report_naming_an_unknown_requirement_is_reported_and_materializes
     cluster.cleanup().await;
 }
 
-fn bwrap() -> bool {
-    let found = std::env::var_os("PATH")
-        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join("bwrap").is_file()));
-    if !found {
-        assert!(
-            std::env::var_os("PROTOBOT_REQUIRE_BWRAP").is_none(),
-            "PROTOBOT_REQUIRE_BWRAP is set but bwrap is missing"
-        );
-        eprintln!("skipping: bubblewrap is not installed");
-    }
-    found
-}
-
 /// The whole way in the cluster: a BugReport is materialized by its controller
 /// and the in-cluster Job Site builds the item to `completed` from the facts
 /// recorded on the BugReport's status, merging it into `main` with the bug item's
@@ -703,7 +690,7 @@ fn bwrap() -> bool {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_applied_bug_report_is_built_to_completed_by_the_in_cluster_job_site() {
     use protobot_jobsite::example::{INTEGRATION, WORKER_A, WORKER_B};
-    if !bwrap() {
+    if !bwrap_installed() {
         return;
     }
     let cluster = Cluster::connect("bug-built").await;

@@ -12,7 +12,7 @@ use protobot_api::{
     BuildWorkItem, ChangeSet, ConditionStatus, InspectionRun, LifecycleState, Project,
 };
 use protobot_controller::jobsite::{Settings, run};
-use protobot_e2e::{Cluster, timeout};
+use protobot_e2e::{Cluster, bwrap_installed, create_object, timeout, worker_class};
 use protobot_executors::{BubblewrapConfig, LocalExecutor};
 use protobot_jobsite::example::{INTEGRATION, WORKER_A, WORKER_B, author};
 use serde_json::json;
@@ -23,23 +23,6 @@ mod git_servers;
 
 use git_servers::{GitServers, files_containing};
 
-fn bwrap() -> bool {
-    let found = std::env::var_os("PATH")
-        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join("bwrap").is_file()));
-    if !found {
-        assert!(
-            std::env::var_os("PROTOBOT_REQUIRE_BWRAP").is_none(),
-            "PROTOBOT_REQUIRE_BWRAP is set but bwrap is missing"
-        );
-        eprintln!("skipping: bubblewrap is not installed");
-    }
-    found
-}
-
-fn class(script: &str) -> String {
-    json!({"command": ["sh", "-c", script], "image": null}).to_string()
-}
-
 /// A worker class whose runs may reach the egress proxy.
 fn class_with_egress(script: &str) -> String {
     json!({"command": ["sh", "-c", script], "image": null, "egress": true}).to_string()
@@ -48,14 +31,6 @@ fn class_with_egress(script: &str) -> String {
 /// The egress proxy the pods scenario configures (never contacted: the
 /// scripted workers need no network).
 const EGRESS_PROXY: &str = "http://protobot-egress-proxy.protobot-system.svc:3128";
-
-async fn create<K>(api: &Api<K>, body: serde_json::Value)
-where
-    K: kube::Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
-{
-    let object: K = serde_json::from_value(body).unwrap();
-    api.create(&PostParams::default(), &object).await.unwrap();
-}
 
 /// Where a scenario's repository is served from.
 enum Served<'a> {
@@ -130,17 +105,17 @@ async fn apply_example(
     let worker_b = if egress {
         class_with_egress(WORKER_B)
     } else {
-        class(WORKER_B)
+        worker_class(WORKER_B)
     };
-    create(
+    create_object(
         &Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(client.clone(), ns),
         json!({
             "apiVersion": "v1", "kind": "ConfigMap",
             "metadata": {"name": "cli-sync-workers", "namespace": ns},
             "data": {
-                "worker-a": class(WORKER_A),
+                "worker-a": worker_class(WORKER_A),
                 "worker-b": worker_b,
-                "integration": class(INTEGRATION),
+                "integration": worker_class(INTEGRATION),
             },
         }),
     )
@@ -153,7 +128,7 @@ async fn apply_example(
     if let Some(secret) = &repo.secret {
         spec["credentialsSecretRef"] = json!({"name": secret});
     }
-    create(
+    create_object(
         &Api::<Project>::namespaced(client.clone(), ns),
         json!({
             "apiVersion": "protobot.dev/v1alpha1", "kind": "Project",
@@ -162,7 +137,7 @@ async fn apply_example(
         }),
     )
     .await;
-    create(
+    create_object(
         &Api::<ChangeSet>::namespaced(client.clone(), ns),
         json!({
             "apiVersion": "protobot.dev/v1alpha1", "kind": "ChangeSet",
@@ -664,7 +639,7 @@ async fn an_unfinished_work_item_cannot_disappear() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_applied_change_set_is_built_inspected_and_merged_by_the_operator() {
-    if !bwrap() {
+    if !bwrap_installed() {
         return;
     }
     let cluster = Cluster::connect("jobsite").await;
@@ -1079,7 +1054,7 @@ async fn readable_objects(client: &kube::Client, ns: &str) -> String {
 /// on the served repository's `main`, and the credential is in no log line, Event,
 /// status, trace or file the operator wrote.
 async fn remote_scenario(transport: Transport, scenario_name: &str) {
-    if !bwrap() {
+    if !bwrap_installed() {
         return;
     }
     capture_logs();
@@ -1257,13 +1232,13 @@ impl Drop for BlackHole {
 /// merged as if it were alone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_project_whose_repository_hangs_does_not_hold_up_another_project() {
-    if !bwrap() {
+    if !bwrap_installed() {
         return;
     }
     let cluster = Cluster::connect("hung-repo").await;
     let hole = BlackHole::start();
     let (client, ns) = (cluster.client.clone(), cluster.namespace.clone());
-    create(
+    create_object(
         &Api::<Project>::namespaced(client.clone(), &ns),
         json!({
             "apiVersion": "protobot.dev/v1alpha1", "kind": "Project",

@@ -20,12 +20,9 @@ use std::{
     time::{Duration, Instant},
 };
 
-use kube::{
-    Api,
-    api::{PostParams, ResourceExt},
-};
+use kube::{Api, api::ResourceExt};
 use protobot_api::{BuildWorkItem, ChangeSet, LifecycleState, Project};
-use protobot_e2e::Cluster;
+use protobot_e2e::{Cluster, create_object, worker_class};
 use protobot_jobsite::example::{INTEGRATION, WORKER_A, WORKER_B, author};
 use serde_json::json;
 #[path = "support/admin_http.rs"]
@@ -150,18 +147,6 @@ fn max_by_state(scrapes: &[BTreeMap<String, u64>]) -> BTreeMap<String, u64> {
     max
 }
 
-fn class(script: &str) -> String {
-    json!({"command": ["sh", "-c", script], "image": null}).to_string()
-}
-
-async fn create<K>(api: &Api<K>, body: serde_json::Value)
-where
-    K: kube::Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
-{
-    let object: K = serde_json::from_value(body).unwrap();
-    api.create(&PostParams::default(), &object).await.unwrap();
-}
-
 /// The lease holder and state of the item, from its status.
 fn holder(item: &BuildWorkItem) -> (Option<String>, Option<LifecycleState>) {
     let status = item.status.as_ref();
@@ -223,7 +208,7 @@ async fn two_operator_processes_count_one_item_once_and_a_sigtermed_replica_hand
     .await
     .unwrap();
     let staging = kubelet.claim_dir(&ns, "protobot-staging").unwrap();
-    create(
+    create_object(
         &Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(client.clone(), &ns),
         json!({
             "apiVersion": "v1", "kind": "ConfigMap",
@@ -236,20 +221,20 @@ async fn two_operator_processes_count_one_item_once_and_a_sigtermed_replica_hand
     let tmp = tempfile::tempdir().unwrap();
     let (work, origin) = (tmp.path().join("work"), tmp.path().join("origin.git"));
     let merge = author(&work, &origin).unwrap();
-    create(
+    create_object(
         &Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(client.clone(), &ns),
         json!({
             "apiVersion": "v1", "kind": "ConfigMap",
             "metadata": {"name": "cli-sync-workers", "namespace": ns},
             "data": {
-                "worker-a": class(&format!("sleep 6\n{WORKER_A}")),
-                "worker-b": class(WORKER_B),
-                "integration": class(INTEGRATION),
+                "worker-a": worker_class(&format!("sleep 6\n{WORKER_A}")),
+                "worker-b": worker_class(WORKER_B),
+                "integration": worker_class(INTEGRATION),
             },
         }),
     )
     .await;
-    create(
+    create_object(
         &Api::<Project>::namespaced(client.clone(), &ns),
         json!({
             "apiVersion": "protobot.dev/v1alpha1", "kind": "Project",
@@ -274,7 +259,7 @@ async fn two_operator_processes_count_one_item_once_and_a_sigtermed_replica_hand
     // Replica 1 alone, so that it is the one that claims.
     let mut first = start_replica("replica-1", &ns, &kubeconfig, &staging, tmp.path());
     until_ready(&first).await;
-    create(
+    create_object(
         &Api::<ChangeSet>::namespaced(client.clone(), &ns),
         json!({
             "apiVersion": "protobot.dev/v1alpha1", "kind": "ChangeSet",
