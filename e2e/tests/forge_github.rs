@@ -11,10 +11,19 @@
 //!   by the new tested head;
 //! - a failing required check leaves the item `merging` with that reason, and however often
 //!   the Job Site retries, one escalation issue;
-//! - in each, the token is in no log line, status or Event.
+//! - a change set whose pull request was merged as another commit is refused with
+//!   `MERGE_COMMIT_MISMATCH`, one two pull requests claim with `AMBIGUOUS_PULL_REQUEST`;
+//! - over the real HTTPS git server of `scripts/git-test-servers` (TLS with a test CA, basic
+//!   auth as `x-access-token`), the forge's identity serves git too: a token Secret's token,
+//!   or a GitHub App's installation token minted for each fetch and push;
+//! - in each, the token is in no log line, status, Event or file the operator wrote.
 
 #[path = "../../operator/forge/tests/support/mod.rs"]
 mod support;
+
+#[path = "../../operator/repo/tests/support/git_servers.rs"]
+#[allow(dead_code)]
+mod git_servers;
 
 use std::{
     io::Write,
@@ -46,8 +55,36 @@ use serde_json::json;
 use support::{Fake, OWNER, REPO};
 
 /// The token of the scenarios' GitHub identity: it must appear nowhere but in the
-/// `Authorization` header GitHub receives.
+/// `Authorization` header GitHub receives (and, over HTTPS, the git server's basic auth).
 const TOKEN: &str = "ghp_e2eForgeToken7c1d9b0a";
+
+/// The installation token the fake GitHub mints for the App scenario (fixed, so the git
+/// server behind it can accept it as the `x-access-token` password).
+const INSTALLATION_TOKEN: &str = "ghs_e2eInstallationToken4f2a";
+
+/// The App scenario's private key (the forge crate's test key).
+const APP_KEY: &str = include_str!("../../operator/forge/tests/fixtures/test-app-key.pem");
+
+/// Where a scenario's repository is served from, and as whom the operator reaches it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Served {
+    /// A bare repository beside the test, as `file://`.
+    Local,
+    /// The HTTPS git server; the token Secret of the forge authenticates git.
+    HttpsToken,
+    /// The HTTPS git server; a GitHub App's installation tokens authenticate git.
+    HttpsApp,
+}
+
+impl Served {
+    /// The credential GitHub and the git server see.
+    fn token(self) -> &'static str {
+        match self {
+            Served::Local | Served::HttpsToken => TOKEN,
+            Served::HttpsApp => INSTALLATION_TOKEN,
+        }
+    }
+}
 
 /// Every log line of this test process (the scenarios install this writer before the
 /// cluster's default subscriber, at debug level for protobot).
@@ -93,6 +130,9 @@ impl StateCounts for NoCounts {
 /// merged), the fake GitHub serving it, and the Project naming both.
 struct Forged {
     cluster: Cluster,
+    served: Served,
+    /// The HTTPS git server (kept running for the scenario's life).
+    servers: Option<git_servers::GitServers>,
     tmp: tempfile::TempDir,
     fake: Fake,
     work: PathBuf,
@@ -104,26 +144,75 @@ struct Forged {
 }
 
 async fn forged(scenario: &str) -> Forged {
+    match forged_on(scenario, Served::Local).await {
+        Some(f) => f,
+        None => unreachable!("a local repository needs no server"),
+    }
+}
+
+/// The scenario's world with its repository served as `served`; `None` when the git servers
+/// cannot run here (and `PROTOBOT_REQUIRE_GIT_SERVERS` is not set).
+async fn forged_on(scenario: &str, served: Served) -> Option<Forged> {
     capture_logs();
+    let servers = match served {
+        Served::Local => None,
+        // GitHub's git user for tokens (what the operator sends when a Secret names none).
+        Served::HttpsToken | Served::HttpsApp => Some(git_servers::GitServers::start_as(Some((
+            "x-access-token",
+            served.token(),
+        )))?),
+    };
     let cluster = Cluster::connect(scenario).await;
     let ns = cluster.namespace.clone();
     let client = cluster.client.clone();
     let tmp = tempfile::tempdir().unwrap();
-    let (work, origin) = (tmp.path().join("work"), tmp.path().join("origin.git"));
-    let merge = author(&work, &origin).unwrap();
+    let (work, authored) = (tmp.path().join("work"), tmp.path().join("origin.git"));
+    let merge = author(&work, &authored).unwrap();
+    // The repository the Project names, and the bare repository behind it on disk.
+    let (repo_url, origin) = match &servers {
+        None => (format!("file://{}", authored.display()), authored),
+        Some(servers) => {
+            // The example's history becomes the served repository's.
+            git(
+                &authored,
+                &[
+                    "push",
+                    "-q",
+                    "--force",
+                    &servers.bare.display().to_string(),
+                    "main:main",
+                ],
+            );
+            (servers.https_url.clone(), servers.bare.clone())
+        }
+    };
     let fake = Fake::start().await;
     fake.serve_repository(&origin);
+    fake.with(|m| m.fixed_installation_token = Some(INSTALLATION_TOKEN.into()));
     {
         use k8s_openapi::{ByteString, api::core::v1::Secret};
+        let ca = servers.as_ref().map(|s| s.ca_pem.clone());
+        let (name, mut data) = match served {
+            Served::Local | Served::HttpsToken => {
+                ("github-token", vec![("token", TOKEN.as_bytes().to_vec())])
+            }
+            Served::HttpsApp => (
+                "github-app",
+                vec![("private-key.pem", APP_KEY.as_bytes().to_vec())],
+            ),
+        };
+        if let Some(ca) = ca {
+            data.push(("ca.crt", ca));
+        }
         let secret = Secret {
             metadata: kube::api::ObjectMeta {
-                name: Some("github-token".into()),
+                name: Some(name.into()),
                 namespace: Some(ns.clone()),
                 ..Default::default()
             },
             data: Some(
-                [("token".to_string(), ByteString(TOKEN.as_bytes().to_vec()))]
-                    .into_iter()
+                data.into_iter()
+                    .map(|(k, v)| (k.to_string(), ByteString(v)))
                     .collect(),
             ),
             ..Default::default()
@@ -146,30 +235,41 @@ async fn forged(scenario: &str) -> Forged {
         }),
     )
     .await;
+    let mut github = json!({
+        "apiBaseUrl": fake.base(),
+        "owner": OWNER,
+        "repository": REPO,
+        "workItemUrl": "https://console.example.invalid/items/{name}",
+    });
+    github[match served {
+        Served::HttpsApp => "app",
+        Served::Local | Served::HttpsToken => "tokenSecretRef",
+    }] = match served {
+        Served::HttpsApp => json!({
+            "appId": 4242, "installationId": 77, "privateKeySecretRef": {"name": "github-app"},
+        }),
+        Served::Local | Served::HttpsToken => json!({"name": "github-token"}),
+    };
     create_object(
         &Api::<Project>::namespaced(client.clone(), &ns),
         json!({
             "apiVersion": "protobot.dev/v1alpha1", "kind": "Project",
             "metadata": {"name": "cli-sync", "namespace": ns},
             "spec": {
-                "repoUrl": format!("file://{}", origin.display()),
+                "repoUrl": repo_url,
                 "sandboxProfile": "local",
                 "workerClassesRef": {"name": "cli-sync-workers"},
-                "forge": {"github": {
-                    "apiBaseUrl": fake.base(),
-                    "owner": OWNER,
-                    "repository": REPO,
-                    "tokenSecretRef": {"name": "github-token"},
-                    "workItemUrl": "https://console.example.invalid/items/{name}",
-                }},
+                "forge": {"github": github},
             },
         }),
     )
     .await;
     let registry = prometheus::Registry::new();
     let forge_metrics = ForgeMetrics::register(&registry).unwrap();
-    Forged {
+    Some(Forged {
         cluster,
+        served,
+        servers,
         tmp,
         fake,
         work,
@@ -178,7 +278,7 @@ async fn forged(scenario: &str) -> Forged {
         registry,
         forge_metrics,
         tasks: Vec::new(),
-    }
+    })
 }
 
 impl Forged {
@@ -189,6 +289,12 @@ impl Forged {
     /// GitHub lists the change set's merged pull request for the merge commit (single-player
     /// review, as the example declares: the merge is the approval).
     fn approve(&self) {
+        self.list_pulls(&[&self.merge.clone()]);
+    }
+
+    /// GitHub lists, for the merge commit, one merged pull request of the change set's
+    /// branch per entry, each merged as that commit; returns their numbers.
+    fn list_pulls(&self, merged_as: &[&str]) -> Vec<u64> {
         let branch = git(
             &self.work,
             &[
@@ -201,21 +307,27 @@ impl Forged {
         let head = git(&self.work, &["rev-parse", &format!("{}^2", self.merge)]);
         let merge = self.merge.clone();
         self.fake.with(|m| {
-            let number = m.next_number;
-            m.next_number += 1;
-            m.commit_pulls.push((
-                merge.clone(),
-                support::pull_json(
-                    number,
-                    &branch,
-                    "main",
-                    &head,
-                    "closed",
-                    Some(&merge),
-                    &format!("{OWNER}/{REPO}"),
-                ),
-            ));
-        });
+            merged_as
+                .iter()
+                .map(|sha| {
+                    let number = m.next_number;
+                    m.next_number += 1;
+                    m.commit_pulls.push((
+                        merge.clone(),
+                        support::pull_json(
+                            number,
+                            &branch,
+                            "main",
+                            &head,
+                            "closed",
+                            Some(sha),
+                            &format!("{OWNER}/{REPO}"),
+                        ),
+                    ));
+                    number
+                })
+                .collect()
+        })
     }
 
     async fn register(&self) {
@@ -385,10 +497,13 @@ impl Forged {
         self.fake.requests_to(Method::PUT, "/merge")
     }
 
-    /// The token is in no log line, no object's status or spec, no Event, and in no request
-    /// body GitHub received; GitHub received it only as the bearer token.
+    /// The token (and an App's key) is in no log line, no object's status or spec, no Event,
+    /// no file the operator wrote and no request body GitHub received; GitHub received it only
+    /// as the bearer token (an App authenticates its token requests with a signed JWT).
     async fn assert_no_token_leaked(&self) {
         let (client, ns) = (self.cluster.client.clone(), self.ns());
+        let token = self.served.token();
+        let key_line = APP_KEY.lines().nth(1).unwrap();
         let mut written = String::new();
         macro_rules! dump {
             ($kind:ty) => {
@@ -410,26 +525,45 @@ impl Forged {
         dump!(k8s_openapi::api::core::v1::ConfigMap);
         assert!(!written.is_empty());
         assert!(
-            !written.contains(TOKEN),
+            !written.contains(token),
             "the token is in an object or Event"
         );
+        assert!(!written.contains(key_line), "the App key is in an object");
         let logs = logs();
         assert!(logs.contains("GitHub"), "the log capture works");
-        assert!(!logs.contains(TOKEN), "the token is in the logs");
+        assert!(!logs.contains(token), "the token is in the logs");
+        assert!(!logs.contains(key_line), "the App key is in the logs");
+        for needle in [token, key_line] {
+            let files = git_servers::files_containing(self.tmp.path(), needle.as_bytes());
+            assert!(
+                files.is_empty(),
+                "a credential is in files the operator wrote: {files:?}"
+            );
+        }
         let requests = self.fake.requests();
         assert!(!requests.is_empty());
         for r in &requests {
             assert!(
-                !r.body.to_string().contains(TOKEN),
+                !r.body.to_string().contains(token),
                 "the token is in a request body"
             );
-            assert_eq!(
-                r.authorization.as_deref(),
-                Some(format!("Bearer {TOKEN}").as_str()),
-                "{} {}",
-                r.method,
-                r.path
-            );
+            let minting = r.path.ends_with("/access_tokens");
+            match (self.served, minting) {
+                (Served::HttpsApp, true) => assert!(
+                    r.authorization
+                        .as_deref()
+                        .is_some_and(|a| a.starts_with("Bearer ey") && !a.contains(token)),
+                    "an installation token is asked for with the App's JWT: {:?}",
+                    r.authorization
+                ),
+                _ => assert_eq!(
+                    r.authorization.as_deref(),
+                    Some(format!("Bearer {token}").as_str()),
+                    "{} {}",
+                    r.method,
+                    r.path
+                ),
+            }
         }
     }
 
@@ -477,6 +611,16 @@ async fn an_approved_change_set_is_built_and_landed_by_a_pull_request_merge_with
         !f.fake
             .requests_to(Method::GET, &format!("/commits/{}/pulls", f.merge))
             .is_empty()
+    );
+    // …and recorded which one, for the reviewer reading the ChangeSet.
+    let approval = cs.status.as_ref().and_then(|s| s.approval.clone());
+    let approval = approval.expect("status.approval names the approving pull request");
+    assert_eq!(approval.number, 1);
+    assert_eq!(approval.merge_commit, f.merge);
+    assert!(approval.url.ends_with("/pull/1"), "{approval:?}");
+    assert!(
+        verified(&cs).unwrap().2.contains("pull request #1"),
+        "{cs:?}"
     );
     // One pull-request merge, with merge_method=merge and sha = the tested head.
     let merges = f.merges();
@@ -740,4 +884,124 @@ async fn an_unreachable_forge_is_forge_unavailable_not_a_refusal() {
             .is_empty()
     );
     f.finish().await;
+}
+
+/// Waits for the ChangeSet's `Verified` to be decided and returns (reason, message), after
+/// checking that nothing was materialized.
+async fn refused(f: &Forged) -> (String, String) {
+    let change_sets: Api<ChangeSet> = Api::namespaced(f.cluster.client.clone(), &f.ns());
+    let refused = protobot_testkit::wait::until(
+        &change_sets,
+        "cs-00001",
+        timeout(),
+        |cs: Option<&ChangeSet>| {
+            cs.and_then(verified)
+                .is_some_and(|(s, _, _)| s == ConditionStatus::False)
+        },
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    let status = refused.status.as_ref().unwrap();
+    assert_eq!(status.work_item_ref, None);
+    assert_eq!(status.approval, None, "a refused merge records no approval");
+    let items: Api<BuildWorkItem> = Api::namespaced(f.cluster.client.clone(), &f.ns());
+    assert!(
+        items
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty(),
+        "nothing was materialized"
+    );
+    let (_, reason, message) = verified(&refused).unwrap();
+    (reason, message)
+}
+
+/// The change set's pull request was merged as another commit than the one registered:
+/// `MERGE_COMMIT_MISMATCH`, naming both, and nothing is materialized.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pull_request_merged_as_another_commit_is_refused_merge_commit_mismatch() {
+    let mut f = forged("forge-mismatch").await;
+    let other = "0123456789abcdef0123456789abcdef01234567";
+    let numbers = f.list_pulls(&[other]);
+    f.register().await;
+    f.start(false);
+    let (reason, message) = refused(&f).await;
+    assert_eq!(reason, "MERGE_COMMIT_MISMATCH", "{message}");
+    assert!(message.contains(other), "{message}");
+    assert!(message.contains(&f.merge), "{message}");
+    assert!(message.contains(&format!("#{}", numbers[0])), "{message}");
+    f.assert_no_token_leaked().await;
+    f.finish().await;
+}
+
+/// Two merged pull requests of the change set both claim the merge commit: the approval is
+/// ambiguous (`AMBIGUOUS_PULL_REQUEST`, naming both) and nothing is materialized.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_pull_requests_claiming_the_merge_are_refused_as_ambiguous() {
+    let mut f = forged("forge-ambiguous").await;
+    let merge = f.merge.clone();
+    let numbers = f.list_pulls(&[&merge, &merge]);
+    f.register().await;
+    f.start(false);
+    let (reason, message) = refused(&f).await;
+    assert_eq!(reason, "AMBIGUOUS_PULL_REQUEST", "{message}");
+    for n in numbers {
+        assert!(message.contains(&n.to_string()), "{message}");
+    }
+    f.assert_no_token_leaked().await;
+    f.finish().await;
+}
+
+/// Over the real HTTPS git server, the forge's identity serves git: registration mirrors,
+/// the Job Site fetches and pushes `wi/…`, and verifies the pull request's merge, all with
+/// `x-access-token` and the identity's token (a token Secret's, or an App installation's);
+/// the merge lands on the served repository's `main`.
+async fn lands_over_https(served: Served, scenario: &str) {
+    if !bwrap_installed() {
+        return;
+    }
+    let Some(mut f) = forged_on(scenario, served).await else {
+        return;
+    };
+    f.approve();
+    f.register().await;
+    f.start(true);
+    let name = f.registered().await;
+    let item = f.until_state(&name, LifecycleState::Completed).await;
+    let merges = f.merges();
+    assert_eq!(merges.len(), 1, "{merges:?}");
+    let (branch, tested) = f.tested_head();
+    assert!(
+        branch.starts_with("wi/"),
+        "the Job Site pushed {branch} over HTTPS"
+    );
+    assert_eq!(merges[0].body["sha"], tested.as_str());
+    let servers = f.servers.as_ref().unwrap();
+    let main = servers.main_head().to_string();
+    assert_eq!(
+        item.status.as_ref().and_then(|s| s.merge_commit.clone()),
+        Some(main.clone()),
+        "the served main is the verified merge"
+    );
+    assert_eq!(git(&f.origin, &["rev-parse", "main^2"]), tested);
+    let minted = f.fake.with(|m| m.installation_tokens.len());
+    match served {
+        Served::HttpsApp => assert!(minted >= 1, "git used minted installation tokens"),
+        _ => assert_eq!(minted, 0, "a token identity mints nothing"),
+    }
+    f.assert_no_token_leaked().await;
+    f.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_https_repository_is_landed_with_the_forge_token_serving_git() {
+    lands_over_https(Served::HttpsToken, "forge-https-token").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_https_repository_is_landed_with_github_app_installation_tokens_serving_git() {
+    lands_over_https(Served::HttpsApp, "forge-https-app").await;
 }

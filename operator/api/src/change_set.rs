@@ -121,6 +121,10 @@ pub struct ChangeSetStatus {
     /// Summary of the impact analysis rerun at the merge commit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub impact: Option<ImpactSummary>,
+    /// The pull request the Project's forge confirmed as the approved merge of this change
+    /// set (docs/forge-github.md §1); absent for Projects without a forge.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approval: Option<ApprovingPullRequest>,
     /// Conditions `Verified` (merge commit and manifest checked), `Materialized`, and the
     /// summary `Ready` and `Stalled` that GitOps tools read (docs/gitops.md).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -159,6 +163,26 @@ pub struct MaterializationReservation {
     pub source_fingerprint: String,
     /// The outcome: `waiting`, `ready-for-building`, `blocked` or `omitted`.
     pub outcome: MaterializationOutcome,
+}
+
+/// The pull request that approved a change set's merge, as the forge reported it when the
+/// merge was checked.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ApprovingPullRequest {
+    /// The pull request's number.
+    #[schemars(range(min = 1))]
+    pub number: u64,
+    /// The pull request's page.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub url: String,
+    /// The merge commit the forge reports for it (equal to `spec.mergeCommit`).
+    #[schemars(regex(pattern = GIT_COMMIT_PATTERN))]
+    pub merge_commit: String,
+    /// Who approved it; empty under `single-player` review, where the merge is the approval.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64))]
+    pub approvers: Vec<String>,
 }
 
 /// Summary of the impact analysis of a change set.

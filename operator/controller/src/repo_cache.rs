@@ -277,8 +277,22 @@ impl ResolveCredentials for SecretResolver {
             secret: secret.clone(),
             source: Box::new(source),
         };
+        let client = self.client.clone();
+        let read = std::thread::scope(|s| {
+            let handle = handle.clone();
+            s.spawn(move || handle.block_on(async move { read_secret(&client, secret).await }))
+                .join()
+        });
+        let found = read
+            .map_err(|_| unreadable(ReadError::Thread))?
+            .map_err(|e| unreadable(ReadError::Api(e)))?
+            .ok_or_else(|| AccessError::SecretMissing {
+                secret: secret.clone(),
+            })?;
         // A GitHub App's key Secret: git authenticates with a current installation token
-        // (user `x-access-token`), minted by the App's client, never with the key.
+        // (user `x-access-token`), minted by the App's client, never with the key. The
+        // Secret's `ca.crt`, when present, is trusted for the host (GitHub Enterprise behind a
+        // private CA), as for a token Secret.
         if let Some(app) = crate::forge::app_token_for(secret) {
             let token = std::thread::scope(|s| {
                 s.spawn(move || handle.block_on(async move { app.token().await }))
@@ -289,20 +303,9 @@ impl ResolveCredentials for SecretResolver {
             return Ok(Credentials::Https {
                 username: protobot_repo::remote::DEFAULT_TOKEN_USERNAME.to_string(),
                 password: token,
-                ca: None,
+                ca: found.data.get(protobot_repo::remote::keys::CA).cloned(),
             });
         }
-        let client = self.client.clone();
-        let read = std::thread::scope(|s| {
-            s.spawn(move || handle.block_on(async move { read_secret(&client, secret).await }))
-                .join()
-        });
-        let found = read
-            .map_err(|_| unreadable(ReadError::Thread))?
-            .map_err(|e| unreadable(ReadError::Api(e)))?
-            .ok_or_else(|| AccessError::SecretMissing {
-                secret: secret.clone(),
-            })?;
         Credentials::from_secret_data(secret, url, &found.data)
     }
 }

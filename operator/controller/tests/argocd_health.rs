@@ -236,6 +236,7 @@ fn change_set_health_follows_ready_and_stalled() {
         &Outcome::Materialized {
             contract: Box::new(contract()),
             result: Box::new(ResultEnvelope::applied("materialize", "work-item")),
+            approval: None,
         },
         Some(1),
         now(),
@@ -257,6 +258,7 @@ fn change_set_health_follows_ready_and_stalled() {
         &Outcome::Materialized {
             contract: Box::new(contract()),
             result: Box::new(conflict()),
+            approval: None,
         },
         Some(1),
         now(),

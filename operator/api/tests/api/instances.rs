@@ -141,6 +141,12 @@ fn change_set() -> ChangeSet {
             applicable_requirements: vec!["REQ-SYNC-001".to_owned(), "REQ-SYNC-002".to_owned()],
             dependencies: Vec::new(),
         }),
+        approval: Some(protobot_api::change_set::ApprovingPullRequest {
+            number: 42,
+            url: "https://github.com/acme/cli-sync/pull/42".to_owned(),
+            merge_commit: MERGE.to_owned(),
+            approvers: vec!["rita".to_owned()],
+        }),
         conditions: Vec::new(),
     });
     change_set

@@ -5,7 +5,9 @@
 use jiff::Timestamp;
 use protobot_api::{
     ChangeSetStatus, ConditionStatus, ConditionUpdate, LocalRef,
-    change_set::{ImpactSummary, MaterializationOutcome, MaterializationReservation},
+    change_set::{
+        ApprovingPullRequest, ImpactSummary, MaterializationOutcome, MaterializationReservation,
+    },
     common::ChangeType,
     conditions::{Health, reasons, set_condition, summary, types},
 };
@@ -41,6 +43,8 @@ pub enum Outcome {
         contract: Box<BuildContract>,
         /// The result envelope.
         result: Box<ResultEnvelope>,
+        /// The pull request the forge confirmed as the approval (Projects with a forge).
+        approval: Option<ApprovingPullRequest>,
     },
 }
 
@@ -181,13 +185,25 @@ pub fn status(
             set(pending("waiting for verification"));
             (Health::Progressing, FORGE_UNAVAILABLE, m.clone())
         }
-        Outcome::Materialized { contract, result } => {
+        Outcome::Materialized {
+            contract,
+            result,
+            approval,
+        } => {
+            let verified = match approval {
+                Some(pr) => format!(
+                    "merged on the default branch as {}, approved by pull request #{}",
+                    contract.spec_commit, pr.number
+                ),
+                None => format!("merged on the default branch as {}", contract.spec_commit),
+            };
             set(ConditionUpdate::new(
                 types::VERIFIED,
                 ConditionStatus::True,
                 reasons::MERGE_COMMIT_VERIFIED,
-                format!("merged on the default branch as {}", contract.spec_commit),
+                verified,
             ));
+            s.approval = approval.clone();
             s.impact = Some(ImpactSummary {
                 change_type: change_type(&contract.change_type),
                 implementation_required: contract.implementation_required,
@@ -381,7 +397,54 @@ mod tests {
         Outcome::Materialized {
             contract: Box::new(contract()),
             result: Box::new(result),
+            approval: None,
         }
+    }
+
+    #[test]
+    fn the_approving_pull_request_is_recorded_and_named_in_verified() {
+        let now = t("2026-09-18T12:00:00Z");
+        let pr = ApprovingPullRequest {
+            number: 42,
+            url: "https://github.example/acme/cli-sync/pull/42".into(),
+            merge_commit: "1a2b3c4d5e6f7a8b9c0d1a2b3c4d5e6f7a8b9c0d".into(),
+            approvers: vec!["rita".into()],
+        };
+        let approved = Outcome::Materialized {
+            contract: Box::new(contract()),
+            result: Box::new(ResultEnvelope::applied("materialize", "work-item")),
+            approval: Some(pr.clone()),
+        };
+        let s = status(None, &approved, Some(1), now);
+        assert_eq!(s.approval.as_ref(), Some(&pr));
+        let verified = find(&s, types::VERIFIED);
+        assert_eq!(verified.status, ConditionStatus::True);
+        assert!(
+            verified.message.contains("pull request #42"),
+            "{}",
+            verified.message
+        );
+        // A Project without a forge records none; a later pass keeps what was recorded only
+        // when it saw the approval again.
+        let plain = status(
+            None,
+            &materialized(ResultEnvelope::applied("materialize", "work-item")),
+            Some(1),
+            now,
+        );
+        assert_eq!(plain.approval, None);
+        assert!(
+            !find(&plain, types::VERIFIED)
+                .message
+                .contains("pull request")
+        );
+        let again = status(
+            Some(&s),
+            &materialized(ResultEnvelope::applied("materialize", "work-item")),
+            Some(1),
+            now,
+        );
+        assert_eq!(again.approval, None);
     }
 
     fn summary_of(s: &ChangeSetStatus) -> (ConditionStatus, &str, ConditionStatus) {

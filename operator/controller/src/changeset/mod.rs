@@ -24,8 +24,8 @@ use kube::{
     api::{Patch, PatchParams},
     runtime::controller::Action,
 };
-use protobot_api::{ChangeSet, Project};
-use protobot_forge::core::approval::{ApprovalClaim, ReviewMode};
+use protobot_api::{ChangeSet, Project, change_set::ApprovingPullRequest};
+use protobot_forge::core::approval::{ApprovalClaim, ApprovedPullRequest, ReviewMode};
 use protobot_jobsite::{
     contract::{BuildContract, Intake, build},
     materializer::{MaterializeError, Registration, read_facts},
@@ -177,9 +177,10 @@ async fn verify_and_materialize(
         }
     };
     // Only a merge the forge confirms an approving pull request made is materialized.
-    if let Some(refused) = check_approval(ctx, &project, cs, declared_in).await {
-        return Ok(refused);
-    }
+    let approval = match check_approval(ctx, &project, cs, declared_in).await {
+        Ok(approval) => approval,
+        Err(refused) => return Ok(refused),
+    };
     let contract = match build(&Intake::ChangeSet(facts)) {
         Ok(c) => c,
         Err(e) => return Ok(Outcome::ManifestInvalid(e.to_string())),
@@ -193,32 +194,31 @@ async fn verify_and_materialize(
     Ok(Outcome::Materialized {
         contract: Box::new(contract),
         result: Box::new(result),
+        approval,
     })
 }
 
-/// The approval check of a Project with a forge (docs/forge-github.md §1): `None` when the
-/// Project has no forge or the forge found the approving pull request; else the outcome that
-/// stops registration (a refusal with its code, or a forge that could not be asked).
+/// The approval check of a Project with a forge (docs/forge-github.md §1): `Ok(None)` when the
+/// Project has no forge, `Ok(Some(pull request))` when the forge found the approving pull
+/// request; else the outcome that stops registration (a refusal with its code, or a forge
+/// that could not be asked).
 pub async fn check_approval(
     ctx: &Context,
     project: &Project,
     cs: &ChangeSet,
     repo: PathBuf,
-) -> Option<Outcome> {
+) -> Result<Option<ApprovingPullRequest>, Outcome> {
     let forge = match ctx.forges.for_project(project).await {
-        Ok(None) => return None,
+        Ok(None) => return Ok(None),
         Ok(Some(forge)) => forge,
-        Err(e) => return Some(Outcome::ForgeUnavailable(e.to_string())),
+        Err(e) => return Err(Outcome::ForgeUnavailable(e.to_string())),
     };
     let merge = cs.spec.merge_commit.clone();
     let declared = tokio::task::spawn_blocking(move || declared_review(&repo, &merge))
         .await
         .map_err(|e| e.to_string())
         .and_then(|r| r);
-    let (branch_prefix, declared_mode) = match declared {
-        Ok(d) => d,
-        Err(reason) => return Some(Outcome::RepositoryUnavailable(reason)),
-    };
+    let (branch_prefix, declared_mode) = declared.map_err(Outcome::RepositoryUnavailable)?;
     let claim = ApprovalClaim {
         change_set_id: cs.spec.change_set_id.clone(),
         merge_commit: cs.spec.merge_commit.clone(),
@@ -235,16 +235,35 @@ pub async fn check_approval(
                 approvers = ?approved.approvers(),
                 "the merge's pull request approves the change set"
             );
-            None
+            Ok(Some(approving_pull_request(&approved)))
         }
-        Ok(Err(refusal)) => Some(Outcome::NotApproved {
+        Ok(Err(refusal)) => Err(Outcome::NotApproved {
             code: refusal.code(),
             message: refusal.to_string(),
         }),
-        Err(error) => Some(Outcome::ForgeUnavailable(format!(
+        Err(error) => Err(Outcome::ForgeUnavailable(format!(
             "unable to check the approving pull request on {}: {error}",
             forge.config.repository
         ))),
+    }
+}
+
+/// How many approvers `status.approval` lists (the CRD's bound); the rest are counted in the
+/// log line of the check.
+const APPROVERS_SHOWN: usize = 64;
+
+/// The status record of the forge's proof.
+fn approving_pull_request(approved: &ApprovedPullRequest) -> ApprovingPullRequest {
+    ApprovingPullRequest {
+        number: approved.number(),
+        url: approved.html_url().to_string(),
+        merge_commit: approved.merge_commit().to_string(),
+        approvers: approved
+            .approvers()
+            .iter()
+            .take(APPROVERS_SHOWN)
+            .cloned()
+            .collect(),
     }
 }
 

@@ -67,6 +67,9 @@ pub struct Model {
     pub page_size: usize,
     pub next_number: u64,
     pub installation_tokens: Vec<String>,
+    /// When set, every installation token minted is this one (a git server behind the
+    /// scenario accepts one fixed password); else `ghs_installation<n>`.
+    pub fixed_installation_token: Option<String>,
     pub token_lifetime_secs: i64,
     pub merge_hook: Option<MergeHook>,
     /// (branch, commit) pairs `GET …/compare` answers "ahead" for.
@@ -436,7 +439,10 @@ fn route(
     match (method.as_str(), segments.as_slice()) {
         ("POST", ["app", "installations", _id, "access_tokens"]) => {
             let n = m.installation_tokens.len() + 1;
-            let token = format!("ghs_installation{n}");
+            let token = m
+                .fixed_installation_token
+                .clone()
+                .unwrap_or_else(|| format!("ghs_installation{n}"));
             m.installation_tokens.push(token.clone());
             let expires = jiff::Timestamp::now().as_second() + m.token_lifetime_secs;
             let expires = jiff::Timestamp::from_second(expires).unwrap().to_string();

@@ -96,6 +96,12 @@ fn script() -> PathBuf {
 impl GitServers {
     /// Starts both servers, or `None` (printing why) when they cannot run here.
     pub fn start() -> Option<GitServers> {
+        GitServers::start_as(None)
+    }
+
+    /// Starts both servers with the HTTPS basic-auth `(username, password)` given, e.g. a
+    /// forge's `x-access-token` and the token it mints; else as [`GitServers::start`].
+    pub fn start_as(login: Option<(&str, &str)>) -> Option<GitServers> {
         let script = script();
         let check = Command::new(&script)
             .arg("check")
@@ -112,11 +118,18 @@ impl GitServers {
         let dir = Scratch::new();
         let root = dir.path().join("servers");
         let (https_port, ssh_port) = (free_port(), free_port());
-        let started = Command::new(&script)
+        let mut start = Command::new(&script);
+        start
             .arg("start")
             .arg(&root)
             .arg(https_port.to_string())
-            .arg(ssh_port.to_string())
+            .arg(ssh_port.to_string());
+        if let Some((username, password)) = login {
+            start
+                .env("GIT_TEST_USERNAME", username)
+                .env("GIT_TEST_PASSWORD", password);
+        }
+        let started = start
             .output()
             .unwrap_or_else(|e| panic!("cannot run {}: {e}", script.display()));
         let servers_env = root.join("servers.env");
