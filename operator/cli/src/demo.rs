@@ -41,7 +41,7 @@ use protobot_jobsite::{
     site::{JobSite, KnownContracts, SiteAction},
     triage::HeuristicTriage,
 };
-use protobot_lifecycle::{AuthorizationContext, State};
+use protobot_lifecycle::{AuthorizationContext, Grant, Role, State};
 use protobot_stores::{AdapterConfig, SqliteStore, WorkStore};
 use serde::Serialize;
 
@@ -145,17 +145,16 @@ enum DemoError {
     Agents(#[from] crate::demo_agents::AgentError),
 }
 
-fn context(role: &str, subject: &str, actions: &[&str]) -> AuthorizationContext {
-    AuthorizationContext {
-        subject: subject.into(),
-        role: role.into(),
-        project_id: PROJECT.into(),
-        allowed_actions: actions.iter().map(|s| s.to_string()).collect(),
-        allowed_refs: vec![format!("project:{PROJECT}"), "main".into()],
-        expires_at: Some(Timestamp::now() + SignedDuration::from_hours(2)),
-        policy_version: "protobot-demo/v1".into(),
-        ..AuthorizationContext::default()
-    }
+fn context(role: Role, subject: &str, actions: &[&str]) -> AuthorizationContext {
+    AuthorizationContext::new(Grant {
+        project: PROJECT,
+        role,
+        subject,
+        actions,
+        expires_at: Timestamp::now() + SignedDuration::from_hours(2),
+        policy_version: "protobot-demo/v1",
+    })
+    .with_refs(["main"])
 }
 
 async fn run(
@@ -235,7 +234,7 @@ async fn run(
             lease_seconds: 900,
         },
     )?);
-    let materializer = context("materializer", "materializer", &["materialize"]);
+    let materializer = context(Role::Materializer, "materializer", &["materialize"]);
     let result = store
         .execute(
             Some(&materializer),
@@ -266,7 +265,7 @@ async fn run(
         contract.applicable_requirement_ids.len()
     ));
     let job_site = context(
-        "job-site",
+        Role::JobSite,
         "job-site-local",
         protobot_jobsite::site::JOB_SITE_ACTIONS,
     );
@@ -361,7 +360,7 @@ async fn run(
     let site = JobSite {
         engine: Arc::new(engine),
         reconciler: context(
-            "reconciler",
+            Role::Reconciler,
             "reconciler-local",
             protobot_jobsite::site::RECONCILER_ACTIONS,
         ),
@@ -373,7 +372,7 @@ async fn run(
         repo_dir: jobsite,
         wip_limit: 1,
         materializer: Some(context(
-            "materializer",
+            Role::Materializer,
             "materializer",
             protobot_jobsite::site::REFRESH_ACTIONS,
         )),

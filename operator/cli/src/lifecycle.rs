@@ -19,7 +19,8 @@ use std::{path::PathBuf, process::ExitCode};
 use clap::Args;
 use jiff::{SignedDuration, Timestamp};
 use protobot_lifecycle::{
-    ApprovalRecord, AuthorizationContext, OperationEnvelope, ResultEnvelope, State, WorkItemRecord,
+    ApprovalRecord, AuthorizationContext, OperationEnvelope, ResultEnvelope, Role, State,
+    WorkItemRecord,
 };
 use protobot_stores::{AdapterConfig, ChangeSetRecord, Import, SqliteStore, WorkStore};
 
@@ -51,7 +52,7 @@ fn rejection(what: &str, result: &ResultEnvelope) -> String {
     format!("{what} was rejected: {code} ({message})")
 }
 
-fn context(project: &str, role: &str, subject: &str, actions: &[&str]) -> AuthorizationContext {
+fn context(project: &str, role: Role, subject: &str, actions: &[&str]) -> AuthorizationContext {
     crate::run::context_for(
         project,
         role,
@@ -128,7 +129,7 @@ pub async fn resolve_block<S: WorkStore>(
     };
     let drafting = context(
         project,
-        "drafting-table",
+        Role::DraftingTable,
         "drafting-table-local",
         &["blocked-work.submit-resolution"],
     );
@@ -160,7 +161,12 @@ pub async fn resolve_block<S: WorkStore>(
         })),
         ..OperationEnvelope::default()
     };
-    let materializer = context(project, "materializer", "materializer", &["resolve-block"]);
+    let materializer = context(
+        project,
+        Role::Materializer,
+        "materializer",
+        &["resolve-block"],
+    );
     let resolved = store
         .execute(Some(&materializer), &resolve, now)
         .await
@@ -187,7 +193,7 @@ pub async fn abandon_item<S: WorkStore>(
     integrated: Option<String>,
     now: Timestamp,
 ) -> Result<u64, String> {
-    let ctx = context(project, "human-maintainer", human, &["abandon"]);
+    let ctx = context(project, Role::HumanMaintainer, human, &["abandon"]);
     protobot_stores::maintainer::abandon(store, &ctx, record, "protobot-abandon", integrated, now)
         .await
         .map_err(|e| match e {

@@ -39,7 +39,7 @@ use protobot_jobsite::{
     site::{JobSite, RegisteredContracts, SiteAction},
     triage::HeuristicTriage,
 };
-use protobot_lifecycle::{AuthorizationContext, State};
+use protobot_lifecycle::{AuthorizationContext, Grant, Role, State};
 use protobot_stores::{AdapterConfig, SqliteStore, WorkStore};
 
 use crate::demo::Output;
@@ -130,7 +130,7 @@ fn required(dir: &Path, name: &str) -> Result<WorkerClass, RunError> {
     })
 }
 
-fn context(project: &str, role: &str, subject: &str, actions: &[&str]) -> AuthorizationContext {
+fn context(project: &str, role: Role, subject: &str, actions: &[&str]) -> AuthorizationContext {
     context_for(
         project,
         role,
@@ -144,21 +144,19 @@ fn context(project: &str, role: &str, subject: &str, actions: &[&str]) -> Author
 /// `valid_for` from now.
 pub(crate) fn context_for(
     project: &str,
-    role: &str,
+    role: Role,
     subject: &str,
     actions: &[&str],
     valid_for: SignedDuration,
 ) -> AuthorizationContext {
-    AuthorizationContext {
-        subject: subject.into(),
-        role: role.into(),
-        project_id: project.into(),
-        allowed_actions: actions.iter().map(|s| s.to_string()).collect(),
-        allowed_refs: vec![format!("project:{project}")],
-        expires_at: Some(Timestamp::now() + valid_for),
-        policy_version: "protobot-local/v1".into(),
-        ..AuthorizationContext::default()
-    }
+    AuthorizationContext::new(Grant {
+        project,
+        role,
+        subject,
+        actions,
+        expires_at: Timestamp::now() + valid_for,
+        policy_version: "protobot-local/v1",
+    })
 }
 
 /// The project id the spec store declares on the default branch.
@@ -328,7 +326,7 @@ async fn run_inner(args: &RunArgs, mode: Mode) -> Result<serde_json::Value, RunE
     );
     let materializer = context(
         &project_id,
-        "materializer",
+        Role::Materializer,
         "materializer",
         &["materialize"],
     );
@@ -434,7 +432,7 @@ async fn run_inner(args: &RunArgs, mode: Mode) -> Result<serde_json::Value, RunE
         triage: Arc::new(HeuristicTriage),
         context: context(
             &project_id,
-            "job-site",
+            Role::JobSite,
             "job-site-local",
             protobot_jobsite::site::JOB_SITE_ACTIONS,
         ),
@@ -451,7 +449,7 @@ async fn run_inner(args: &RunArgs, mode: Mode) -> Result<serde_json::Value, RunE
         engine: Arc::new(engine),
         reconciler: context(
             &project_id,
-            "reconciler",
+            Role::Reconciler,
             "reconciler-local",
             protobot_jobsite::site::RECONCILER_ACTIONS,
         ),
@@ -462,7 +460,7 @@ async fn run_inner(args: &RunArgs, mode: Mode) -> Result<serde_json::Value, RunE
         wip_limit: 1,
         materializer: Some(context(
             &project_id,
-            "materializer",
+            Role::Materializer,
             "materializer",
             protobot_jobsite::site::REFRESH_ACTIONS,
         )),
