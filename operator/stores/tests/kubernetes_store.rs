@@ -524,7 +524,7 @@ async fn a_renewal_keeps_the_leased_transition_time_and_moves_the_renew_time() {
         "a renewal is not a transition: the claim's time stays"
     );
     assert_eq!(leased.observed_generation, status.observed_generation);
-    let lease = status.lease.unwrap();
+    let lease = status.lease.clone().unwrap();
     assert_eq!(lease.acquire_time.0, now(), "acquired by the claim");
     assert_eq!(lease.renew_time.0, later, "renewed at the evaluation time");
     assert_eq!(lease.expires_at(), later + SignedDuration::from_mins(15));
@@ -886,7 +886,7 @@ async fn a_status_written_by_the_previous_version_is_read_and_its_times_kept() {
     );
     assert_eq!(status.lease.as_ref().unwrap().acquire_time.0, now());
     assert_eq!(
-        status.lease.unwrap().expires_at(),
+        status.lease.as_ref().unwrap().expires_at(),
         later + SignedDuration::from_mins(15)
     );
     assert_eq!(condition(&status, "Ready").reason, "InProgress");
