@@ -41,7 +41,7 @@ use protobot_jobsite::{
     site::{JobSite, KnownContracts, SiteAction},
     triage::HeuristicTriage,
 };
-use protobot_lifecycle::{AuthorizationContext, Grant, Role, State};
+use protobot_lifecycle::{AuthorizationContext, State};
 use protobot_stores::{AdapterConfig, SqliteStore, WorkStore};
 use serde::Serialize;
 
@@ -145,16 +145,17 @@ enum DemoError {
     Agents(#[from] crate::demo_agents::AgentError),
 }
 
-fn context(role: Role, subject: &str, actions: &[&str]) -> AuthorizationContext {
-    AuthorizationContext::new(Grant {
-        project: PROJECT,
-        role,
-        subject,
-        actions,
-        expires_at: Timestamp::now() + SignedDuration::from_hours(2),
-        policy_version: "protobot-demo/v1",
-    })
-    .with_refs(["main"])
+fn context(role: &str, subject: &str, actions: &[&str]) -> AuthorizationContext {
+    AuthorizationContext {
+        subject: subject.into(),
+        role: role.into(),
+        project_id: PROJECT.into(),
+        allowed_actions: actions.iter().map(|s| s.to_string()).collect(),
+        allowed_refs: vec![format!("project:{PROJECT}"), "main".into()],
+        expires_at: Some(Timestamp::now() + SignedDuration::from_hours(2)),
+        policy_version: "protobot-demo/v1".into(),
+        ..AuthorizationContext::default()
+    }
 }
 
 async fn run(
@@ -234,7 +235,7 @@ async fn run(
             lease_seconds: 900,
         },
     )?);
-    let materializer = context(Role::Materializer, "materializer", &["materialize"]);
+    let materializer = context("materializer", "materializer", &["materialize"]);
     let result = store
         .execute(
             Some(&materializer),
@@ -265,7 +266,7 @@ async fn run(
         contract.applicable_requirement_ids.len()
     ));
     let job_site = context(
-        Role::JobSite,
+        "job-site",
         "job-site-local",
         protobot_jobsite::site::JOB_SITE_ACTIONS,
     );
@@ -360,7 +361,7 @@ async fn run(
     let site = JobSite {
         engine: Arc::new(engine),
         reconciler: context(
-            Role::Reconciler,
+            "reconciler",
             "reconciler-local",
             protobot_jobsite::site::RECONCILER_ACTIONS,
         ),
@@ -372,7 +373,7 @@ async fn run(
         repo_dir: jobsite,
         wip_limit: 1,
         materializer: Some(context(
-            Role::Materializer,
+            "materializer",
             "materializer",
             protobot_jobsite::site::REFRESH_ACTIONS,
         )),

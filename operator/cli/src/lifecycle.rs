@@ -19,8 +19,7 @@ use std::{path::PathBuf, process::ExitCode};
 use clap::Args;
 use jiff::{SignedDuration, Timestamp};
 use protobot_lifecycle::{
-    ApprovalRecord, AuthorizationContext, OperationEnvelope, ResultEnvelope, Role, State,
-    WorkItemRecord,
+    ApprovalRecord, AuthorizationContext, OperationEnvelope, ResultEnvelope, State, WorkItemRecord,
 };
 use protobot_stores::{AdapterConfig, ChangeSetRecord, Import, SqliteStore, WorkStore};
 
@@ -52,7 +51,7 @@ fn rejection(what: &str, result: &ResultEnvelope) -> String {
     format!("{what} was rejected: {code} ({message})")
 }
 
-fn context(project: &str, role: Role, subject: &str, actions: &[&str]) -> AuthorizationContext {
+fn context(project: &str, role: &str, subject: &str, actions: &[&str]) -> AuthorizationContext {
     crate::run::context_for(
         project,
         role,
@@ -129,7 +128,7 @@ pub async fn resolve_block<S: WorkStore>(
     };
     let drafting = context(
         project,
-        Role::DraftingTable,
+        "drafting-table",
         "drafting-table-local",
         &["blocked-work.submit-resolution"],
     );
@@ -161,12 +160,7 @@ pub async fn resolve_block<S: WorkStore>(
         })),
         ..OperationEnvelope::default()
     };
-    let materializer = context(
-        project,
-        Role::Materializer,
-        "materializer",
-        &["resolve-block"],
-    );
+    let materializer = context(project, "materializer", "materializer", &["resolve-block"]);
     let resolved = store
         .execute(Some(&materializer), &resolve, now)
         .await
@@ -193,7 +187,7 @@ pub async fn abandon_item<S: WorkStore>(
     integrated: Option<String>,
     now: Timestamp,
 ) -> Result<u64, String> {
-    let ctx = context(project, Role::HumanMaintainer, human, &["abandon"]);
+    let ctx = context(project, "human-maintainer", human, &["abandon"]);
     protobot_stores::maintainer::abandon(store, &ctx, record, "protobot-abandon", integrated, now)
         .await
         .map_err(|e| match e {

@@ -39,7 +39,7 @@ use protobot_jobsite::{
     site::{JobSite, RegisteredContracts, SiteAction},
     triage::HeuristicTriage,
 };
-use protobot_lifecycle::{AuthorizationContext, Grant, Role, State};
+use protobot_lifecycle::{AuthorizationContext, State};
 use protobot_stores::{AdapterConfig, SqliteStore, WorkStore};
 
 use crate::demo::Output;
@@ -130,7 +130,7 @@ fn required(dir: &Path, name: &str) -> Result<WorkerClass, RunError> {
     })
 }
 
-fn context(project: &str, role: Role, subject: &str, actions: &[&str]) -> AuthorizationContext {
+fn context(project: &str, role: &str, subject: &str, actions: &[&str]) -> AuthorizationContext {
     context_for(
         project,
         role,
@@ -144,19 +144,21 @@ fn context(project: &str, role: Role, subject: &str, actions: &[&str]) -> Author
 /// `valid_for` from now.
 pub(crate) fn context_for(
     project: &str,
-    role: Role,
+    role: &str,
     subject: &str,
     actions: &[&str],
     valid_for: SignedDuration,
 ) -> AuthorizationContext {
-    AuthorizationContext::new(Grant {
-        project,
-        role,
-        subject,
-        actions,
-        expires_at: Timestamp::now() + valid_for,
-        policy_version: "protobot-local/v1",
-    })
+    AuthorizationContext {
+        subject: subject.into(),
+        role: role.into(),
+        project_id: project.into(),
+        allowed_actions: actions.iter().map(|s| s.to_string()).collect(),
+        allowed_refs: vec![format!("project:{project}")],
+        expires_at: Some(Timestamp::now() + valid_for),
+        policy_version: "protobot-local/v1".into(),
+        ..AuthorizationContext::default()
+    }
 }
 
 /// The project id the spec store declares on the default branch.
@@ -326,7 +328,7 @@ async fn run_inner(args: &RunArgs, mode: Mode) -> Result<serde_json::Value, RunE
     );
     let materializer = context(
         &project_id,
-        Role::Materializer,
+        "materializer",
         "materializer",
         &["materialize"],
     );
@@ -432,7 +434,7 @@ async fn run_inner(args: &RunArgs, mode: Mode) -> Result<serde_json::Value, RunE
         triage: Arc::new(HeuristicTriage),
         context: context(
             &project_id,
-            Role::JobSite,
+            "job-site",
             "job-site-local",
             protobot_jobsite::site::JOB_SITE_ACTIONS,
         ),
@@ -449,7 +451,7 @@ async fn run_inner(args: &RunArgs, mode: Mode) -> Result<serde_json::Value, RunE
         engine: Arc::new(engine),
         reconciler: context(
             &project_id,
-            Role::Reconciler,
+            "reconciler",
             "reconciler-local",
             protobot_jobsite::site::RECONCILER_ACTIONS,
         ),
@@ -460,7 +462,7 @@ async fn run_inner(args: &RunArgs, mode: Mode) -> Result<serde_json::Value, RunE
         wip_limit: 1,
         materializer: Some(context(
             &project_id,
-            Role::Materializer,
+            "materializer",
             "materializer",
             protobot_jobsite::site::REFRESH_ACTIONS,
         )),

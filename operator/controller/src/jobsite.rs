@@ -38,7 +38,7 @@ use protobot_jobsite::{
     site::{JobSite, RegisteredContracts, SiteAction},
     triage::HeuristicTriage,
 };
-use protobot_lifecycle::{AuthorizationContext, Grant, Role};
+use protobot_lifecycle::AuthorizationContext;
 use protobot_stores::{AdapterConfig, KubeStore, kubernetes::item_name};
 use serde::Deserialize;
 
@@ -268,16 +268,17 @@ pub fn worker_classes(
     })
 }
 
-/// A context of this operator's own (the clock and policy version are the shell's).
-fn context(project: &str, role: Role, subject: &str, actions: &[&str]) -> AuthorizationContext {
-    AuthorizationContext::new(Grant {
-        project,
-        role,
-        subject,
-        actions,
-        expires_at: Timestamp::now() + SignedDuration::from_hours(1),
-        policy_version: POLICY_VERSION,
-    })
+fn context(subject: &str, role: &str, project: &str, actions: &[&str]) -> AuthorizationContext {
+    AuthorizationContext {
+        subject: subject.into(),
+        role: role.into(),
+        project_id: project.into(),
+        allowed_actions: actions.iter().map(|s| s.to_string()).collect(),
+        allowed_refs: vec![format!("project:{project}")],
+        expires_at: Some(Timestamp::now() + SignedDuration::from_hours(1)),
+        policy_version: POLICY_VERSION.into(),
+        ..AuthorizationContext::default()
+    }
 }
 
 /// What one pass did, per project.
@@ -425,9 +426,9 @@ async fn drive_project<E: Executor + 'static>(
         clock: Arc::new(SystemClock),
         triage: Arc::new(HeuristicTriage),
         context: context(
-            &name,
-            Role::JobSite,
             &settings.identity,
+            "job-site",
+            &name,
             protobot_jobsite::site::JOB_SITE_ACTIONS,
         ),
         config,
@@ -438,9 +439,9 @@ async fn drive_project<E: Executor + 'static>(
     let site = JobSite {
         engine: Arc::new(engine),
         reconciler: context(
-            &name,
-            Role::Reconciler,
             &format!("{}-reconciler", settings.identity),
+            "reconciler",
+            &name,
             protobot_jobsite::site::RECONCILER_ACTIONS,
         ),
         contracts: Arc::new(
@@ -450,9 +451,9 @@ async fn drive_project<E: Executor + 'static>(
         repo_dir: clone,
         wip_limit: usize::try_from(spec.wip_limit).unwrap_or(1),
         materializer: Some(context(
-            &name,
-            Role::Materializer,
             MATERIALIZER_SUBJECT,
+            "materializer",
+            &name,
             protobot_jobsite::site::REFRESH_ACTIONS,
         )),
         capacity: Some(Arc::clone(&settings.capacity)),

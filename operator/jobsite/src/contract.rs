@@ -12,9 +12,7 @@
 
 use std::collections::BTreeSet;
 
-use protobot_lifecycle::{
-    Command, CommandRequest, Dependency, OperationEnvelope, Readiness, SourceContract, State,
-};
+use protobot_lifecycle::{Dependency, OperationEnvelope, Readiness, SourceContract, State};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
@@ -392,16 +390,15 @@ impl BuildContract {
     /// materialization key (a retry of the same registration reuses it).
     pub fn materialize_envelope(&self, project_id: &str, actor_ref: &str) -> OperationEnvelope {
         OperationEnvelope {
+            operation: "materialize".into(),
+            actor_context_ref: actor_ref.into(),
+            work_item_id: self.work_item_id.clone(),
+            expected_state: Some("initial".into()),
+            expected_contract_version: Some(0),
+            idempotency_key: format!("materialize:{}", self.materialization_key),
             materialization_key: self.materialization_key.clone(),
-            ..OperationEnvelope::command(CommandRequest {
-                command: Command::Materialize,
-                actor_context_ref: actor_ref,
-                work_item_id: &self.work_item_id,
-                expected_state: State::Initial,
-                expected_contract_version: 0,
-                idempotency_key: format!("materialize:{}", self.materialization_key),
-            })
-            .with_payload(json!({ "work_item": self.source(project_id) }))
+            payload: Some(json!({ "work_item": self.source(project_id) })),
+            ..OperationEnvelope::default()
         }
     }
 }

@@ -21,8 +21,7 @@ use std::{path::PathBuf, sync::Arc};
 use tracing::Instrument;
 
 use protobot_lifecycle::{
-    AuthorizationContext, Command, CommandRequest, OperationEnvelope, Reconciliation, State,
-    WorkItemRecord,
+    AuthorizationContext, Command, OperationEnvelope, Reconciliation, State, WorkItemRecord,
 };
 use protobot_repo::land::{fetch_remote_branch, find_merge_by_trailer};
 use protobot_stores::{ItemFilter, Observation, StoreError, WorkStore};
@@ -645,17 +644,18 @@ impl<S: WorkStore + 'static, E: Executor> JobSite<S, E> {
         &self,
         record: &WorkItemRecord,
     ) -> Result<Result<Claim, ClaimRefused>, SiteError> {
-        let env = OperationEnvelope::command(CommandRequest {
-            command: Command::Claim,
-            actor_context_ref: "job-site",
-            work_item_id: &record.id,
-            expected_state: State::ReadyForBuilding,
-            expected_contract_version: record.contract_version,
+        let env = OperationEnvelope {
+            operation: Command::Claim.as_str().into(),
+            actor_context_ref: "job-site".into(),
+            work_item_id: record.id.clone(),
+            expected_state: Some(State::ReadyForBuilding.as_str().into()),
+            expected_contract_version: Some(record.contract_version),
             idempotency_key: format!(
                 "{}:claim:v{}:{}",
                 record.id, record.contract_version, self.engine.context.subject
             ),
-        });
+            ..OperationEnvelope::default()
+        };
         let result = self
             .engine
             .store
@@ -775,14 +775,15 @@ impl<S: WorkStore + 'static, E: Executor> JobSite<S, E> {
                 }
             }
         }
-        let env = OperationEnvelope::command(CommandRequest {
-            command,
-            actor_context_ref: "reconciler",
-            work_item_id: &id,
-            expected_state: record.state,
-            expected_contract_version: record.contract_version,
+        let env = OperationEnvelope {
+            operation: command.as_str().into(),
+            actor_context_ref: "reconciler".into(),
+            work_item_id: id.clone(),
+            expected_state: Some(record.state.as_str().into()),
+            expected_contract_version: Some(record.contract_version),
             idempotency_key: format!("{id}:{}:v{}", command.as_str(), record.contract_version),
-        });
+            ..OperationEnvelope::default()
+        };
         let result = self
             .engine
             .store
@@ -854,19 +855,20 @@ pub async fn refresh_dependencies<S: WorkStore>(
         } else {
             continue;
         };
-        let env = OperationEnvelope::command(CommandRequest {
-            command,
-            actor_context_ref: "materializer",
-            work_item_id: &record.id,
-            expected_state: record.state,
-            expected_contract_version: record.contract_version,
+        let env = OperationEnvelope {
+            operation: command.as_str().into(),
+            actor_context_ref: "materializer".into(),
+            work_item_id: record.id.clone(),
+            expected_state: Some(record.state.as_str().into()),
+            expected_contract_version: Some(record.contract_version),
             idempotency_key: format!(
                 "{}:{}:v{}",
                 record.id,
                 command.as_str(),
                 record.contract_version
             ),
-        });
+            ..OperationEnvelope::default()
+        };
         let result = store.execute(Some(materializer), &env, now).await?;
         if result.ok {
             tracing::info!(work_item = %record.id, command = command.as_str(), "dependencies refreshed");

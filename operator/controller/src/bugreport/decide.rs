@@ -455,18 +455,16 @@ pub fn abandon_context(
     project: &str,
     now: Timestamp,
 ) -> protobot_lifecycle::AuthorizationContext {
-    let subject = format!("bugreport-annotation:{ns}/{bug_name}");
-    protobot_lifecycle::AuthorizationContext::new(protobot_lifecycle::Grant {
-        project,
-        role: protobot_lifecycle::Role::HumanMaintainer,
-        subject: &subject,
-        actions: &["abandon"],
-        // An expiry past the representable range fails closed (expired at once).
-        expires_at: now
-            .checked_add(jiff::SignedDuration::from_secs(60))
-            .unwrap_or(now),
-        policy_version: crate::changeset::POLICY_VERSION,
-    })
+    protobot_lifecycle::AuthorizationContext {
+        subject: format!("bugreport-annotation:{ns}/{bug_name}"),
+        role: protobot_lifecycle::Role::HumanMaintainer.as_str().into(),
+        project_id: project.into(),
+        allowed_actions: vec!["abandon".into()],
+        allowed_refs: vec![format!("project:{project}")],
+        expires_at: now.checked_add(jiff::SignedDuration::from_secs(60)).ok(),
+        policy_version: crate::changeset::POLICY_VERSION.into(),
+        ..protobot_lifecycle::AuthorizationContext::default()
+    }
 }
 
 /// The Event after the annotation abandoned the item.
