@@ -36,6 +36,53 @@ pub struct AuthorizationContext {
     pub policy_version: String,
 }
 
+/// What a trusted in-process caller (the operator, the CLI) grants one of its own
+/// components: the one way to build an [`AuthorizationContext`] outside a Gate. Named
+/// fields, so a subject can never be passed where the project belongs.
+#[derive(Clone, Copy, Debug)]
+pub struct Grant<'a> {
+    /// The project the context is valid for (its ref `project:<id>` is granted too).
+    pub project: &'a str,
+    /// The role.
+    pub role: Role,
+    /// The authenticated subject (becomes the lease owner).
+    pub subject: &'a str,
+    /// Operations granted.
+    pub actions: &'a [&'a str],
+    /// Exclusive expiry (the caller reads its clock; the context never does).
+    pub expires_at: Timestamp,
+    /// The policy version the caller speaks for.
+    pub policy_version: &'a str,
+}
+
+impl AuthorizationContext {
+    /// The context `grant` describes, with `project:<project>` as its only ref (add more
+    /// with [`AuthorizationContext::with_refs`]) and no work-item or change-set scoping.
+    pub fn new(grant: Grant<'_>) -> AuthorizationContext {
+        AuthorizationContext {
+            subject: grant.subject.to_owned(),
+            role: grant.role.as_str().to_owned(),
+            project_id: grant.project.to_owned(),
+            work_item_id: None,
+            change_set_id: None,
+            allowed_actions: grant.actions.iter().map(|a| (*a).to_owned()).collect(),
+            allowed_refs: vec![format!("project:{}", grant.project)],
+            expires_at: Some(grant.expires_at),
+            policy_version: grant.policy_version.to_owned(),
+        }
+    }
+
+    /// The context with `refs` granted as well (duplicates are not added twice).
+    pub fn with_refs<'r>(mut self, refs: impl IntoIterator<Item = &'r str>) -> Self {
+        for r in refs {
+            if !self.allowed_refs.iter().any(|have| have == r) {
+                self.allowed_refs.push(r.to_owned());
+            }
+        }
+        self
+    }
+}
+
 fn is_wildcard(entry: &str) -> bool {
     let t = entry.trim();
     t == "*" || t.eq_ignore_ascii_case("all")
@@ -138,4 +185,55 @@ impl AuthorizationContext {
 /// An `UNAUTHORIZED_ACTION` rejection.
 pub fn unauthorized(message: &str) -> Rejection {
     Rejection::new(Code::UnauthorizedAction, message)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(seconds: i64) -> Timestamp {
+        Timestamp::from_second(1_800_000_000 + seconds).unwrap_or(Timestamp::UNIX_EPOCH)
+    }
+
+    fn grant() -> Grant<'static> {
+        Grant {
+            project: "demo",
+            role: Role::JobSite,
+            subject: "job-site-a",
+            actions: &["claim", "renew-lease"],
+            expires_at: at(60),
+            policy_version: "p1",
+        }
+    }
+
+    #[test]
+    fn a_grant_builds_a_context_that_validates_for_its_project_only() {
+        let ctx = AuthorizationContext::new(grant());
+        assert_eq!(ctx.subject, "job-site-a");
+        assert_eq!(ctx.role, "job-site");
+        assert_eq!(ctx.project_id, "demo");
+        assert_eq!(ctx.allowed_actions, ["claim", "renew-lease"]);
+        assert_eq!(ctx.allowed_refs, ["project:demo"]);
+        assert_eq!(ctx.expires_at, Some(at(60)));
+        assert_eq!(ctx.policy_version, "p1");
+        assert_eq!(ctx.validate("demo", Some(at(0))), Ok(Role::JobSite));
+        assert!(ctx.validate("other", Some(at(0))).is_err());
+        // The expiry is exclusive.
+        assert!(ctx.validate("demo", Some(at(60))).is_err());
+    }
+
+    #[test]
+    fn extra_refs_are_added_once() {
+        let ctx = AuthorizationContext::new(grant()).with_refs(["main", "main", "project:demo"]);
+        assert_eq!(ctx.allowed_refs, ["project:demo", "main"]);
+    }
+
+    #[test]
+    fn a_grant_without_actions_fails_closed() {
+        let ctx = AuthorizationContext::new(Grant {
+            actions: &[],
+            ..grant()
+        });
+        assert!(ctx.validate("demo", Some(at(0))).is_err());
+    }
 }

@@ -9,7 +9,7 @@ use serde_json::Value;
 
 use crate::{
     record::{MergeEnvelope, SourceContract},
-    vocab::{Code, Retry, State},
+    vocab::{Code, Command, Retry, State},
 };
 
 /// The untrusted operation envelope. Unknown fields are rejected, except the
@@ -59,6 +59,59 @@ pub struct OperationEnvelope {
     /// Ignored: requests never carry their own authority.
     #[serde(skip_serializing)]
     pub untrusted_actor: Option<Value>,
+}
+
+/// A lifecycle command as an in-process caller (the Job Site, the reconciler, the
+/// maintainer tools, the stores' tests) means it: command and expected state are enums, so
+/// the envelope [`OperationEnvelope::command`] builds always spells them as the evaluator
+/// parses them. Named fields: the three strings cannot be swapped by position.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CommandRequest<'a> {
+    /// The command.
+    pub command: Command,
+    /// The reference the Gate (or the in-process caller) resolves to a context.
+    pub actor_context_ref: &'a str,
+    /// The target work item.
+    pub work_item_id: &'a str,
+    /// The state the caller read.
+    pub expected_state: State,
+    /// The contract version the caller read.
+    pub expected_contract_version: u64,
+    /// The per-command idempotency key.
+    pub idempotency_key: String,
+}
+
+impl OperationEnvelope {
+    /// The wire envelope of `request`, unfenced and without a payload (add them with
+    /// [`OperationEnvelope::fenced`] and [`OperationEnvelope::with_payload`]).
+    pub fn command(request: CommandRequest<'_>) -> OperationEnvelope {
+        OperationEnvelope {
+            operation: request.command.as_str().to_owned(),
+            actor_context_ref: request.actor_context_ref.to_owned(),
+            work_item_id: request.work_item_id.to_owned(),
+            expected_state: Some(request.expected_state.as_str().to_owned()),
+            expected_contract_version: Some(request.expected_contract_version),
+            idempotency_key: request.idempotency_key,
+            ..OperationEnvelope::default()
+        }
+    }
+
+    /// The envelope presenting `fencing_token`.
+    pub fn fenced(mut self, fencing_token: impl Into<String>) -> OperationEnvelope {
+        self.fencing_token = fencing_token.into();
+        self
+    }
+
+    /// The envelope carrying `payload`.
+    pub fn with_payload(mut self, payload: Value) -> OperationEnvelope {
+        self.payload = Some(payload);
+        self
+    }
+
+    /// The command this envelope names, if it names one of the 16.
+    pub fn lifecycle_command(&self) -> Option<Command> {
+        Command::parse(&self.operation)
+    }
 }
 
 /// The strict lifecycle payload; unknown fields are `INVALID_REQUEST`.
@@ -411,5 +464,74 @@ impl ResultEnvelope {
     /// The rejection code, if rejected (directly or in a nested preflight decision).
     pub fn code(&self) -> Option<Code> {
         self.error.as_ref().map(|e| e.code)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn renew() -> CommandRequest<'static> {
+        CommandRequest {
+            command: Command::RenewLease,
+            actor_context_ref: "job-site",
+            work_item_id: "wi-1",
+            expected_state: State::Inspecting,
+            expected_contract_version: 4,
+            idempotency_key: "wi-1:renew:v4".into(),
+        }
+    }
+
+    #[test]
+    fn a_command_request_spells_its_command_and_state_as_the_evaluator_reads_them() {
+        for &command in Command::ALL {
+            for &state in State::ALL {
+                let env = OperationEnvelope::command(CommandRequest {
+                    command,
+                    expected_state: state,
+                    ..renew()
+                });
+                assert_eq!(env.lifecycle_command(), Some(command));
+                assert_eq!(
+                    env.expected_state.as_deref().and_then(State::parse),
+                    Some(state)
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_command_envelope_is_unfenced_until_fenced_and_survives_the_wire() {
+        let env = OperationEnvelope::command(renew());
+        assert_eq!(env.fencing_token, "");
+        assert_eq!(env.payload, None);
+        let env = env
+            .fenced("fence-3")
+            .with_payload(serde_json::json!({"question": "q"}));
+        let wire = serde_json::to_value(&env).unwrap_or_default();
+        assert_eq!(
+            wire,
+            serde_json::json!({
+                "operation": "renew-lease",
+                "actor_context_ref": "job-site",
+                "work_item_id": "wi-1",
+                "expected_state": "inspecting",
+                "expected_contract_version": 4,
+                "fencing_token": "fence-3",
+                "idempotency_key": "wi-1:renew:v4",
+                "payload": {"question": "q"},
+            })
+        );
+        let back: OperationEnvelope = serde_json::from_value(wire).unwrap_or_default();
+        assert_eq!(back, env);
+    }
+
+    #[test]
+    fn an_operation_that_is_not_a_command_names_none() {
+        let env = OperationEnvelope {
+            operation: "request.get".into(),
+            ..OperationEnvelope::default()
+        };
+        assert_eq!(env.lifecycle_command(), None);
     }
 }

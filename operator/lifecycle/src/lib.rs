@@ -19,10 +19,11 @@ pub mod strict;
 pub mod vocab;
 
 pub use approval::{ApprovalRecord, ApprovalUse, Submission};
-pub use context::AuthorizationContext;
+pub use context::{AuthorizationContext, Grant};
 pub use envelope::{
-    Authority, Decision, DecisionOutcome, EnvelopeOutcome, IdempotencyStatus, LifecyclePayload,
-    Mutation, OperationEnvelope, Rejection, ResultEnvelope, StateVersion, WorkItemView,
+    Authority, CommandRequest, Decision, DecisionOutcome, EnvelopeOutcome, IdempotencyStatus,
+    LifecyclePayload, Mutation, OperationEnvelope, Rejection, ResultEnvelope, StateVersion,
+    WorkItemView,
 };
 pub use evaluator::{
     AuditEvent, Effects, Evaluation, IdempotencyEntry, Inputs, Prepared, Reservation, evaluate,

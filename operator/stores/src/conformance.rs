@@ -16,9 +16,9 @@ use std::sync::Arc;
 
 use jiff::{SignedDuration, Timestamp};
 use protobot_lifecycle::{
-    ApprovalRecord, AuthorizationContext, Code, Command, Dependency, Lease, MergeEnvelope,
-    OperationEnvelope, Readiness, Reconciliation, ResultEnvelope, Role, Ruleset, State,
-    WorkItemRecord,
+    ApprovalRecord, AuthorizationContext, Code, Command, CommandRequest, Dependency, Lease,
+    MergeEnvelope, OperationEnvelope, Readiness, Reconciliation, ResultEnvelope, Role, Ruleset,
+    State, WorkItemRecord,
 };
 use serde_json::{Value, json};
 
@@ -191,15 +191,14 @@ pub fn candidate(version: u64, merge_commit: &str) -> MergeEnvelope {
 
 /// A lifecycle command envelope.
 pub fn cmd(command: Command, id: &str, state: State, version: u64, key: &str) -> OperationEnvelope {
-    OperationEnvelope {
-        operation: command.as_str().into(),
-        actor_context_ref: "ref".into(),
-        work_item_id: id.into(),
-        expected_state: Some(state.as_str().into()),
-        expected_contract_version: Some(version),
+    OperationEnvelope::command(CommandRequest {
+        command,
+        actor_context_ref: "ref",
+        work_item_id: id,
+        expected_state: state,
+        expected_contract_version: version,
         idempotency_key: key.into(),
-        ..OperationEnvelope::default()
-    }
+    })
 }
 
 /// A preflight of `command` with extra payload fields.

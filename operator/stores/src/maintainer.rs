@@ -7,7 +7,8 @@
 
 use jiff::Timestamp;
 use protobot_lifecycle::{
-    AuthorizationContext, OperationEnvelope, Reconciliation, ResultEnvelope, WorkItemRecord,
+    AuthorizationContext, Command, CommandRequest, OperationEnvelope, Reconciliation,
+    ResultEnvelope, WorkItemRecord,
 };
 
 use crate::{Observation, StoreError, WorkStore};
@@ -52,16 +53,15 @@ pub enum AbandonError {
 /// The `abandon` envelope for `record` as it is now (its idempotency key is
 /// bound to the version, so a retry replays instead of abandoning twice).
 pub fn abandon_envelope(record: &WorkItemRecord, actor_context_ref: &str) -> OperationEnvelope {
-    OperationEnvelope {
-        operation: "abandon".into(),
-        actor_context_ref: actor_context_ref.into(),
-        work_item_id: record.id.clone(),
-        expected_state: Some(record.state.as_str().into()),
-        expected_contract_version: Some(record.contract_version),
+    OperationEnvelope::command(CommandRequest {
+        command: Command::Abandon,
+        actor_context_ref,
+        work_item_id: &record.id,
+        expected_state: record.state,
+        expected_contract_version: record.contract_version,
         idempotency_key: format!("abandon-{}-v{}", record.id, record.contract_version),
-        payload: Some(serde_json::json!({"cancellation_confirmed": true})),
-        ..OperationEnvelope::default()
-    }
+    })
+    .with_payload(serde_json::json!({"cancellation_confirmed": true}))
 }
 
 /// Abandons `record` as `ctx` (a human maintainer's context granting

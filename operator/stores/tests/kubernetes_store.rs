@@ -452,3 +452,489 @@ async fn a_long_build_keeps_its_ledger_bounded_and_every_old_key_replays() {
         "an archived key reused with a new fingerprint conflicts"
     );
 }
+
+// === The typed status: conditions, transition times, every field, older statuses ===
+
+fn job_site_with(actions: &[&str]) -> AuthorizationContext {
+    AuthorizationContext {
+        allowed_actions: actions.iter().map(|a| a.to_string()).collect(),
+        ..job_site()
+    }
+}
+
+fn fenced(operation: &str, version: u64, token: &str, key: &str) -> OperationEnvelope {
+    OperationEnvelope {
+        operation: operation.into(),
+        expected_state: Some("building".into()),
+        expected_contract_version: Some(version),
+        fencing_token: token.into(),
+        ..claim(key)
+    }
+}
+
+async fn claimed(server: &ApiServer) -> (KubeStore, String) {
+    let store = seeded(server).await;
+    let r = store
+        .execute(Some(&job_site()), &claim("k1"), now())
+        .await
+        .unwrap();
+    assert!(r.ok, "{:?}", r.error);
+    let token = r.decision.unwrap().fencing_token_issued.unwrap();
+    (store, token)
+}
+
+async fn status_of(server: &ApiServer, name: &str) -> protobot_api::BuildWorkItemStatus {
+    let api: Api<BuildWorkItem> = Api::namespaced(server.client(), "default");
+    api.get(name).await.unwrap().status.unwrap()
+}
+
+fn condition<'a>(
+    status: &'a protobot_api::BuildWorkItemStatus,
+    type_: &str,
+) -> &'a protobot_api::Condition {
+    status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == type_)
+        .unwrap_or_else(|| panic!("no {type_} condition in {:?}", status.conditions))
+}
+
+#[tokio::test]
+async fn a_renewal_keeps_the_leased_transition_time_and_moves_the_renew_time() {
+    let server = server();
+    let (store, token) = claimed(&server).await;
+    let at_claim = status_of(&server, "wi-1").await;
+    let later = now() + SignedDuration::from_mins(5);
+    let r = store
+        .execute(
+            Some(&job_site_with(&["claim", "renew-lease"])),
+            &fenced("renew-lease", 2, &token, "k2"),
+            later,
+        )
+        .await
+        .unwrap();
+    assert!(r.ok, "{:?}", r.error);
+    let status = status_of(&server, "wi-1").await;
+    assert_eq!(status.contract_version, 3);
+    let leased = condition(&status, "Leased");
+    assert_eq!(leased.status, protobot_api::ConditionStatus::True);
+    assert_eq!(
+        leased.last_transition_time.0,
+        now(),
+        "a renewal is not a transition: the claim's time stays"
+    );
+    assert_eq!(leased.observed_generation, status.observed_generation);
+    let lease = status.lease.clone().unwrap();
+    assert_eq!(lease.acquire_time.0, now(), "acquired by the claim");
+    assert_eq!(lease.renew_time.0, later, "renewed at the evaluation time");
+    assert_eq!(lease.expires_at(), later + SignedDuration::from_mins(15));
+    let versions: Vec<_> = status
+        .contract_versions
+        .iter()
+        .map(|e| (e.version, e.command, e.time.0))
+        .collect();
+    assert_eq!(
+        versions,
+        vec![
+            (2, protobot_api::common::LifecycleCommand::Claim, now()),
+            (3, protobot_api::common::LifecycleCommand::RenewLease, later),
+        ]
+    );
+    // The other conditions did not move either.
+    for type_ in ["Blocked", "Stalled", "Ready"] {
+        assert_eq!(
+            condition(&status, type_).last_transition_time,
+            condition(&at_claim, type_).last_transition_time,
+            "{type_}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_spec_question_writes_blocked_stalled_and_not_ready() {
+    let server = server();
+    let (store, token) = claimed(&server).await;
+    let later = now() + SignedDuration::from_mins(1);
+    let mut env = fenced("raise-spec-question", 2, &token, "k2");
+    env.payload = Some(serde_json::json!({"question": "which timeout applies?"}));
+    let r = store
+        .execute(
+            Some(&job_site_with(&["claim", "raise-spec-question"])),
+            &env,
+            later,
+        )
+        .await
+        .unwrap();
+    assert!(r.ok, "{:?}", r.error);
+    let status = status_of(&server, "wi-1").await;
+    assert_eq!(status.state, LifecycleState::Blocked);
+    assert_eq!(
+        status.block_reason.as_deref(),
+        Some("which timeout applies?")
+    );
+    let blocked = condition(&status, "Blocked");
+    assert_eq!(blocked.status, protobot_api::ConditionStatus::True);
+    assert_eq!(blocked.reason, "BlockRecorded");
+    assert_eq!(blocked.message, "which timeout applies?");
+    assert_eq!(blocked.last_transition_time.0, later);
+    let stalled = condition(&status, "Stalled");
+    assert_eq!(stalled.status, protobot_api::ConditionStatus::True);
+    let ready = condition(&status, "Ready");
+    assert_eq!(
+        (ready.status, ready.reason.as_str()),
+        (protobot_api::ConditionStatus::False, "Blocked")
+    );
+    // The lease was released: no lease, Leased=False from the question's time.
+    assert!(status.lease.is_none());
+    assert!(status.owner.is_none());
+    let leased = condition(&status, "Leased");
+    assert_eq!(
+        (leased.status, leased.reason.as_str()),
+        (protobot_api::ConditionStatus::False, "NotLeased")
+    );
+    assert_eq!(leased.last_transition_time.0, later);
+}
+
+#[tokio::test]
+async fn fencing_tokens_are_fence_n_from_the_projects_counter() {
+    // What the CRD (`status.lease.fencingToken`) and docs/kubernetes-work-store.md say.
+    let server = server();
+    let (store, first) = claimed(&server).await;
+    let mut rec = WorkItemRecord::new("wi-2", "demo", State::ReadyForBuilding, 1);
+    rec.readiness = Readiness::complete();
+    store.import(Import::Record(rec)).await.unwrap();
+    let mut env = claim("k2");
+    env.work_item_id = "wi-2".into();
+    let second = store
+        .execute(Some(&job_site()), &env, now())
+        .await
+        .unwrap()
+        .decision
+        .unwrap()
+        .fencing_token_issued
+        .unwrap();
+    let n = |token: &str| -> u64 {
+        token
+            .strip_prefix("fence-")
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("{token:?} is not fence-<n>"))
+    };
+    assert!(
+        n(&second) > n(&first),
+        "one counter per project: {first} then {second}"
+    );
+    assert_eq!(
+        status_of(&server, "wi-2")
+            .await
+            .lease
+            .unwrap()
+            .fencing_token,
+        second
+    );
+}
+
+/// A status with every field the CRD documents set, nested ones included.
+fn full_status() -> protobot_api::BuildWorkItemStatus {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+    use protobot_api::{
+        Lease,
+        build_work_item::{
+            CompletionEvidence, ContractVersionEntry, CycleOutcome, CycleRecord, DependencyStatus,
+            GitMutation, MergeEnvelope, Readiness as StatusReadiness, Reconciliation,
+            ReconciliationStatus,
+        },
+        common::{LifecycleCommand, ModelTier},
+    };
+    let at = |s: i64| Time(now() + SignedDuration::from_secs(s));
+    let envelope = MergeEnvelope {
+        product_tree_digest: "sha256:tree".into(),
+        inspection_run_id: "ir-1".into(),
+        integration_head: "b".repeat(40),
+        target: "main".into(),
+        contract_version: 8,
+        merge_commit: Some("c".repeat(40)),
+    };
+    let mut status = protobot_api::BuildWorkItemStatus::materialized(LifecycleState::Completed);
+    status.contract_version = 9;
+    status.contract_versions = vec![ContractVersionEntry {
+        version: 9,
+        command: LifecycleCommand::RecordMerge,
+        state: LifecycleState::Completed,
+        actor: Some("job-site-a".into()),
+        idempotency_key: Some("k9".into()),
+        time: at(9),
+    }];
+    status.owner = Some("job-site-a".into());
+    status.lease = Some(Lease {
+        holder: "job-site-a".into(),
+        fencing_token: "fence-3".into(),
+        acquire_time: at(1),
+        renew_time: at(2),
+        duration_seconds: 900,
+    });
+    status.readiness = Some(StatusReadiness {
+        contract_complete: true,
+        source_immutable: true,
+        specification_validated: true,
+        requirement_references_valid: true,
+        pipeline_entry_satisfied: true,
+        impact_dispositioned: true,
+        policy_compatible: true,
+        unresolved_reasons: vec!["none left".into()],
+    });
+    status.dependencies = vec![DependencyStatus {
+        id: "wi-0".into(),
+        state: Some(LifecycleState::Completed),
+    }];
+    status.block_reason = Some("an old question".into());
+    status.active_resolution_submission_id = Some("sub-1".into());
+    status.inspection_run_sealed = true;
+    status.findings_terminal = true;
+    status.final_tests_passed = true;
+    status.expected_merge = Some(envelope.clone());
+    status.reconciliation = Some(Reconciliation {
+        status: ReconciliationStatus::MergeRecorded,
+        git_mutation: GitMutation::Merged,
+        merge_envelope: Some(envelope.clone()),
+        observed_time: Some(at(8)),
+    });
+    status.branch = Some("wi/wi-1-build".into());
+    status.cycles = vec![CycleRecord {
+        cycle: 1,
+        tier: ModelTier::T2,
+        outcome: CycleOutcome::Passed,
+        candidate_commit: Some("b".repeat(40)),
+        start_time: at(3),
+        end_time: Some(at(4)),
+    }];
+    status.escalation_tier = Some(ModelTier::T2);
+    status.candidate_commit = Some("b".repeat(40));
+    status.merge_commit = Some("c".repeat(40));
+    status.completion = Some(CompletionEvidence {
+        merge_envelope: envelope,
+        verified_on_target: true,
+        completed_time: at(9),
+    });
+    status.observed_generation = Some(1);
+    status.ledger = Some("{}".into());
+    status.mirror_conditions(Some(1), now());
+    status
+}
+
+/// Every property path of a structural schema (`a.b`, `a[].b`), with the schema's own
+/// maps (`x-kubernetes-preserve-unknown-fields`) as leaves.
+fn schema_paths(schema: &serde_json::Value, prefix: &str, out: &mut Vec<String>) {
+    if let Some(props) = schema.get("properties").and_then(|p| p.as_object()) {
+        for (key, sub) in props {
+            let path = format!("{prefix}.{key}");
+            out.push(path.clone());
+            schema_paths(sub, &path, out);
+        }
+    }
+    if let Some(items) = schema.get("items") {
+        schema_paths(items, &format!("{prefix}[]"), out);
+    }
+}
+
+fn has_path(value: &serde_json::Value, path: &str) -> bool {
+    let mut current = vec![value];
+    for part in path.trim_start_matches('.').split('.') {
+        let (key, each) = match part.strip_suffix("[]") {
+            Some(key) => (key, true),
+            None => (part, false),
+        };
+        let mut next = Vec::new();
+        for v in current {
+            let Some(child) = v.get(key) else { continue };
+            if each {
+                next.extend(child.as_array().into_iter().flatten());
+            } else {
+                next.push(child);
+            }
+        }
+        current = next;
+    }
+    !current.is_empty()
+}
+
+#[tokio::test]
+async fn every_documented_status_field_round_trips_through_a_write_and_a_read() {
+    use kube::CustomResourceExt;
+    let crd = serde_json::to_value(BuildWorkItem::crd()).unwrap();
+    let schema = crd
+        .pointer("/spec/versions/0/schema/openAPIV3Schema/properties/status")
+        .unwrap();
+    let mut paths = Vec::new();
+    schema_paths(schema, "", &mut paths);
+    let full = full_status();
+    let written = serde_json::to_value(&full).unwrap();
+    let missing: Vec<_> = paths.iter().filter(|p| !has_path(&written, p)).collect();
+    assert!(
+        missing.is_empty(),
+        "the test's status leaves documented fields unset: {missing:?}"
+    );
+
+    // Through the API (the double prunes what the schema does not declare and validates
+    // the rest, as kube-apiserver does) and back through the store's own read.
+    let server = server();
+    let store = seeded(&server).await;
+    let api: Api<BuildWorkItem> = Api::namespaced(server.client(), "default");
+    let mut object = api.get("wi-1").await.unwrap();
+    let ledger = object.status.as_ref().unwrap().ledger.clone();
+    object.status = Some(protobot_api::BuildWorkItemStatus {
+        ledger: ledger.clone(),
+        ..full.clone()
+    });
+    let pp = kube::api::PostParams::default();
+    api.replace_status("wi-1", &pp, &object).await.unwrap();
+    let raw = server
+        .object("protobot.dev", "buildworkitems", "default", "wi-1")
+        .unwrap();
+    let read = protobot_stores::kubernetes::status::PreviousStatus::decode(raw.get("status"));
+    assert_eq!(
+        read,
+        protobot_stores::kubernetes::status::PreviousStatus::Typed(Box::new(
+            protobot_api::BuildWorkItemStatus { ledger, ..full }
+        ))
+    );
+    // The store still reads its record from that object.
+    assert_eq!(
+        store.get("wi-1").await.unwrap().unwrap().state,
+        State::ReadyForBuilding
+    );
+}
+
+/// The BuildWorkItem CRD with a status schema that keeps whatever it is given, standing
+/// for the schema an older version stored its objects under (etcd keeps an object as it
+/// was written; kube-apiserver validates only on writes).
+fn permissive_crd()
+-> k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition {
+    use kube::CustomResourceExt;
+    let mut crd = serde_json::to_value(BuildWorkItem::crd()).unwrap();
+    *crd.pointer_mut("/spec/versions/0/schema/openAPIV3Schema/properties/status")
+        .unwrap() = serde_json::json!({
+        "type": "object",
+        "x-kubernetes-preserve-unknown-fields": true
+    });
+    serde_json::from_value(crd).unwrap()
+}
+
+/// Writes `status` as the item's raw status (beside its current ledger).
+async fn write_raw_status(server: &ApiServer, mut status: serde_json::Value) {
+    use kube::api::{ApiResource, DynamicObject};
+    let api: Api<DynamicObject> = Api::namespaced_with(
+        server.client(),
+        "default",
+        &ApiResource::erase::<BuildWorkItem>(&()),
+    );
+    let mut object = api.get("wi-1").await.unwrap();
+    status["ledger"] = object.data["status"]["ledger"].clone();
+    object.data["status"] = status;
+    api.replace_status("wi-1", &kube::api::PostParams::default(), &object)
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn a_status_written_by_the_previous_version_is_read_and_its_times_kept() {
+    // What the previous version's hand-built mirror wrote for a claimed item (the lease
+    // renewTime derived from the expiry, a Leased condition without observedGeneration, no
+    // Blocked/Stalled/Ready): it decodes, and the next write keeps the Leased transition.
+    let server = server();
+    let (store, token) = claimed(&server).await;
+    write_raw_status(
+        &server,
+        serde_json::json!({
+            "state": "building",
+            "contractVersion": 2,
+            "inspectionRunSealed": false,
+            "findingsTerminal": false,
+            "finalTestsPassed": false,
+            "owner": "job-site-a",
+            "lease": {
+                "holder": "job-site-a",
+                "fencingToken": token,
+                "acquireTime": now().to_string(),
+                "renewTime": now().to_string(),
+                "durationSeconds": 900,
+            },
+            "conditions": [{
+                "type": "Leased",
+                "status": "True",
+                "reason": "LeaseHeld",
+                "message": "held by job-site-a",
+                "lastTransitionTime": now().to_string(),
+            }],
+        }),
+    )
+    .await;
+    let later = now() + SignedDuration::from_mins(5);
+    let r = store
+        .execute(
+            Some(&job_site_with(&["claim", "renew-lease"])),
+            &fenced("renew-lease", 2, &token, "k2"),
+            later,
+        )
+        .await
+        .unwrap();
+    assert!(r.ok, "{:?}", r.error);
+    let status = status_of(&server, "wi-1").await;
+    assert_eq!(
+        condition(&status, "Leased").last_transition_time.0,
+        now(),
+        "the old Leased transition time is kept"
+    );
+    assert_eq!(status.lease.as_ref().unwrap().acquire_time.0, now());
+    assert_eq!(
+        status.lease.as_ref().unwrap().expires_at(),
+        later + SignedDuration::from_mins(15)
+    );
+    assert_eq!(condition(&status, "Ready").reason, "InProgress");
+}
+
+#[tokio::test]
+async fn a_status_this_version_cannot_decode_is_rebuilt_from_the_ledger() {
+    let server = ApiServer::new();
+    server.register_crd(&permissive_crd()).unwrap();
+    let (store, token) = claimed(&server).await;
+    // A mirror in a shape this version does not know (a tier name and a lease without a
+    // holder, as an older schema might have allowed).
+    write_raw_status(
+        &server,
+        serde_json::json!({
+            "state": "building",
+            "contractVersion": 2,
+            "lease": {"fencingToken": token, "renewTime": "yesterday"},
+            "cycles": [{"cycle": 1, "tier": "premium", "outcome": "passed"}],
+            "fenceCounter": 7,
+        }),
+    )
+    .await;
+    // Reads do not fail on it.
+    let rec = store.get("wi-1").await.unwrap().unwrap();
+    assert_eq!(rec.state, State::Building);
+    assert_eq!(store.list(&Default::default()).await.unwrap().len(), 1);
+    // The next command's write replaces it with a status built from the record.
+    let later = now() + SignedDuration::from_mins(5);
+    let r = store
+        .execute(
+            Some(&job_site_with(&["claim", "renew-lease"])),
+            &fenced("renew-lease", 2, &token, "k2"),
+            later,
+        )
+        .await
+        .unwrap();
+    assert!(r.ok, "{:?}", r.error);
+    let raw = server
+        .object("protobot.dev", "buildworkitems", "default", "wi-1")
+        .unwrap();
+    let status: protobot_api::BuildWorkItemStatus =
+        serde_json::from_value(raw["status"].clone()).expect("the rewritten status decodes");
+    assert_eq!(status.contract_version, 3);
+    assert!(status.cycles.is_empty(), "the record holds no attempts");
+    assert!(raw["status"].get("fenceCounter").is_none());
+    let lease = status.lease.as_ref().unwrap();
+    assert_eq!(lease.holder, "job-site-a");
+    assert_eq!(lease.renew_time.0, later);
+    assert_eq!(condition(&status, "Leased").last_transition_time.0, later);
+}

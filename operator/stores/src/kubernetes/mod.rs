@@ -31,7 +31,7 @@ use jiff::Timestamp;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::{
     Api, Client,
-    api::{ListParams, PostParams},
+    api::{ApiResource, DynamicObject, ListParams, PostParams},
 };
 use partial::{Need, Partial, unmet_dependencies};
 use protobot_api::{BuildWorkItem, BuildWorkItemSpec, BusinessPriority, ChangeType, LocalRef};
@@ -153,20 +153,41 @@ fn decode_config_map(cm: ConfigMap) -> Result<Option<(ShardId, Value, Loaded)>, 
 }
 
 /// A work item object's id, ledger (`None` before its first status write) and object.
-fn decode_item(item: BuildWorkItem) -> Result<(String, Option<Value>, Loaded), StoreError> {
-    let id = item.spec.work_item_id.clone();
+///
+/// Read raw, not as a typed `BuildWorkItem`: the spec must decode (it is immutable and
+/// written once by the store), but the mirrored status fields of an object written by an
+/// older version may not, and must not make the project unreadable. The ledger is read on
+/// its own; an undecodable mirror is dropped here and rebuilt from the record on the next
+/// write ([`status::PreviousStatus`], docs/crd-versioning.md).
+fn decode_item(raw: DynamicObject) -> Result<(String, Option<Value>, Loaded), StoreError> {
+    let name = raw.metadata.name.clone().unwrap_or_default();
+    let spec: BuildWorkItemSpec =
+        serde_json::from_value(raw.data.get("spec").cloned().unwrap_or(Value::Null)).map_err(
+            |e| {
+                StoreError::Unavailable(format!(
+                    "BuildWorkItem {name} has a spec the work store cannot read ({e}); it was not written by the work store: fix or delete it"
+                ))
+            },
+        )?;
+    let id = spec.work_item_id.clone();
+    let raw_status = raw.data.get("status");
     // An item created but never given its ledger (a crash between the create
     // and the status write) holds nothing yet.
-    let value = match item.status.as_ref().and_then(|s| s.ledger.as_deref()) {
+    let value = match status::raw_ledger(raw_status) {
         Some(ledger) => Some(serde_json::from_str(ledger).map_err(|e| {
             StoreError::Unavailable(format!("failed to decode the ledger of {id}: {e}"))
         })?),
         None => None,
     };
+    // A mirror this version cannot decode is rebuilt from the ledger by the next write.
+    let previous = status::PreviousStatus::decode(raw_status).typed();
+    let mut object = BuildWorkItem::new(&name, spec);
+    object.metadata = raw.metadata;
+    object.status = previous;
     let loaded = Loaded {
-        name: item.metadata.name.clone().unwrap_or_default(),
-        resource_version: item.metadata.resource_version.clone(),
-        object: Some(item),
+        name,
+        resource_version: object.metadata.resource_version.clone(),
+        object: Some(object),
     };
     Ok((id, value, loaded))
 }
@@ -195,6 +216,16 @@ impl KubeStore {
 
     fn item_api(&self) -> Api<BuildWorkItem> {
         Api::namespaced(self.client.clone(), &self.namespace)
+    }
+
+    /// The work items as raw objects, for reads ([`decode_item`]); writes go through
+    /// [`Self::item_api`].
+    fn raw_item_api(&self) -> Api<DynamicObject> {
+        Api::namespaced_with(
+            self.client.clone(),
+            &self.namespace,
+            &ApiResource::erase::<BuildWorkItem>(&()),
+        )
     }
 
     fn selector(&self) -> String {
@@ -245,7 +276,7 @@ impl KubeStore {
         }
         if items {
             let items = self
-                .item_api()
+                .raw_item_api()
                 .list(&ListParams::default().labels(&self.selector()))
                 .await
                 .map_err(|e| unavailable("build work items", e))?;
@@ -300,7 +331,7 @@ impl KubeStore {
         if *kind == Kind::Item {
             let name = item_name(wms_id);
             let Some(object) = self
-                .item_api()
+                .raw_item_api()
                 .get_opt(&name)
                 .await
                 .map_err(|e| unavailable(format!("work item {wms_id}"), e))?
@@ -828,7 +859,7 @@ impl KubeStore {
                 Some(exists) => *exists,
                 None => {
                     let exists = self
-                        .item_api()
+                        .raw_item_api()
                         .get_opt(&item_name(&home))
                         .await
                         .map_err(|e| {

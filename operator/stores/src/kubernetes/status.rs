@@ -46,6 +46,52 @@ pub struct UnstorableState {
     pub state: State,
 }
 
+/// The status an item carries, read back for the next write to build on.
+///
+/// Only the record in `ledger` is authority; the other fields are the previous write's
+/// mirror, kept so that transition, acquire and observation times survive. A status this
+/// version cannot decode (written by an older operator under an older schema and stored in
+/// etcd as it was) is [`PreviousStatus::Unreadable`]: the next write rebuilds every mirrored
+/// field from the record, as for a new item, instead of failing the project.
+#[derive(Clone, Debug, PartialEq)]
+pub enum PreviousStatus {
+    /// No status yet (the item was created but its first status write did not happen).
+    Absent,
+    /// The status as typed.
+    Typed(Box<BuildWorkItemStatus>),
+    /// A status whose mirrored fields do not decode; why, for the log.
+    Unreadable(String),
+}
+
+impl PreviousStatus {
+    /// Decodes the raw `status` of an item object.
+    pub fn decode(raw: Option<&serde_json::Value>) -> PreviousStatus {
+        match raw {
+            None | Some(serde_json::Value::Null) => PreviousStatus::Absent,
+            Some(raw) => match serde_json::from_value::<BuildWorkItemStatus>(raw.clone()) {
+                Ok(status) => PreviousStatus::Typed(Box::new(status)),
+                Err(e) => PreviousStatus::Unreadable(e.to_string()),
+            },
+        }
+    }
+
+    /// The typed status, if there is one to build on.
+    pub fn typed(self) -> Option<BuildWorkItemStatus> {
+        match self {
+            PreviousStatus::Typed(status) => Some(*status),
+            PreviousStatus::Absent | PreviousStatus::Unreadable(_) => None,
+        }
+    }
+}
+
+/// The ledger of an item object's raw `status` (`None` before its first status write). Read
+/// without the rest of the status, so that a mirror written by an older version never hides
+/// the record.
+pub fn raw_ledger(raw: Option<&serde_json::Value>) -> Option<&str> {
+    raw.and_then(|s| s.get("ledger"))
+        .and_then(serde_json::Value::as_str)
+}
+
 /// The status of the item in `shard` (whose record is `record`), replacing `previous`.
 pub fn item_status(
     record: &WorkItemRecord,
@@ -662,6 +708,34 @@ mod tests {
             completion.merge_envelope.merge_commit.as_deref(),
             Some("merge-1")
         );
+    }
+
+    #[test]
+    fn a_previous_status_is_typed_absent_or_unreadable_and_its_ledger_always_readable() {
+        use serde_json::json;
+        assert_eq!(PreviousStatus::decode(None), PreviousStatus::Absent);
+        assert_eq!(
+            PreviousStatus::decode(Some(&serde_json::Value::Null)),
+            PreviousStatus::Absent
+        );
+        let typed = write(&claimed(0, "fence-1"), Vec::new(), None, clock(0));
+        let raw = serde_json::to_value(&typed).unwrap();
+        assert_eq!(
+            PreviousStatus::decode(Some(&raw)),
+            PreviousStatus::Typed(Box::new(typed.clone()))
+        );
+        assert_eq!(raw_ledger(Some(&raw)), Some("{}"));
+        // A mirror in a shape this version does not know: unreadable, ledger still there.
+        let old = json!({"state": "building", "contractVersion": 2, "lease": {"fencingToken": "x"}, "ledger": "{\"a\":1}"});
+        let decoded = PreviousStatus::decode(Some(&old));
+        assert!(
+            matches!(&decoded, PreviousStatus::Unreadable(why) if why.contains("holder")),
+            "{decoded:?}"
+        );
+        assert_eq!(decoded.typed(), None);
+        assert_eq!(raw_ledger(Some(&old)), Some("{\"a\":1}"));
+        assert_eq!(raw_ledger(Some(&json!({"state": "building"}))), None);
+        assert_eq!(raw_ledger(None), None);
     }
 
     #[test]
