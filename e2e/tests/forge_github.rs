@@ -672,37 +672,10 @@ async fn a_change_set_without_an_approving_pull_request_is_refused_not_approved(
     let mut f = forged("forge-refuse").await;
     f.register().await;
     f.start(false);
-    let change_sets: Api<ChangeSet> = Api::namespaced(f.cluster.client.clone(), &f.ns());
-    let refused = protobot_testkit::wait::until(
-        &change_sets,
-        "cs-00001",
-        timeout(),
-        |cs: Option<&ChangeSet>| {
-            cs.and_then(verified)
-                .is_some_and(|(s, _, _)| s != ConditionStatus::Unknown)
-        },
-    )
-    .await
-    .unwrap()
-    .unwrap();
-    let (status, reason, message) = verified(&refused).unwrap();
-    assert_eq!(
-        (status, reason.as_str()),
-        (ConditionStatus::False, "NOT_APPROVED")
-    );
+    let (reason, message) = refused(&f).await;
+    assert_eq!(reason, "NOT_APPROVED", "{message}");
     assert!(message.contains("CS-00001"), "{message}");
     assert!(message.contains(&f.merge), "{message}");
-    assert_eq!(refused.status.as_ref().unwrap().work_item_ref, None);
-    let items: Api<BuildWorkItem> = Api::namespaced(f.cluster.client.clone(), &f.ns());
-    assert!(
-        items
-            .list(&Default::default())
-            .await
-            .unwrap()
-            .items
-            .is_empty(),
-        "nothing was materialized"
-    );
     let asked = f
         .fake
         .requests_to(Method::GET, &format!("/commits/{}/pulls", f.merge))
