@@ -383,6 +383,7 @@ impl Forged {
             self.tmp.path().join("projects"),
         );
         project_ctx.repositories = LOCAL_REPOSITORIES;
+        project_ctx.forges = Some(Arc::clone(&forges));
         self.tasks
             .push(tokio::spawn(protobot_controller::project::run_context(
                 Some(ns.clone()),
@@ -432,7 +433,14 @@ impl Forged {
         .await;
         match registered {
             Ok(Some(cs)) => cs.status.unwrap().work_item_ref.unwrap().name,
-            other => panic!("the ChangeSet was not registered: {other:?}"),
+            other => {
+                let now = change_sets.get_opt("cs-00001").await.ok().flatten();
+                panic!(
+                    "the ChangeSet was not registered: {other:?}\nits status: {:?}\nthe operator's log:\n{}",
+                    now.and_then(|c| c.status),
+                    logs()
+                )
+            }
         }
     }
 
@@ -977,4 +985,44 @@ async fn an_https_repository_is_landed_with_the_forge_token_serving_git() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_https_repository_is_landed_with_github_app_installation_tokens_serving_git() {
     lands_over_https(Served::HttpsApp, "forge-https-app").await;
+}
+
+/// Registration alone (no Job Site) of a repository served with a GitHub App's installation
+/// tokens: the Project controller and the ChangeSet controller each set the App's client up
+/// before reading the repository, so neither depends on another controller having minted a
+/// token first (CI once saw the ChangeSet wait 30 s for the Job Site's first pass to do it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_app_served_repository_is_observed_and_registered_without_the_job_site() {
+    let Some(mut f) = forged_on("forge-https-app-registration", Served::HttpsApp).await else {
+        return;
+    };
+    f.approve();
+    f.register().await;
+    f.start(false);
+    let projects: Api<Project> = Api::namespaced(f.cluster.client.clone(), &f.ns());
+    let reachable =
+        protobot_testkit::wait::until(&projects, "cli-sync", timeout(), |p: Option<&Project>| {
+            p.and_then(|p| p.status.as_ref())
+                .is_some_and(|s| s.repo_reachable == Some(true))
+        })
+        .await;
+    assert!(
+        matches!(reachable, Ok(Some(_))),
+        "the Project never read its App-served repository: {:?}\n{}",
+        projects
+            .get_opt("cli-sync")
+            .await
+            .ok()
+            .flatten()
+            .and_then(|p| p.status),
+        logs()
+    );
+    let name = f.registered().await;
+    assert!(name.starts_with("wi-"), "{name}");
+    assert!(
+        f.fake.with(|m| m.installation_tokens.len()) >= 1,
+        "git used minted installation tokens"
+    );
+    f.assert_no_token_leaked().await;
+    f.finish().await;
 }

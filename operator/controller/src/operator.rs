@@ -203,6 +203,7 @@ pub async fn run<E: protobot_jobsite::executor::Executor + 'static>(
     let mut project_ctx = crate::project::Context::new(client.clone(), registry_dir);
     project_ctx.profiles = profiles;
     project_ctx.repositories = repositories;
+    project_ctx.forges = Some(Arc::clone(&forges));
     let projects = crate::project::run_metered(
         namespace.clone(),
         Arc::new(project_ctx),

@@ -133,6 +133,11 @@ async fn verify_and_materialize(
             });
         }
     };
+    // The forge first: a GitHub App's client mints the installation tokens git
+    // authenticates with, so the mirror below must not run before it exists.
+    if let Err(e) = ctx.forges.for_project(&project).await {
+        return Ok(Outcome::ForgeUnavailable(e.to_string()));
+    }
     // Read through the operator's repository cache: a working clone whose default
     // branch mirrors the project's remote (the remote itself may be bare).
     let repo = ctx_workdir(workdir, ns, &project_name);

@@ -87,6 +87,11 @@ pub struct Context {
     /// (as every caller did before the policy existed); `protobot operator` passes its
     /// `--allow-local-repositories` flag, off by default.
     pub repositories: decide::RepositoryPolicy,
+    /// The operator's forge clients (shared with the ChangeSet controller and the Job Site).
+    /// A Project whose repository is served with its GitHub App's installation tokens needs
+    /// its App client built before its repository is read: the git transport mints tokens
+    /// through it. `None`: this controller builds no forge client.
+    pub forges: Option<Arc<crate::forge::ForgeClients>>,
 }
 
 /// Where the controller finds sandbox profiles (`<dir>/<name>.yaml`, the chart's
@@ -114,6 +119,7 @@ impl Context {
             conformance: BTreeMap::new(),
             profiles: None,
             repositories: decide::RepositoryPolicy::default(),
+            forges: None,
         }
     }
 }
@@ -297,6 +303,21 @@ async fn observe(project: &Project, dir: &Path, ctx: &Context) -> Outcome {
         return Outcome::InvalidSpec(problems.join("; "));
     };
     let conformance = conformance(ctx, &spec.sandbox_profile).await;
+    // The forge's identity may be what git authenticates with (a GitHub App's installation
+    // tokens): set it up first, so reading the repository never depends on another
+    // controller having done it.
+    if let Some(forges) = &ctx.forges
+        && let Err(e) = forges.for_project(project).await
+    {
+        return Outcome::Unreachable {
+            failure: RepoFailure::CredentialsUnavailable,
+            reason: decide::redact_credentials(&format!(
+                "repository {} could not be read: the GitHub forge could not be set up: {e}",
+                spec.repo_url
+            )),
+            conformance,
+        };
+    }
     let ns = project.namespace().unwrap_or_default();
     let secret = crate::repo_cache::project_secret(&ns, project);
     let local = crate::changeset::local_repository(&spec.repo_url);
