@@ -61,7 +61,8 @@ enum Command {
         #[command(subcommand)]
         command: repo::PatchCommand,
     },
-    /// Sandbox profiles: check one against the jobsite-sandbox/v1 contract.
+    /// Sandbox profiles: check one against the jobsite-sandbox/v1 contract; the in-guest
+    /// resource-limit supervisor.
     Sandbox {
         #[command(subcommand)]
         command: sandbox::SandboxCommand,
@@ -155,9 +156,7 @@ fn main() -> ExitCode {
         Command::Patch {
             command: repo::PatchCommand::Check(args),
         } => repo::check(args),
-        Command::Sandbox {
-            command: sandbox::SandboxCommand::Conformance(args),
-        } => sandbox::conformance(args),
+        Command::Sandbox { command } => sandbox::run(command),
     }
 }
 

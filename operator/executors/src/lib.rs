@@ -15,6 +15,9 @@
 //! - [`conformance`]: [`run_conformance`] (real probes run through an executor,
 //!   producing the contract's [`ConformanceReport`]) and
 //!   [`ConformantExecutor`], which refuses to run a profile whose report fails;
+//! - [`guest`]: the in-guest resource-limit supervisor (`protobot sandbox
+//!   supervise`), which sets CPU-time, process, file-size and open-file rlimits
+//!   on itself and execs the role's command inside a sandbox pod;
 //! - [`procfs`]: the `/proc` scans used to prove that no process of a run
 //!   survives it;
 //! - [`tree`]: the file-tree primitives (sealed-workspace check, link-safe
@@ -28,6 +31,7 @@
 pub mod bubblewrap;
 pub mod conformance;
 pub mod egress;
+pub mod guest;
 pub mod insecure;
 pub mod procfs;
 mod rundir;

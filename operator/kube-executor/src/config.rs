@@ -80,6 +80,10 @@ pub struct KubeExecutorConfig {
     /// the sandbox namespace (owner references never cross namespaces), so deleting a
     /// `BuildWorkItem` garbage-collects its sandbox objects.
     pub work_item_owner: Option<WorkItemOwner>,
+    /// Image the in-guest supervisor is copied from when the profile's
+    /// `spec.supervisor` names none (the chart writes the operator's image into the
+    /// profiles it installs instead).
+    pub supervisor_image: Option<String>,
 }
 
 /// The object that owns a work item's sandbox objects: its API version and kind, and the
@@ -114,6 +118,7 @@ impl KubeExecutorConfig {
             egress_session_secret: None,
             owner: None,
             work_item_owner: None,
+            supervisor_image: None,
         }
     }
 }

@@ -42,7 +42,7 @@ use crate::{
     names::run_name,
     profile::{SandboxProfile, is_dns_label, is_dns_subdomain},
     staging::{self, Owner},
-    status::{PodOutcome, outcome},
+    status::{PodOutcome, outcome_with},
 };
 
 /// A configuration the executor cannot work with.
@@ -314,6 +314,12 @@ impl KubernetesExecutor {
                 "must be outside the staging volume, where no sandbox can reach collected output",
             ));
         }
+        if let Err(why) = manifest::supervisor(&profile, &config) {
+            tracing::warn!(
+                profile = profile.name(),
+                "{why}; pods run without the guest limits and resource-limits is reported unsupported"
+            );
+        }
         let owner = config.owner.clone();
         Ok(KubernetesExecutor {
             inner: Arc::new(Inner {
@@ -344,6 +350,14 @@ impl KubernetesExecutor {
     /// The configuration.
     pub fn config(&self) -> &KubeExecutorConfig {
         &self.inner.config
+    }
+
+    /// The in-guest supervisor this executor puts into pods (`None`: none, see
+    /// [`manifest::supervisor`]).
+    pub fn supervisor(&self) -> Option<manifest::Supervisor> {
+        manifest::supervisor(&self.inner.profile, &self.inner.config)
+            .ok()
+            .flatten()
     }
 
     /// Whether runs are admitted: a report for this profile that passes.
@@ -771,15 +785,19 @@ impl KubernetesExecutor {
             }
         };
         tokio::pin!(cancelled);
+        let supervised = self.supervisor().is_some();
         loop {
             let done = |p: Option<&Pod>| match p {
                 None => true,
-                Some(p) => p.uid().as_deref() != Some(uid) || outcome(p) != PodOutcome::Pending,
+                Some(p) => {
+                    p.uid().as_deref() != Some(uid)
+                        || outcome_with(p, supervised) != PodOutcome::Pending
+                }
             };
             let watched = await_condition(self.pods(), name, done);
             tokio::select! {
                 r = watched => match r {
-                    Ok(Some(p)) if p.uid().as_deref() == Some(uid) => match outcome(&p) {
+                    Ok(Some(p)) if p.uid().as_deref() == Some(uid) => match outcome_with(&p, supervised) {
                         PodOutcome::Ended(t) => return Ending::Ended(t),
                         PodOutcome::CannotStart(reason) => return Ending::CannotStart(reason),
                         PodOutcome::Pending => {}
@@ -1026,10 +1044,23 @@ impl SandboxBackend for KubernetesExecutor {
                 "lifecycle-cleanup",
                 "cancel and the deadline delete the pod; pod, NetworkPolicy and staged directory are removed after every run; collect_garbage removes leftovers by label",
             ),
-            Capability::unsupported(
-                "resource-limits",
-                "wall clock (activeDeadlineSeconds), memory, CPU and ephemeral storage are enforced; CPU time, process count, file size and open files need an in-guest supervisor",
-            ),
+            match manifest::supervisor(&self.inner.profile, &self.inner.config) {
+                Ok(Some(sup)) => Capability::supported(
+                    "resource-limits",
+                    format!(
+                        "wall clock (activeDeadlineSeconds), memory, CPU and ephemeral storage by the pod; CPU time (RLIMIT_CPU), processes (RLIMIT_NPROC), file size (RLIMIT_FSIZE) and open files (RLIMIT_NOFILE) by the in-guest supervisor `protobot sandbox supervise`, copied from {} by an init container",
+                        sup.image
+                    ),
+                ),
+                Ok(None) => Capability::unsupported(
+                    "resource-limits",
+                    "wall clock (activeDeadlineSeconds), memory, CPU and ephemeral storage are enforced; CPU time, process count, file size and open files need the in-guest supervisor, which the profile does not configure (spec.supervisor)",
+                ),
+                Err(why) => Capability::unsupported(
+                    "resource-limits",
+                    format!("CPU time, process count, file size and open files are not enforced: {why}"),
+                ),
+            },
             Capability::supported(
                 "audit-chain",
                 "the pod's lifecycle mapped onto a SHA-256 chain per run: open, network decision, exec, limit or cancel, cleanup",

@@ -52,6 +52,51 @@ pub const EGRESS_TOKEN_FILE: &str = "egress-session-token";
 pub const ENV_EGRESS_PROXY: &str = "PROTOBOT_EGRESS_PROXY";
 /// Path of the session token file inside the sandbox (runs with egress only).
 pub const ENV_EGRESS_TOKEN_FILE: &str = "PROTOBOT_EGRESS_SESSION_TOKEN_FILE";
+/// The init container that delivers the supervisor.
+pub const SUPERVISOR_INIT_CONTAINER: &str = "install-supervisor";
+/// The `emptyDir` volume holding the supervisor binary.
+pub const SUPERVISOR_VOLUME: &str = "protobot-supervisor";
+/// Where that volume is mounted (read-only in the sandbox container).
+pub const SUPERVISOR_DIR: &str = "/protobot-supervisor";
+/// The supervisor binary inside the pod.
+pub const SUPERVISOR_BINARY: &str = "/protobot-supervisor/protobot";
+/// Size limit of the supervisor's `emptyDir` (the static release binary is far smaller).
+pub const SUPERVISOR_VOLUME_SIZE: &str = "256Mi";
+
+/// Where a run's supervisor comes from: the profile's `spec.supervisor` with its
+/// image resolved (the profile's, else the executor's `supervisor_image`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Supervisor {
+    /// Image holding the protobot binary.
+    pub image: String,
+    /// The binary's path in that image.
+    pub binary_path: String,
+}
+
+/// The supervisor a profile and configuration put into pods: `Ok(None)` when the
+/// profile configures none, `Err` with why when it configures one but names no image
+/// and the executor has none either.
+pub fn supervisor(
+    profile: &SandboxProfile,
+    config: &KubeExecutorConfig,
+) -> Result<Option<Supervisor>, String> {
+    let Some(sup) = &profile.spec().supervisor else {
+        return Ok(None);
+    };
+    let image = Some(sup.image.clone())
+        .filter(|i| !i.is_empty())
+        .or_else(|| config.supervisor_image.clone().filter(|i| !i.is_empty()));
+    match image {
+        Some(image) => Ok(Some(Supervisor {
+            image,
+            binary_path: sup.binary_path.clone(),
+        })),
+        None => Err(format!(
+            "profile {} configures the supervisor (spec.supervisor) without an image, and the executor has no supervisor image: set spec.supervisor.image (the chart writes the operator's image there) or KubeExecutorConfig::supervisor_image",
+            profile.name()
+        )),
+    }
+}
 
 /// Why a run's objects could not be built (the run is refused before anything
 /// is created).
@@ -269,6 +314,7 @@ pub fn build_pod(
     owner: Option<&OwnerReference>,
 ) -> Result<Pod, BuildError> {
     let image = check_spec(profile, config, spec)?;
+    let supervisor = supervisor(profile, config).ok().flatten();
     let name = run_name(&spec.run_id);
     let p = profile.spec();
     let sc = &p.security_context;
@@ -328,41 +374,111 @@ pub fn build_pod(
         read_only: read_only.then_some(true),
         ..VolumeMount::default()
     };
+    // With the supervisor, the role's command runs through it: the rlimits are set in
+    // the guest before the command starts and bind every process it forks.
+    let command = match &supervisor {
+        Some(_) => {
+            let mut c = vec![SUPERVISOR_BINARY.to_owned()];
+            c.extend(protobot_executors::guest::supervise_args(
+                &protobot_executors::guest::guest_limits(&spec.limits),
+                &spec.command,
+            ));
+            c
+        }
+        None => spec.command.clone(),
+    };
+    let security_context = SecurityContext {
+        run_as_non_root: Some(sc.run_as_non_root),
+        run_as_user: Some(sc.run_as_user),
+        run_as_group: Some(sc.run_as_group),
+        read_only_root_filesystem: Some(sc.read_only_root_filesystem),
+        allow_privilege_escalation: Some(sc.allow_privilege_escalation),
+        privileged: Some(false),
+        capabilities: Some(Capabilities {
+            drop: Some(sc.capabilities.drop.clone()),
+            add: None,
+        }),
+        seccomp_profile: Some(seccomp.clone()),
+        ..SecurityContext::default()
+    };
+    let mut volume_mounts = vec![
+        mount("/task", Some(staged("task")), true, "staging"),
+        mount("/workspace", Some(staged("workspace")), false, "staging"),
+        mount("/out", Some(staged("out")), false, "staging"),
+        mount("/tmp", None, false, "tmp"),
+    ];
+    if supervisor.is_some() {
+        volume_mounts.push(mount(SUPERVISOR_DIR, None, true, SUPERVISOR_VOLUME));
+    }
+    let requirements = ResourceRequirements {
+        requests: Some(resources.clone()),
+        limits: Some(resources),
+        ..ResourceRequirements::default()
+    };
+    // The init container copies the binary with the binary itself (no shell or `cp`
+    // needed in the image), under the same restricted context and the same resources
+    // (a pod's effective request is the larger of the two, so it costs nothing).
+    let init_containers = supervisor.as_ref().map(|sup| {
+        vec![Container {
+            name: SUPERVISOR_INIT_CONTAINER.to_owned(),
+            image: Some(sup.image.clone()),
+            image_pull_policy: Some("IfNotPresent".to_owned()),
+            command: Some(vec![
+                sup.binary_path.clone(),
+                "sandbox".to_owned(),
+                "install-supervisor".to_owned(),
+                "--to".to_owned(),
+                SUPERVISOR_BINARY.to_owned(),
+            ]),
+            resources: Some(requirements.clone()),
+            security_context: Some(security_context.clone()),
+            volume_mounts: Some(vec![mount(SUPERVISOR_DIR, None, false, SUPERVISOR_VOLUME)]),
+            termination_message_policy: Some("FallbackToLogsOnError".to_owned()),
+            ..Container::default()
+        }]
+    });
     let container = Container {
         name: CONTAINER.to_owned(),
         image: Some(image),
         image_pull_policy: Some("IfNotPresent".to_owned()),
-        command: Some(spec.command.clone()),
+        command: Some(command),
         working_dir: Some("/workspace".to_owned()),
         env: Some(env),
-        resources: Some(ResourceRequirements {
-            requests: Some(resources.clone()),
-            limits: Some(resources),
-            ..ResourceRequirements::default()
-        }),
-        security_context: Some(SecurityContext {
-            run_as_non_root: Some(sc.run_as_non_root),
-            run_as_user: Some(sc.run_as_user),
-            run_as_group: Some(sc.run_as_group),
-            read_only_root_filesystem: Some(sc.read_only_root_filesystem),
-            allow_privilege_escalation: Some(sc.allow_privilege_escalation),
-            privileged: Some(false),
-            capabilities: Some(Capabilities {
-                drop: Some(sc.capabilities.drop.clone()),
-                add: None,
-            }),
-            seccomp_profile: Some(seccomp.clone()),
-            ..SecurityContext::default()
-        }),
-        volume_mounts: Some(vec![
-            mount("/task", Some(staged("task")), true, "staging"),
-            mount("/workspace", Some(staged("workspace")), false, "staging"),
-            mount("/out", Some(staged("out")), false, "staging"),
-            mount("/tmp", None, false, "tmp"),
-        ]),
+        resources: Some(requirements),
+        security_context: Some(security_context),
+        volume_mounts: Some(volume_mounts),
         termination_message_policy: Some("FallbackToLogsOnError".to_owned()),
         ..Container::default()
     };
+    let mut volumes = vec![
+        Volume {
+            name: "staging".to_owned(),
+            persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
+                claim_name: config.staging.claim_name.clone(),
+                read_only: None,
+            }),
+            ..Volume::default()
+        },
+        Volume {
+            name: "tmp".to_owned(),
+            empty_dir: Some(EmptyDirVolumeSource {
+                medium: Some("Memory".to_owned()),
+                size_limit: Some(Quantity(profile.tmp_size_bytes().to_string())),
+                ..EmptyDirVolumeSource::default()
+            }),
+            ..Volume::default()
+        },
+    ];
+    if supervisor.is_some() {
+        volumes.push(Volume {
+            name: SUPERVISOR_VOLUME.to_owned(),
+            empty_dir: Some(EmptyDirVolumeSource {
+                medium: None,
+                size_limit: Some(Quantity(SUPERVISOR_VOLUME_SIZE.to_owned())),
+            }),
+            ..Volume::default()
+        });
+    }
     let grace = i64::try_from(config.grace_period.as_secs()).unwrap_or(i64::MAX);
     Ok(Pod {
         metadata: meta(profile, config, spec, owner),
@@ -391,26 +507,9 @@ pub fn build_pod(
                 seccomp_profile: Some(seccomp),
                 ..PodSecurityContext::default()
             }),
+            init_containers,
             containers: vec![container],
-            volumes: Some(vec![
-                Volume {
-                    name: "staging".to_owned(),
-                    persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
-                        claim_name: config.staging.claim_name.clone(),
-                        read_only: None,
-                    }),
-                    ..Volume::default()
-                },
-                Volume {
-                    name: "tmp".to_owned(),
-                    empty_dir: Some(EmptyDirVolumeSource {
-                        medium: Some("Memory".to_owned()),
-                        size_limit: Some(Quantity(profile.tmp_size_bytes().to_string())),
-                        ..EmptyDirVolumeSource::default()
-                    }),
-                    ..Volume::default()
-                },
-            ]),
+            volumes: Some(volumes),
             ..PodSpec::default()
         }),
         status: None,

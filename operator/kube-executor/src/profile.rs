@@ -112,6 +112,34 @@ pub struct ProfileSpec {
     pub required_capabilities: Vec<String>,
     /// Where the operator finds the profile's conformance report.
     pub conformance: ConformanceSource,
+    /// The in-guest resource-limit supervisor (`protobot sandbox supervise`): an
+    /// init container copies the protobot binary from `image` into an `emptyDir`
+    /// and the role's command runs through it, under the run's CPU-time,
+    /// process, file-size and open-file limits. `None`: no supervisor, and the
+    /// executor reports `resource-limits` unsupported.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub supervisor: Option<ProfileSupervisor>,
+}
+
+/// Where the supervisor comes from.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ProfileSupervisor {
+    /// Image holding the protobot binary; empty: the executor's configured
+    /// supervisor image ([`crate::KubeExecutorConfig::supervisor_image`]). The chart
+    /// writes the operator's own image here in the profiles it installs.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub image: String,
+    /// Absolute path of the protobot binary in that image.
+    #[serde(default = "default_supervisor_binary")]
+    pub binary_path: String,
+}
+
+/// Where the protobot image (Dockerfile) keeps the binary.
+pub const DEFAULT_SUPERVISOR_BINARY: &str = "/usr/local/bin/protobot";
+
+fn default_supervisor_binary() -> String {
+    DEFAULT_SUPERVISOR_BINARY.to_owned()
 }
 
 /// The container security context of the profile.
@@ -461,6 +489,25 @@ impl SandboxProfile {
                 "must name the data key holding the report JSON".into(),
             ));
         }
+        if let Some(sup) = &s.supervisor {
+            if !sup.binary_path.starts_with('/')
+                || sup.binary_path.chars().any(|c| c.is_whitespace() || c == '\0')
+            {
+                return Err(invalid(
+                    "spec.supervisor.binaryPath",
+                    format!(
+                        "{:?} is not an absolute path; write the protobot binary's path in the image ({DEFAULT_SUPERVISOR_BINARY})",
+                        sup.binary_path
+                    ),
+                ));
+            }
+            if sup.image.chars().any(|c| c.is_whitespace() || c.is_control()) {
+                return Err(invalid(
+                    "spec.supervisor.image",
+                    format!("{:?} is not an image reference", sup.image),
+                ));
+            }
+        }
         Ok(SandboxProfile {
             doc,
             cpu_millis,
@@ -596,6 +643,9 @@ mod tests {
         assert_eq!(p.ephemeral_storage_bytes(), 2 << 30);
         assert_eq!(p.tmp_size_bytes(), 512 << 20);
         assert_eq!(p.spec().egress.proxy.as_ref().unwrap().port, 3128);
+        let sup = p.spec().supervisor.as_ref().unwrap();
+        assert_eq!(sup.image, "", "the operator's own image");
+        assert_eq!(sup.binary_path, DEFAULT_SUPERVISOR_BINARY);
     }
 
     #[test]
@@ -665,6 +715,11 @@ mod tests {
             ),
             ("name: kata", "name: Kata", "metadata.name"),
             ("port: 3128", "port: 0", "spec.egress.proxy.port"),
+            (
+                "binaryPath: /usr/local/bin/protobot",
+                "binaryPath: protobot",
+                "spec.supervisor.binaryPath",
+            ),
         ];
         for (from, to, field) in cases {
             assert_eq!(invalid_field(edited(from, to)), field, "{from} -> {to}");

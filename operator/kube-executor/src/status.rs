@@ -27,8 +27,23 @@ const FATAL_WAITING: [&str; 5] = [
     "RunContainerError",
 ];
 
-/// Reads `pod`'s status.
+/// Reads `pod`'s status (a pod without the in-guest supervisor).
 pub fn outcome(pod: &Pod) -> PodOutcome {
+    outcome_with(pod, false)
+}
+
+/// `128 + SIGXCPU`: how a shell (or the supervisor as PID 1) reports a command the
+/// CPU-time limit ended.
+pub const EXIT_SIGXCPU: i32 = 128 + 24;
+/// `128 + SIGXFSZ`: the same for the file-size limit.
+pub const EXIT_SIGXFSZ: i32 = 128 + 25;
+
+/// Reads `pod`'s status. With `supervised` (the role ran through `protobot sandbox
+/// supervise`), exit codes [`EXIT_SIGXCPU`] and [`EXIT_SIGXFSZ`] are the guest's CPU-time
+/// and file-size limits (a command that deliberately exits with them is
+/// indistinguishable, as with any shell). SIGXCPU and SIGXFSZ reported as signals are
+/// those limits either way.
+pub fn outcome_with(pod: &Pod, supervised: bool) -> PodOutcome {
     let Some(status) = &pod.status else {
         return PodOutcome::Pending;
     };
@@ -55,7 +70,19 @@ pub fn outcome(pod: &Pod) -> PodOutcome {
             (Some("OOMKilled"), _) => Termination::LimitExceeded {
                 limit: "memory".into(),
             },
+            (_, Some(24)) => Termination::LimitExceeded {
+                limit: "cpu".into(),
+            },
+            (_, Some(25)) => Termination::LimitExceeded {
+                limit: "file-size".into(),
+            },
             (_, Some(signal)) if signal > 0 => Termination::Signaled { signal },
+            _ if supervised && t.exit_code == EXIT_SIGXCPU => Termination::LimitExceeded {
+                limit: "cpu".into(),
+            },
+            _ if supervised && t.exit_code == EXIT_SIGXFSZ => Termination::LimitExceeded {
+                limit: "file-size".into(),
+            },
             _ => Termination::Exited { code: t.exit_code },
         });
     }
@@ -66,6 +93,23 @@ pub fn outcome(pod: &Pod) -> PodOutcome {
         return PodOutcome::CannotStart(format!(
             "{reason}: {}",
             w.message.as_deref().unwrap_or("no message")
+        ));
+    }
+    // An init container (the supervisor's delivery) that failed: the sandbox never ran.
+    if let Some((name, t)) = status.init_container_statuses.iter().flatten().find_map(|c| {
+        c.state
+            .as_ref()
+            .and_then(|s| s.terminated.as_ref())
+            .filter(|t| t.exit_code != 0)
+            .map(|t| (c.name.as_str(), t))
+    }) {
+        return PodOutcome::CannotStart(format!(
+            "init container {name} exited with {}{}",
+            t.exit_code,
+            t.message
+                .as_deref()
+                .map(|m| format!(": {}", m.trim()))
+                .unwrap_or_default()
         ));
     }
     match status.phase.as_deref() {
@@ -111,6 +155,50 @@ mod tests {
         assert_eq!(
             outcome(&pod(json!({"phase": "Running"}))),
             PodOutcome::Pending
+        );
+    }
+
+    #[test]
+    fn a_failed_init_container_means_the_sandbox_cannot_start() {
+        let p = pod(json!({"phase": "Failed", "initContainerStatuses": [{
+            "name": "install-supervisor", "image": "i", "imageID": "", "ready": false, "restartCount": 0,
+            "state": {"terminated": {"exitCode": 127, "message": "no such file"}}
+        }]}));
+        match outcome(&p) {
+            PodOutcome::CannotStart(why) => {
+                assert!(why.contains("install-supervisor") && why.contains("127"), "{why}")
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn supervised_exit_codes_of_the_guest_limits_map_to_limits() {
+        let cpu = terminated(json!({"exitCode": 152, "reason": "Error"}));
+        assert_eq!(
+            outcome_with(&cpu, true),
+            PodOutcome::Ended(Termination::LimitExceeded {
+                limit: "cpu".into()
+            })
+        );
+        assert_eq!(
+            outcome_with(&cpu, false),
+            PodOutcome::Ended(Termination::Exited { code: 152 }),
+            "without the supervisor 152 is only an exit code"
+        );
+        let fsz = terminated(json!({"exitCode": 153, "reason": "Error"}));
+        assert_eq!(
+            outcome_with(&fsz, true),
+            PodOutcome::Ended(Termination::LimitExceeded {
+                limit: "file-size".into()
+            })
+        );
+        let sig = terminated(json!({"exitCode": 0, "signal": 24, "reason": "Error"}));
+        assert_eq!(
+            outcome(&sig),
+            PodOutcome::Ended(Termination::LimitExceeded {
+                limit: "cpu".into()
+            })
         );
     }
 
