@@ -93,7 +93,10 @@ pub fn install_supervisor(args: InstallArgs) -> ExitCode {
     match guest::install_self(&args.to) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("protobot sandbox install-supervisor: {}", crate::one_line(&e));
+            eprintln!(
+                "protobot sandbox install-supervisor: {}",
+                crate::one_line(&e)
+            );
             ExitCode::from(1)
         }
     }

@@ -287,7 +287,10 @@ pub fn supervise(limits: &GuestLimits, command: &[OsString]) -> Result<u8, Super
     loop {
         match rustix::process::wait(WaitOptions::empty()) {
             Ok(Some((reaped, status))) if reaped == pid => {
-                return Ok(exit_status_of(status.exit_status(), status.terminating_signal()));
+                return Ok(exit_status_of(
+                    status.exit_status(),
+                    status.terminating_signal(),
+                ));
             }
             // An orphan of the command, reparented to PID 1: reaped so it does not
             // count against the process limit.
@@ -455,7 +458,10 @@ mod tests {
             open_files: 256,
             ..Default::default()
         };
-        let args = supervise_args(&guest_limits(&limits), &["sh".into(), "-c".into(), "x".into()]);
+        let args = supervise_args(
+            &guest_limits(&limits),
+            &["sh".into(), "-c".into(), "x".into()],
+        );
         assert_eq!(
             args,
             [

@@ -1058,7 +1058,9 @@ impl SandboxBackend for KubernetesExecutor {
                 ),
                 Err(why) => Capability::unsupported(
                     "resource-limits",
-                    format!("CPU time, process count, file size and open files are not enforced: {why}"),
+                    format!(
+                        "CPU time, process count, file size and open files are not enforced: {why}"
+                    ),
                 ),
             },
             Capability::supported(

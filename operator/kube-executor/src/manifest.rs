@@ -475,6 +475,7 @@ pub fn build_pod(
             empty_dir: Some(EmptyDirVolumeSource {
                 medium: None,
                 size_limit: Some(Quantity(SUPERVISOR_VOLUME_SIZE.to_owned())),
+                ..EmptyDirVolumeSource::default()
             }),
             ..Volume::default()
         });

@@ -491,7 +491,10 @@ impl SandboxProfile {
         }
         if let Some(sup) = &s.supervisor {
             if !sup.binary_path.starts_with('/')
-                || sup.binary_path.chars().any(|c| c.is_whitespace() || c == '\0')
+                || sup
+                    .binary_path
+                    .chars()
+                    .any(|c| c.is_whitespace() || c == '\0')
             {
                 return Err(invalid(
                     "spec.supervisor.binaryPath",
@@ -501,7 +504,11 @@ impl SandboxProfile {
                     ),
                 ));
             }
-            if sup.image.chars().any(|c| c.is_whitespace() || c.is_control()) {
+            if sup
+                .image
+                .chars()
+                .any(|c| c.is_whitespace() || c.is_control())
+            {
                 return Err(invalid(
                     "spec.supervisor.image",
                     format!("{:?} is not an image reference", sup.image),

@@ -96,13 +96,18 @@ pub fn outcome_with(pod: &Pod, supervised: bool) -> PodOutcome {
         ));
     }
     // An init container (the supervisor's delivery) that failed: the sandbox never ran.
-    if let Some((name, t)) = status.init_container_statuses.iter().flatten().find_map(|c| {
-        c.state
-            .as_ref()
-            .and_then(|s| s.terminated.as_ref())
-            .filter(|t| t.exit_code != 0)
-            .map(|t| (c.name.as_str(), t))
-    }) {
+    if let Some((name, t)) = status
+        .init_container_statuses
+        .iter()
+        .flatten()
+        .find_map(|c| {
+            c.state
+                .as_ref()
+                .and_then(|s| s.terminated.as_ref())
+                .filter(|t| t.exit_code != 0)
+                .map(|t| (c.name.as_str(), t))
+        })
+    {
         return PodOutcome::CannotStart(format!(
             "init container {name} exited with {}{}",
             t.exit_code,
@@ -166,7 +171,10 @@ mod tests {
         }]}));
         match outcome(&p) {
             PodOutcome::CannotStart(why) => {
-                assert!(why.contains("install-supervisor") && why.contains("127"), "{why}")
+                assert!(
+                    why.contains("install-supervisor") && why.contains("127"),
+                    "{why}"
+                )
             }
             other => panic!("{other:?}"),
         }
