@@ -41,9 +41,13 @@
 //! `memory_bytes` → the container's memory request and limit (refused above
 //! the profile's `maxMemory`); CPU and ephemeral storage come from the
 //! profile. `cpu` time, `processes`, `file_size_bytes` and `open_files` have
-//! no pod field: they need an in-guest supervisor (contract §9.3) and are not
-//! enforced by this executor, which is why a profile's conformance report must
-//! say so through its `resource-limits` capability.
+//! no pod field: when the profile configures `spec.supervisor` (and an image is
+//! known: the profile's, or [`KubeExecutorConfig::supervisor_image`]), an init
+//! container copies the protobot binary into an `emptyDir` and the role's command
+//! runs through `protobot sandbox supervise` (`protobot_executors::guest`), which
+//! sets those rlimits in the guest; only then is `resource-limits` reported
+//! supported. Exit codes 152/153 of a supervised pod are the CPU-time and
+//! file-size limits.
 //! Pod status maps to [`Termination`](protobot_jobsite::executor::Termination): a terminated container's exit code →
 //! `Exited`, its signal → `Signaled`, `OOMKilled` → `LimitExceeded{memory}`,
 //! pod reason `DeadlineExceeded` (or the executor deadline) →

@@ -741,6 +741,49 @@ mod tests {
     }
 
     #[test]
+    fn with_a_supervisor_image_the_command_runs_through_the_supervisor() {
+        // Without an image (the profile names none, the config neither): no supervisor.
+        let pod = json_of(&build_pod(&profile(), &config(), &spec(), None).unwrap());
+        assert!(pod["spec"].get("initContainers").is_none());
+        assert!(supervisor(&profile(), &config()).is_err());
+        let mut c = config();
+        c.supervisor_image = Some("ghcr.io/protobot/protobot:1".into());
+        let pod = json_of(&build_pod(&profile(), &c, &spec(), None).unwrap());
+        let init = &pod["spec"]["initContainers"][0];
+        assert_eq!(init["image"], json!("ghcr.io/protobot/protobot:1"));
+        assert_eq!(
+            init["command"],
+            json!([
+                "/usr/local/bin/protobot",
+                "sandbox",
+                "install-supervisor",
+                "--to",
+                SUPERVISOR_BINARY
+            ])
+        );
+        assert_eq!(init["securityContext"]["runAsNonRoot"], json!(true));
+        let main = &pod["spec"]["containers"][0];
+        let cmd: Vec<String> = serde_json::from_value(main["command"].clone()).unwrap();
+        assert_eq!(cmd[0], SUPERVISOR_BINARY);
+        assert_eq!(&cmd[1..3], ["sandbox", "supervise"]);
+        let sep = cmd.iter().position(|a| a == "--").unwrap();
+        assert_eq!(&cmd[sep + 1..], ["harness", "--task", "/task/task.json"]);
+        assert!(cmd.contains(&"--processes".to_owned()) && cmd.contains(&"256".to_owned()));
+        let mounts = main["volumeMounts"].as_array().unwrap();
+        assert!(
+            mounts
+                .iter()
+                .any(|m| m["mountPath"] == json!(SUPERVISOR_DIR) && m["readOnly"] == json!(true))
+        );
+        let volumes = pod["spec"]["volumes"].as_array().unwrap();
+        assert!(
+            volumes
+                .iter()
+                .any(|v| v["name"] == json!(SUPERVISOR_VOLUME) && v.get("emptyDir").is_some())
+        );
+    }
+
+    #[test]
     fn the_network_policy_denies_everything_without_a_proxy() {
         let np = json_of(&build_network_policy(&profile(), &config(), &spec(), None));
         let name = run_name("wi-1/cycle-1/worker-b");
