@@ -1,3 +1,4 @@
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 //! `protobot sandbox supervise`, the in-guest resource-limit supervisor, run as a
 //! real process: each limit is shown to be applied by a child that exceeds it (and,
 //! where it matters, the same child without the limit is shown to get further), and
