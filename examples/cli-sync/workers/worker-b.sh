@@ -1,9 +1,9 @@
 # Scripted Worker B (test harness, not an agent): implements sync. The first
 # attempt copies during a dry run (violating REQ-CLI-00001); with feedback it fixes it.
 set -e
-cd /workspace
+cd "${PROTOBOT_WORKSPACE:-/workspace}"
 mkdir -p src
-if grep -q '"feedback": \[\]' /task/task.json; then dry_copy=yes; else dry_copy=no; fi
+if grep -q '"feedback": \[\]' "${PROTOBOT_TASK:-/task/task.json}"; then dry_copy=yes; else dry_copy=no; fi
 cat > src/sync.sh <<S
 # sync [--dry-run] SRC DST: copy the files of SRC into DST.
 dry=no

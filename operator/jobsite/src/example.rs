@@ -17,8 +17,33 @@ pub const WORKER_B: &str = include_str!("../../../examples/cli-sync/workers/work
 pub const INTEGRATION: &str = include_str!("../../../examples/cli-sync/workers/integration.sh");
 /// The scripted Inspector's harness.
 pub const INSPECTOR: &str = include_str!("../../../examples/cli-sync/workers/inspector.sh");
-/// The example's project id.
+/// The example's project id (also the evaluation-corpus fixture it is derived from).
 pub const PROJECT: &str = "cli-sync";
+/// Its approved requirements: (id, EARS type, text), as the fixture states them.
+pub const REQUIREMENTS: [(&str, &str, &str); 3] = [
+    (
+        "REQ-CLI-00001",
+        "event-driven",
+        "When an operator invokes sync --dry-run with a valid source directory and a destination inside the project, the command-line tool shall report the files that would change and shall not modify the project.",
+    ),
+    (
+        "REQ-CLI-00002",
+        "event-driven",
+        "When an operator invokes sync without --dry-run with a valid source directory and a destination inside the project, the command-line tool shall copy the planned files into the destination.",
+    ),
+    (
+        "REQ-CLI-00003",
+        "unwanted-behavior",
+        "If the destination is missing or is not a directory, then the command-line tool shall refuse the run and shall not modify the project.",
+    ),
+];
+/// The fixture's worker-visible checks made executable (id, `sh` script run in the merged
+/// product's root; exit 0 = passed, the last line is the evidence). Evaluator-side only:
+/// never part of a Worker's projection.
+pub const VISIBLE_CHECKS: [(&str, &str); 1] = [(
+    "VIS-CLI-00001",
+    include_str!("../../../examples/cli-sync/checks/VIS-CLI-00001.sh"),
+)];
 
 /// Why the example could not be authored.
 #[derive(Debug, thiserror::Error)]
@@ -181,23 +206,7 @@ pub fn author(work: &Path, origin: &Path) -> Result<String, ExampleError> {
             "cli-sync",
         ],
     )?;
-    let requirements = [
-        (
-            "REQ-CLI-00001",
-            "event-driven",
-            "When an operator invokes sync --dry-run with a valid source directory and a destination inside the project, the command-line tool shall report the files that would change and shall not modify the project.",
-        ),
-        (
-            "REQ-CLI-00002",
-            "event-driven",
-            "When an operator invokes sync without --dry-run with a valid source directory and a destination inside the project, the command-line tool shall copy the planned files into the destination.",
-        ),
-        (
-            "REQ-CLI-00003",
-            "unwanted-behavior",
-            "If the destination is missing or is not a directory, then the command-line tool shall refuse the run and shall not modify the project.",
-        ),
-    ];
+    let requirements = REQUIREMENTS;
     for (id, kind, text) in requirements {
         ears(
             work,
