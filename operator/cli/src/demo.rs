@@ -11,7 +11,11 @@
 //!    sandbox (or, only with `--insecure-no-sandbox` and no bubblewrap, as
 //!    plain processes). Worker B's first attempt fails a test, so the demo
 //!    shows a real triage cycle.
-//! 5. Verify that `origin/main` contains the merge, bring the demo's working
+//! 5. Write the run's result records (`<dir>/results/`, or `protobot eval`'s
+//!    `--out`): the fixture's visible checks on the merged product, a record per
+//!    Job Site stage valid against the corpus's result schema, and `trace.json`
+//!    from which they replay (crate::eval, docs/evaluation.md).
+//! 6. Verify that `origin/main` contains the merge, bring the demo's working
 //!    clone up to date (`git pull --ff-only`: the Job Site builds in a clone of
 //!    its own, `<dir>/jobsite`, so it never moves a checked-out branch) and
 //!    print the report.
@@ -68,8 +72,8 @@ pub struct DemoArgs {
     /// Run Workers as plain processes when bubblewrap is missing (unsafe; logged on every run).
     #[arg(long)]
     pub insecure_no_sandbox: bool,
-    /// Workers A and B: the bundled scripted Workers, or the real OpenCode CLI
-    /// (harnesses/opencode) reaching a deterministic model endpoint only through the egress
+    /// Workers A and B and the Inspector: the bundled scripted harnesses, or the real OpenCode
+    /// CLI (harnesses/opencode) reaching a deterministic model endpoint only through the egress
     /// proxy (needs root and scripts/install-agents.sh).
     #[arg(long, value_enum, default_value = "scripted")]
     pub harness: Harness,
@@ -79,7 +83,7 @@ pub struct DemoArgs {
     pub opencode: Option<PathBuf>,
 }
 
-/// Which Workers A and B the demo runs.
+/// Which Workers A and B and Inspector the demo runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Harness {
@@ -110,6 +114,8 @@ struct Report {
     /// What the model endpoint saw (--harness opencode only).
     #[serde(skip_serializing_if = "Option::is_none")]
     model: Option<crate::demo_agents::ModelEvidence>,
+    /// The result records written (docs/evaluation.md).
+    results: crate::eval::Written,
     seconds: f64,
 }
 
@@ -143,6 +149,11 @@ enum DemoError {
     Engine(#[from] protobot_jobsite::engine::EngineError),
     #[error("unable to run OpenCode as the Workers: {0}")]
     Agents(#[from] crate::demo_agents::AgentError),
+    #[error("failed to write the result records to {path}: {source}")]
+    Results {
+        path: PathBuf,
+        source: std::io::Error,
+    },
 }
 
 fn context(role: &str, subject: &str, actions: &[&str]) -> AuthorizationContext {
@@ -162,8 +173,11 @@ async fn run(
     args: &DemoArgs,
     root: &Path,
     progress: protobot_jobsite::engine::StageHook,
+    target: &crate::eval::Target,
 ) -> Result<Report, DemoError> {
     let started = Instant::now();
+    let audit = crate::eval::EgressAudit::install();
+    let egress_seen = audit.decisions().len();
     let (work, origin, db) = (
         root.join("work"),
         root.join("origin.git"),
@@ -335,7 +349,9 @@ async fn run(
             producers: vec![protobot_jobsite::engine::Producer {
                 name: "inspector".into(),
                 kind: protobot_jobsite::inspection::ProducerKind::Inspector,
-                class: sh(INSPECTOR),
+                class: agents
+                    .as_ref()
+                    .map_or_else(|| sh(INSPECTOR), |a| a.inspector.clone()),
             }],
             // OpenCode (Bun) reserves a large address space up front and the memory
             // limit is an RLIMIT_AS.
@@ -390,6 +406,8 @@ async fn run(
         })?;
     let mut cycles = Vec::new();
     let mut built: Option<BuildReport> = None;
+    // A stopped build still writes its result records; the error comes after.
+    let mut stopped: Option<String> = None;
     for action in actions {
         match action {
             SiteAction::Built { report } => {
@@ -397,10 +415,7 @@ async fn run(
                 built = Some(*report);
             }
             SiteAction::Failed { error, .. } | SiteAction::MergeUnverified { error, .. } => {
-                return Err(DemoError::Rejected {
-                    command: "build",
-                    code: error,
-                });
+                stopped.get_or_insert(error);
             }
             other => progress(&format!("job site: {}", describe(&other))),
         }
@@ -455,6 +470,86 @@ async fn run(
         report.state,
         report.merge_commit.as_deref().unwrap_or("no merge")
     ));
+    // The result records: the fixture's checks on the merged product, then one record per stage.
+    let state_now = record.as_ref().map(|r| r.state).unwrap_or(report.state);
+    let visible_checks = if contains {
+        progress("evaluating: the fixture's visible checks on the merged product (sandboxed)");
+        crate::eval::visible_checks(
+            &target.fixture,
+            &origin,
+            "main",
+            &root.join("eval"),
+            matches!(sandbox, "none (--insecure-no-sandbox)"),
+        )
+    } else {
+        Vec::new()
+    };
+    let model_requests = agents
+        .as_ref()
+        .map(|a| a.model_requests(&contract.work_item_id))
+        .unwrap_or_default();
+    let models = match &agents {
+        Some(_) => crate::eval::agent_models("scripted", "opencode", &model_requests),
+        None => Vec::new(),
+    };
+    let out_root = root.join("sandbox/out");
+    let now = Timestamp::now();
+    let evidence = protobot_eval::evidence::JobSiteRun {
+        bundle_version: protobot_eval::evidence::BUNDLE_VERSION,
+        run_id: format!("{}-{}", contract.work_item_id, now.as_second()),
+        recorded_at: protobot_eval::semantics::timestamp(now),
+        fixture: protobot_eval::evidence::FixtureRef {
+            id: target.fixture.id.clone(),
+            corpus_revision: target.fixture.corpus_revision.clone(),
+            digest: target.fixture.digest.clone(),
+        },
+        environment: crate::eval::environment(models),
+        inputs: protobot_eval::evidence::RunInputs {
+            work_item_id: contract.work_item_id.clone(),
+            requirement_ids: contract.applicable_requirement_ids.clone(),
+            contract: serde_json::to_value(&contract).unwrap_or_default(),
+        },
+        cycles: report.cycles.clone(),
+        gates: crate::eval::gates(&out_root, &contract.work_item_id),
+        inspections: crate::eval::inspections(&out_root, &report.inspections),
+        outcome: protobot_eval::evidence::Outcome {
+            state: state_now.to_string(),
+            merge_commit: report.merge_commit.clone(),
+            main_contains_merge: contains,
+            product_tree_digest: report.product_tree_digest.clone(),
+            error: stopped.clone().or_else(|| report.block_reason.clone()),
+        },
+        visible_checks,
+        holdout_assets: target
+            .fixture
+            .holdout_assets
+            .iter()
+            .map(|a| a.id.clone())
+            .collect(),
+        engine_trace: protobot_jobsite::engine::read_trace(
+            &root.join("scratch"),
+            &contract.work_item_id,
+        ),
+        egress: audit.decisions().into_iter().skip(egress_seen).collect(),
+        model_requests,
+    };
+    let results =
+        crate::eval::write(&target.results, &evidence).map_err(|source| DemoError::Results {
+            path: target.results.clone(),
+            source,
+        })?;
+    progress(&format!(
+        "results: {} records in {} ({} pass)",
+        results.records.len(),
+        results.dir.display(),
+        results.records.iter().filter(|r| r.pass).count()
+    ));
+    if let Some(code) = stopped {
+        return Err(DemoError::Rejected {
+            command: "build",
+            code,
+        });
+    }
     let redactions = report.cycles.iter().map(|c| c.redactions).sum();
     let stages = stages.lock().map(|s| s.clone()).unwrap_or_default();
     Ok(Report {
@@ -485,6 +580,7 @@ async fn run(
         model: agents
             .as_ref()
             .map(crate::demo_agents::AgentWorkers::evidence),
+        results,
         seconds: started.elapsed().as_secs_f64(),
     })
 }
@@ -558,6 +654,12 @@ fn lock_dir(root: &Path) -> std::io::Result<std::fs::File> {
 
 /// Runs `protobot demo`.
 pub fn demo(args: DemoArgs) -> ExitCode {
+    demo_with(args, None)
+}
+
+/// Runs the demo evaluated against `target` (`protobot eval`), or against the
+/// bundled cli-sync fixture with the records in `<dir>/results`.
+pub fn demo_with(args: DemoArgs, target: Option<crate::eval::Target>) -> ExitCode {
     let root = match &args.dir {
         Some(d) => d.clone(),
         None => std::env::temp_dir().join(format!(
@@ -621,7 +723,17 @@ pub fn demo(args: DemoArgs) -> ExitCode {
             root.display()
         );
     }
-    match runtime.block_on(run(&args, &root, progress)) {
+    let target = match target {
+        Some(t) => t,
+        None => match crate::eval::bundled(root.join("results")) {
+            Ok(t) => t,
+            Err(e) => {
+                eprintln!("protobot: the bundled fixture does not parse (a defect of this binary): {e}");
+                return ExitCode::from(1);
+            }
+        },
+    };
+    match runtime.block_on(run(&args, &root, progress, &target)) {
         Ok(report) => {
             let ok = report.state == State::Completed && report.main_contains_merge;
             let text = if human {
@@ -642,6 +754,12 @@ pub fn demo(args: DemoArgs) -> ExitCode {
                 ));
                 lines.push(format!("main contains  {}", report.main_contains_merge));
                 lines.push(format!("sandbox        {}", report.sandbox));
+                lines.push(format!(
+                    "results        {} ({} records, {} pass; trace.json replays them)",
+                    report.results.dir.display(),
+                    report.results.records.len(),
+                    report.results.records.iter().filter(|r| r.pass).count()
+                ));
                 if let Some(m) = &report.model {
                     lines.push(format!(
                         "model          {} requests, {} with the key the broker injected (proxy: {} allowed, {} denied)",

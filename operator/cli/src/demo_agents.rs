@@ -1,14 +1,18 @@
-//! `protobot demo --harness opencode`: Workers A and B are the real OpenCode
-//! CLI (`harnesses/opencode/run.sh`) in the bubblewrap sandbox, reaching a
-//! deterministic model endpoint only through the egress proxy (issue 21).
+//! `protobot demo --harness opencode`: Workers A and B and the Inspector are
+//! the real OpenCode CLI (`harnesses/opencode/run.sh`) in the bubblewrap
+//! sandbox, reaching a deterministic model endpoint only through the egress
+//! proxy (issue 21).
 //!
 //! The demo starts, in its own process and on loopback only:
 //! - the model double (`protobot-model-double`), scripted so that each
 //!   Worker's first turn is one shell tool call running the bundled scripted
 //!   Worker's edits (`examples/cli-sync/workers/worker-{a,b}.sh`, without its
 //!   final copy to `/out`: the harness commits and copies), then a text turn;
-//! - the egress proxy and credential broker, whose policy lets Worker A and
-//!   Worker B POST chat completions to the model host, injecting a demo key
+//!   the Inspector's first turn runs the bundled Inspector's probes
+//!   (`examples/cli-sync/workers/inspector.sh`), which write
+//!   `/out/findings.jsonl`, and the harness checks every line's shape;
+//! - the egress proxy and credential broker, whose policy lets Worker A,
+//!   Worker B and the Inspector POST chat completions to the model host, injecting a demo key
 //!   the sandbox never sees.
 //!
 //! The broker reaches the double over plain HTTP on loopback
@@ -31,7 +35,7 @@ use protobot_egress::{
 use protobot_executors::LocalEgress;
 use protobot_jobsite::{
     engine::WorkerClass,
-    example::{WORKER_A, WORKER_B},
+    example::{INSPECTOR, WORKER_A, WORKER_B},
 };
 use protobot_model_double::{ModelDouble, Recorded, Scenario, Script, Step, ToolCall};
 use serde_json::json;
@@ -50,6 +54,11 @@ rules:
     path: /v1/chat/completions
     credential: model
   - role: worker-b
+    destination: model.protobot-demo.invalid
+    method: POST
+    path: /v1/chat/completions
+    credential: model
+  - role: inspector
     destination: model.protobot-demo.invalid
     method: POST
     path: /v1/chat/completions
@@ -147,6 +156,7 @@ pub fn model_script(work_item: &str) -> Script {
         scenarios: vec![
             scenario("worker-a", WORKER_A),
             scenario("worker-b", WORKER_B),
+            scenario("inspector", INSPECTOR),
         ],
     }
 }
@@ -157,6 +167,8 @@ pub struct AgentWorkers {
     pub worker_a: WorkerClass,
     /// Worker B's class.
     pub worker_b: WorkerClass,
+    /// The Inspector's class.
+    pub inspector: WorkerClass,
     /// The proxy's base URL (host side).
     pub proxy_url: String,
     /// The executor's egress (the proxy's session secret).
@@ -195,6 +207,46 @@ impl AgentWorkers {
             proxy_allowed: self.metrics.decisions.with_label_values(&["allowed"]).get(),
             proxy_denied: self.metrics.decisions.with_label_values(&["denied"]).get(),
         }
+    }
+}
+
+impl AgentWorkers {
+    /// Metadata of every request the endpoint received, for the evaluation
+    /// trace: the role whose task marker the conversation carries, the model,
+    /// the sizes, and whether the broker's key was on it (never the key itself
+    /// or the conversation).
+    pub fn model_requests(&self, work_item: &str) -> Vec<protobot_eval::evidence::ModelRequest> {
+        let bearer = format!("Bearer {}", self.key);
+        self.double
+            .requests()
+            .iter()
+            .map(|r| {
+                let chat: protobot_model_double::ChatRequest =
+                    serde_json::from_value(r.body.clone()).unwrap_or_default();
+                let user: Vec<String> = chat
+                    .messages
+                    .iter()
+                    .filter(|m| m.role == "user")
+                    .map(protobot_model_double::Message::text)
+                    .collect();
+                let role = ["worker-a", "worker-b", "inspector"]
+                    .into_iter()
+                    .find(|role| {
+                        let marker = format!("{role} for {work_item}");
+                        user.iter().any(|t| t.contains(&marker))
+                    })
+                    .map(str::to_owned);
+                protobot_eval::evidence::ModelRequest {
+                    role,
+                    path: r.path.clone(),
+                    model: chat.model.clone(),
+                    messages: chat.messages.len(),
+                    tools: chat.tools.as_ref().map_or(0, Vec::len),
+                    stream: chat.stream,
+                    key_injected: r.header("authorization") == Some(bearer.as_str()),
+                }
+            })
+            .collect()
     }
 }
 
@@ -285,6 +337,7 @@ pub async fn start(
     Ok(AgentWorkers {
         worker_a: class(),
         worker_b: class(),
+        inspector: class(),
         proxy_url,
         egress: LocalEgress::new(secret),
         binds,
@@ -305,7 +358,8 @@ mod tests {
         assert!(!edits.contains("/out/worker"));
         assert!(edits.contains("src/sync.sh"));
         let script = model_script("WI-1");
-        assert_eq!(script.scenarios.len(), 2);
+        assert_eq!(script.scenarios.len(), 3);
         assert_eq!(script.scenarios[0].marker, "worker-a for WI-1");
+        assert_eq!(script.scenarios[2].marker, "inspector for WI-1");
     }
 }

@@ -11,6 +11,7 @@ mod crd;
 mod demo;
 mod demo_agents;
 mod egress;
+mod eval;
 mod init;
 mod lifecycle;
 mod operator;
@@ -38,6 +39,8 @@ enum Command {
     Status(status::StatusArgs),
     /// Run the whole Job Site on one machine on a bundled example project, then print the report.
     Demo(demo::DemoArgs),
+    /// Run an evaluation-corpus fixture end to end and write its result records (result.schema.json v1).
+    Eval(eval::EvalArgs),
     /// Build an approved change set of your own repository with your worker harness, on one machine.
     Run(run::RunArgs),
     /// Move a blocked work item on after fixing its cause on the default branch, then build it (same arguments as `run`).
@@ -131,6 +134,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Demo(args) => demo::demo(args),
+        Command::Eval(args) => eval::eval(args),
         Command::Run(args) => run::run(args, run::Mode::Run),
         Command::Retry(args) => run::run(args, run::Mode::Retry),
         Command::Abandon(args) => lifecycle::abandon(args),

@@ -6,6 +6,9 @@
 
 use std::process::{Command, Output};
 
+#[path = "support/check_jsonschema.rs"]
+mod check_jsonschema;
+
 fn protobot(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_protobot"))
         .args(args)
@@ -349,6 +352,38 @@ fn the_demo_builds_the_example_through_a_triage_cycle_and_merges_it() {
         serde_json::json!(["inspector"])
     );
     assert_eq!(inspections[0]["verdict"]["verdict"], "sealed");
+    assert_eq!(report["findings"], 0, "the corrected tool shows every probed behaviour");
+    // Result records, one per stage, all passing, valid against the corpus schema, and
+    // rebuilt identically from trace.json alone.
+    let results = dir.join("results");
+    assert_eq!(report["results"]["dir"], results.to_str().unwrap());
+    let records = check_jsonschema::records_in(&results);
+    assert_eq!(records.len(), 6, "{records:?}");
+    check_jsonschema::validate(&records);
+    for r in report["results"]["records"].as_array().unwrap() {
+        assert_eq!(r["pass"], true, "{r}");
+    }
+    assert_replays(&results);
+    let worker_b: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(records.iter().find(|p| p.to_str().unwrap().contains("-worker-b-")).unwrap()).unwrap(),
+    )
+    .unwrap();
+    assert!(
+        worker_b["failures"][0]["detail"]
+            .as_str()
+            .unwrap()
+            .starts_with("worker-b, cycle 1: test_dry_run (REQ-CLI-00001) failed"),
+        "{worker_b}"
+    );
+    let job_site: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(records.iter().find(|p| p.to_str().unwrap().contains("-job-site-")).unwrap()).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        job_site["scores"]["job_site"]["visible_checks"],
+        serde_json::json!({"passed": 1, "failed": 0, "total": 1}),
+        "VIS-CLI-00001 ran on the merged product: {job_site}"
+    );
     let feedback = report["cycles"][0]["feedback"].to_string();
     assert!(feedback.contains("REQ-CLI-00001"), "{feedback}");
     assert!(
@@ -418,6 +453,25 @@ fn the_demo_builds_the_example_through_a_triage_cycle_and_merges_it() {
         1,
         "a refused run changes nothing"
     );
+}
+
+/// The records in `dir` are exactly what `trace.json` rebuilds (offline replay).
+fn assert_replays(dir: &std::path::Path) {
+    let bundle = std::fs::read(dir.join("trace.json")).unwrap();
+    let run: protobot_eval::evidence::JobSiteRun = serde_json::from_slice(&bundle).unwrap();
+    let traces = [protobot_eval::schema::Trace {
+        kind: protobot_eval::schema::TraceKind::JobSite,
+        uri: "trace.json".into(),
+        digest: Some(protobot_eval::schema::sha256_digest(&bundle)),
+    }];
+    for record in protobot_eval::records::build(&run, &traces) {
+        let written: protobot_eval::schema::ResultRecord = serde_json::from_slice(
+            &std::fs::read(dir.join(format!("{}.json", record.result_id))).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(written, record);
+        assert_eq!(protobot_eval::semantics::violations(&record), Vec::<String>::new());
+    }
 }
 
 fn merges_on_main(origin: &std::path::Path) -> usize {
@@ -498,17 +552,56 @@ fn the_demo_with_opencode_workers_merges_through_the_egress_proxy() {
         .map(|c| c["decision"].as_str().unwrap())
         .collect();
     assert_eq!(decisions, ["implementation", "pass"], "{report}");
-    // Worker A once, Worker B twice, each at least a tool turn and a closing turn (plus
-    // OpenCode's title requests): every one carried the key the broker injected.
+    // Worker A once, Worker B twice, the Inspector once, each at least a tool turn and a
+    // closing turn (plus OpenCode's title requests): every one carried the key the broker
+    // injected.
     let model = &report["model"];
     let requests = model["requests"].as_u64().unwrap();
-    assert!(requests >= 6, "{model}");
+    assert!(requests >= 8, "{model}");
     assert_eq!(
         model["with_injected_key"].as_u64(),
         Some(requests),
         "{model}"
     );
     assert_eq!(model["proxy_allowed"].as_u64(), Some(requests), "{model}");
+    // The Inspector was OpenCode too: its run sealed with the probes' findings (none).
+    let inspections = report["inspections"].as_array().unwrap();
+    assert_eq!(inspections.len(), 1, "{report}");
+    assert_eq!(inspections[0]["verdict"]["verdict"], "sealed", "{report}");
+    // The records are schema-valid, replay, and the trace holds the model requests' metadata
+    // from the proxy's audit, per role, without the key.
+    let results = dir.join("results");
+    let records = check_jsonschema::records_in(&results);
+    assert_eq!(records.len(), 6, "{records:?}");
+    check_jsonschema::validate(&records);
+    assert_replays(&results);
+    let bundle = std::fs::read_to_string(results.join("trace.json")).unwrap();
+    assert!(!bundle.contains("demo-model-key-"), "the key is not in the trace");
+    let run: serde_json::Value = serde_json::from_str(&bundle).unwrap();
+    for role in ["worker-a", "worker-b", "inspector"] {
+        let allowed = run["egress"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|d| d["role"] == role && d["outcome"] == "allowed" && d["destination"] == "model.protobot-demo.invalid")
+            .count();
+        assert!(allowed >= 2, "{role}: {allowed} allowed model requests in the proxy's audit: {}", run["egress"]);
+        let at_endpoint = run["model_requests"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|r| r["role"] == role && r["key_injected"] == true)
+            .count();
+        assert!(at_endpoint >= 2, "{role}: {}", run["model_requests"]);
+    }
+    let inspector_model = run["environment"]["models"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["role"] == "inspector")
+        .cloned()
+        .unwrap();
+    assert_eq!(inspector_model["settings"]["harness"], "opencode");
 }
 
 #[test]

@@ -10,6 +10,8 @@
 //! paths `/workspace`, `/out` and `/task/task.json` of the sandbox are
 //! overridden through PROTOBOT_WORKSPACE, PROTOBOT_OUT and PROTOBOT_TASK).
 
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::{
     path::{Path, PathBuf},
     process::Command,
