@@ -88,7 +88,7 @@ pub fn bundled(results: PathBuf) -> Result<Target, protobot_eval::fixture::Fixtu
 pub fn example_requirements() -> Vec<ExampleRequirement<'static>> {
     REQUIREMENTS
         .iter()
-        .map(|(id, kind, text)| ExampleRequirement { id, kind, text })
+        .map(|&(id, kind, text)| ExampleRequirement { id, kind, text })
         .collect()
 }
 
@@ -327,7 +327,7 @@ pub fn visible_checks(
             if let Err(e) = &extracted {
                 return outcome(false, format!("the merged product could not be extracted: {e}"));
             }
-            let Some((_, script)) = VISIBLE_CHECKS.iter().find(|(id, _)| *id == check.id) else {
+            let Some(&(_, script)) = VISIBLE_CHECKS.iter().find(|(id, _)| *id == check.id) else {
                 return outcome(false, format!("no executable form of {} is bundled with this protobot, so it did not run", check.id));
             };
             let mut cmd = if insecure {
@@ -413,7 +413,7 @@ pub fn agent_models(model: &str, harness: &str, requests: &[ModelRequest]) -> Ve
             settings: [
                 ("harness".to_owned(), Setting::Text(harness.to_owned())),
                 ("endpoint".to_owned(), Setting::Text("protobot-model-double (deterministic)".into())),
-                ("requests".to_owned(), Setting::Number(n as f64)),
+                ("requests".to_owned(), Setting::Integer(i64::try_from(n).unwrap_or(i64::MAX))),
             ]
             .into_iter()
             .collect(),

@@ -498,7 +498,7 @@ fn inspection(run: &JobSiteRun) -> Scored {
         let flagged = findings
             .iter()
             .any(|f| f.requirement_ids.iter().any(|r| check.requirement_ids.contains(r)));
-        let agrees = if check.passed { true } else { !sealed(ins) || flagged };
+        let agrees = check.passed || !sealed(ins) || flagged;
         s.checks.push(agrees);
         if !agrees {
             s.fail(

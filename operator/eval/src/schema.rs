@@ -134,10 +134,14 @@ pub struct Model {
 pub enum Setting {
     /// A string.
     Text(String),
-    /// A number.
-    Number(f64),
     /// A flag.
     Flag(bool),
+    /// A whole number (kept whole, as written).
+    Integer(i64),
+    /// A number.
+    Number(f64),
+    /// `null`.
+    Null,
 }
 
 /// The model roles of the schema.
