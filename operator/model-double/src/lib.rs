@@ -1,7 +1,9 @@
 //! A deterministic model endpoint for tests (issue 21): it speaks the
 //! OpenAI chat-completions API (`POST …/chat/completions` with `tools`,
 //! answers with `tool_calls` or text, as one JSON object or as server-sent
-//! events when the request says `"stream": true`) and records every request
+//! events when the request says `"stream": true`) and the Anthropic Messages
+//! API (`POST …/v1/messages`, answering with `tool_use` blocks; see
+//! [`anthropic`]), and records every request
 //! it receives, headers included, so a test can assert which credential
 //! reached the endpoint.
 //!
@@ -33,6 +35,8 @@ use hyper_util::rt::TokioIo;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
+
+pub mod anthropic;
 
 /// Largest request body read (bigger ones get 413).
 pub const MAX_BODY: usize = 16 << 20;
@@ -200,15 +204,27 @@ pub enum Reply {
 
 /// The answer to `request` under `script` (pure).
 pub fn reply(script: &Script, request: &ChatRequest) -> Reply {
-    if request.tools.as_ref().is_none_or(Vec::is_empty) {
-        return Reply::Text(UNTOOLED_REPLY.to_owned());
-    }
     let user_text: Vec<String> = request
         .messages
         .iter()
         .filter(|m| m.role == "user")
         .map(Message::text)
         .collect();
+    let step = request
+        .messages
+        .iter()
+        .filter(|m| m.role == "assistant")
+        .count();
+    let tooled = request.tools.as_ref().is_some_and(|t| !t.is_empty());
+    scripted_reply(script, tooled, &user_text, step)
+}
+
+/// The answer of either API (pure): text when no tools are offered, else the
+/// `step`-th step of the first scenario whose marker is in `user_text`.
+pub fn scripted_reply(script: &Script, tooled: bool, user_text: &[String], step: usize) -> Reply {
+    if !tooled {
+        return Reply::Text(UNTOOLED_REPLY.to_owned());
+    }
     let Some(scenario) = script
         .scenarios
         .iter()
@@ -216,11 +232,6 @@ pub fn reply(script: &Script, request: &ChatRequest) -> Reply {
     else {
         return Reply::Text("no scripted scenario matches this conversation".to_owned());
     };
-    let step = request
-        .messages
-        .iter()
-        .filter(|m| m.role == "assistant")
-        .count();
     match scenario.steps.get(step) {
         Some(Step::ToolCalls { calls }) => Reply::ToolCalls {
             step,
@@ -458,6 +469,16 @@ impl State {
             body: json_body.clone(),
         });
         let route = parts.uri.path();
+        if parts.method == hyper::Method::POST && route.ends_with("/messages/count_tokens") {
+            return respond(
+                StatusCode::OK,
+                "application/json",
+                anthropic::count_tokens().to_string(),
+            );
+        }
+        if parts.method == hyper::Method::POST && route.ends_with("/messages") {
+            return self.answer_messages(json_body);
+        }
         if parts.method == hyper::Method::GET && route.ends_with("/models") {
             return respond(
                 StatusCode::OK,
@@ -469,7 +490,7 @@ impl State {
         if parts.method != hyper::Method::POST || !route.ends_with("/chat/completions") {
             return error(
                 StatusCode::NOT_FOUND,
-                "only POST …/chat/completions and GET …/models are served",
+                "only POST …/chat/completions, POST …/messages, POST …/messages/count_tokens and GET …/models are served",
             );
         }
         let request: ChatRequest = match serde_json::from_value(json_body) {
@@ -493,6 +514,38 @@ impl State {
                 StatusCode::OK,
                 "application/json",
                 render_json(&answer, &request.model).to_string(),
+            )
+        }
+    }
+
+    /// `POST …/v1/messages` (the Anthropic Messages API).
+    fn answer_messages(&self, body: Value) -> Response<Full<Bytes>> {
+        let request: anthropic::MessagesRequest = match serde_json::from_value(body) {
+            Ok(r) => r,
+            Err(e) => {
+                return respond(
+                    StatusCode::BAD_REQUEST,
+                    "application/json",
+                    anthropic::error_body(
+                        "invalid_request_error",
+                        &format!("not a Messages API request: {e}"),
+                    )
+                    .to_string(),
+                );
+            }
+        };
+        let answer = anthropic::reply_messages(&self.script, &request);
+        if request.stream {
+            respond(
+                StatusCode::OK,
+                "text/event-stream",
+                anthropic::render_message_sse(&answer, &request.model),
+            )
+        } else {
+            respond(
+                StatusCode::OK,
+                "application/json",
+                anthropic::render_message_json(&answer, &request.model).to_string(),
             )
         }
     }

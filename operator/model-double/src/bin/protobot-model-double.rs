@@ -7,7 +7,7 @@ use std::{net::SocketAddr, path::PathBuf, process::ExitCode};
 use clap::Parser;
 use protobot_model_double::{ModelDouble, Script};
 
-/// A deterministic OpenAI chat-completions endpoint for tests.
+/// A deterministic model endpoint for tests (OpenAI chat completions and Anthropic messages).
 #[derive(Debug, Parser)]
 #[command(name = "protobot-model-double")]
 struct Args {
