@@ -1,9 +1,11 @@
 #!/bin/sh
-# Reference harness: Claude Code (npm @anthropic-ai/claude-code) as Worker A or Worker B
-# (docs/worker-harnesses.md).
+# Reference harness: Claude Code (npm @anthropic-ai/claude-code) as Worker A, Worker B or an
+# Inspector (docs/worker-harnesses.md).
 #
 # Reads /task/task.json, runs `claude -p` non-interactively on /workspace with the role's
-# instructions, commits what the agent changed and copies the repository to /out/worker.
+# instructions. A Worker's changes are committed and the repository copied to /out/worker; an
+# Inspector writes /out/findings.jsonl (one finding per line in the Finding Ledger's shape), which
+# the harness checks line by line before the Job Site reads it (and never commits anything).
 # The model is reached ONLY through the egress proxy ($PROTOBOT_EGRESS_PROXY): Claude Code's
 # ANTHROPIC_BASE_URL is the proxy's path for the model host, and the run's session token is its
 # one extra header. No API key exists in the sandbox: Claude Code insists on having one, so it
@@ -45,7 +47,12 @@ work_item=$(jq -r '.work_item_id // "unknown"' "$task")
 cycle=$(jq -r '.cycle // 0' "$task")
 requirements=$(jq -r '(.requirement_ids // []) | join(", ")' "$task")
 feedback=$(jq -c '.feedback // []' "$task")
+inspection_run=$(jq -r '.inspection_run_id // ""' "$task")
+candidate=$(jq -r '.candidate // ""' "$task")
 case "$role" in
+inspector)
+    instructions="You are an Inspector of candidate $candidate (inspection run $inspection_run). Do not change any file in the workspace. Check that the candidate in the workspace shows every requirement below, its error paths included: run the implementation and its tests yourself. Report every defect as one line of JSON in $out/findings.jsonl with exactly the fields subject (a stable name of what is wrong), category (conformance or coverage), severity (major or minor), requirement_ids (the approved requirement ids it concerns), disposition (implementation-defect, test-defect, both-defective, spec-gap or not-a-defect), paths (the project paths it concerns) and summary (one sentence). When you find no defect, write the file empty."
+    ;;
 worker-a)
     instructions="You are Worker A. Write automated tests for the requirements below, and only tests: do not write or change the implementation (it is not in your workspace). Each test must check the observable behaviour a requirement states, its error paths included."
     ;;
@@ -53,10 +60,11 @@ worker-b)
     instructions="You are Worker B. Implement the requirements below. Do not write or change tests (they are not in your workspace)."
     ;;
 *)
-    fail "role $role is not supported by this harness (worker-a, worker-b)"
+    fail "role $role is not supported by this harness (worker-a, worker-b, inspector)"
     ;;
 esac
 prompt="protobot task: $role for $work_item, cycle $cycle.
+Inspection run: ${inspection_run:-none}.
 $instructions
 The requirements are in the repository's specification files; the files under .protobot/ say which paths your role owns. Never edit .protobot/.
 Requirements: $requirements
@@ -82,10 +90,10 @@ export ANTHROPIC_API_KEY="$PLACEHOLDER_KEY"
 ANTHROPIC_CUSTOM_HEADERS="X-Sandbox-Session-Token: $(cat "$PROTOBOT_EGRESS_SESSION_TOKEN_FILE")"
 export ANTHROPIC_CUSTOM_HEADERS
 # The sandbox, not Claude Code, is the boundary: only /workspace, /out and the private /tmp are
-# writable. Shell and file tools are allowed without prompts; the web tools are denied.
+# writable. The shell and file tools are allowed without prompts; the web tools are denied.
 jq -n '{
   permissions: {
-    allow: ["Bash", "Edit", "Write", "Read", "Glob", "Grep"],
+    allow: ["Bash", "Edit", "Read"],
     deny: ["WebFetch", "WebSearch"]
   },
   includeCoAuthoredBy: false
@@ -94,12 +102,16 @@ jq -n '{
 cd "$workspace"
 # --bare: no hooks, plugins, CLAUDE.md discovery or background prefetches, and auth strictly from
 # ANTHROPIC_API_KEY; --setting-sources user: the project's own .claude/ settings are ignored
-# (the workspace is untrusted input).
+# (the workspace is untrusted input). Under --bare Claude Code offers Bash, Edit (which also
+# creates a file, given an empty old_string) and Read. An Inspector writes its findings outside
+# the workspace, so $out is one more directory its tools may use.
+set --
+[ "$role" != inspector ] || set -- --add-dir "$out"
 rc=0
 "$claude" -p "$prompt" --bare --model "$PROTOBOT_MODEL" \
     --settings "$state/settings.json" --setting-sources user --strict-mcp-config \
-    --permission-mode acceptEdits --tools "Bash,Edit,Write,Read,Glob,Grep" \
-    --allowedTools "Bash Edit Write Read Glob Grep" --disallowedTools "WebFetch WebSearch" \
+    --permission-mode acceptEdits --tools "Bash,Edit,Read" \
+    --allowedTools "Bash Edit Read" --disallowedTools "WebFetch WebSearch" "$@" \
     --no-session-persistence --output-format json \
     > "$state/claude.json" 2> "$state/claude.log" || rc=$?
 if [ "$rc" -ne 0 ] || ! jq -e '.is_error == false' "$state/claude.json" >/dev/null 2>&1; then
@@ -108,6 +120,29 @@ if [ "$rc" -ne 0 ] || ! jq -e '.is_error == false' "$state/claude.json" >/dev/nu
     fail "claude exited with $rc or reported an error"
 fi
 jq -r '.result // ""' "$state/claude.json" | tail -n 5
+
+if [ "$role" = inspector ]; then
+    # The findings must be in the ledger's shape: the Job Site refuses the whole report for
+    # one bad line, so say which line here, where the agent's output is still at hand.
+    [ -f "$out/findings.jsonl" ] || fail "the Inspector wrote no $out/findings.jsonl (an inspection that finds nothing writes it empty)"
+    n=0
+    while IFS= read -r line || [ -n "$line" ]; do
+        n=$((n + 1))
+        [ -n "$(printf '%s' "$line" | tr -d '[:space:]')" ] || continue
+        printf '%s\n' "$line" | jq -e '
+            type == "object"
+            and (keys - ["subject","category","severity","requirement_ids","disposition","paths","summary"] == [])
+            and (.subject | type == "string" and length > 0)
+            and (.category | type == "string") and (.severity | type == "string")
+            and (.disposition | IN("implementation-defect","test-defect","both-defective","test-gap","omitted-applicable","spec-gap","not-a-defect","equivalent","tooling-invalid"))
+            and ((.requirement_ids // []) | type == "array" and all(type == "string"))
+            and ((.paths // []) | type == "array" and all(type == "string"))
+            and ((.summary // "") | type == "string")' >/dev/null 2>&1 ||
+            fail "line $n of $out/findings.jsonl is not a finding in the ledger's shape (subject, category, severity, requirement_ids, disposition, paths, summary)"
+    done < "$out/findings.jsonl"
+    echo "claude-code harness: $n finding lines for inspection run $inspection_run"
+    exit 0
+fi
 
 git add -A -- . ':!.protobot'
 git -c user.name=claude-code -c user.email=claude-code@worker.invalid commit -qm "claude-code: $role for $work_item, cycle $cycle" || true

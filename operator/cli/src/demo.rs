@@ -72,15 +72,20 @@ pub struct DemoArgs {
     /// Run Workers as plain processes when bubblewrap is missing (unsafe; logged on every run).
     #[arg(long)]
     pub insecure_no_sandbox: bool,
-    /// Workers A and B and the Inspector: the bundled scripted harnesses, or the real OpenCode
-    /// CLI (harnesses/opencode) reaching a deterministic model endpoint only through the egress
-    /// proxy (needs root and scripts/install-agents.sh).
+    /// Workers A and B and the Inspector: the bundled scripted harnesses, or a real agent CLI,
+    /// OpenCode (harnesses/opencode) or Claude Code (harnesses/claude-code), reaching a
+    /// deterministic model endpoint only through the egress proxy (needs root and
+    /// scripts/install-agents.sh).
     #[arg(long, value_enum, default_value = "scripted")]
     pub harness: Harness,
     /// The OpenCode binary for --harness opencode (default: .tools/agents/bin/opencode, else
     /// opencode on PATH).
     #[arg(long)]
     pub opencode: Option<PathBuf>,
+    /// The Claude Code binary for --harness claude-code (default: .tools/agents/bin/claude,
+    /// else claude on PATH).
+    #[arg(long)]
+    pub claude: Option<PathBuf>,
 }
 
 /// Which Workers A and B and Inspector the demo runs.
@@ -91,6 +96,9 @@ pub enum Harness {
     Scripted,
     /// OpenCode against the demo's model double, through the egress proxy.
     Opencode,
+    /// Claude Code against the demo's model double (Anthropic Messages API), through the
+    /// egress proxy.
+    ClaudeCode,
 }
 
 #[derive(Debug, Serialize)]
@@ -111,7 +119,7 @@ struct Report {
     evidence: Evidence,
     sandbox: String,
     harness: Harness,
-    /// What the model endpoint saw (--harness opencode only).
+    /// What the model endpoint saw (agent harnesses only).
     #[serde(skip_serializing_if = "Option::is_none")]
     model: Option<crate::demo_agents::ModelEvidence>,
     /// The result records written (docs/evaluation.md).
@@ -147,7 +155,7 @@ enum DemoError {
     Rejected { command: &'static str, code: String },
     #[error("the build stopped: {0}")]
     Engine(#[from] protobot_jobsite::engine::EngineError),
-    #[error("unable to run OpenCode as the Workers: {0}")]
+    #[error("unable to run the agent CLI as the Workers: {0}")]
     Agents(#[from] crate::demo_agents::AgentError),
     #[error("failed to write the result records to {path}: {source}")]
     Results {
@@ -289,10 +297,22 @@ async fn run(
         Harness::Opencode => {
             let opencode = crate::demo_agents::find_opencode(args.opencode.as_deref())?;
             progress(&format!(
-                "Workers A and B: OpenCode ({}) through the egress proxy",
+                "Workers A and B and the Inspector: OpenCode ({}) through the egress proxy",
                 opencode.display()
             ));
             Some(crate::demo_agents::start(root, &opencode, &contract.work_item_id).await?)
+        }
+        Harness::ClaudeCode => {
+            let agent = crate::demo_agents::Agent::ClaudeCode;
+            let claude = crate::demo_agents::find_agent(agent, args.claude.as_deref())?;
+            progress(&format!(
+                "Workers A and B and the Inspector: Claude Code ({}) through the egress proxy",
+                claude.display()
+            ));
+            Some(
+                crate::demo_agents::start_agent(root, agent, &claude, &contract.work_item_id)
+                    .await?,
+            )
         }
     };
     let mut sandbox_config = BubblewrapConfig::under(&root.join("sandbox"));
@@ -305,7 +325,7 @@ async fn run(
     let executor = LocalExecutor::new(sandbox_config, args.insecure_no_sandbox);
     if agents.is_some() && matches!(executor, LocalExecutor::Insecure(_)) {
         return Err(DemoError::Rejected {
-            command: "demo --harness opencode",
+            command: "demo --harness",
             code: "the agent Workers reach their model only through the sandbox's egress; install bubblewrap (no --insecure-no-sandbox)".into(),
         });
     }
@@ -353,7 +373,7 @@ async fn run(
                     .as_ref()
                     .map_or_else(|| sh(INSPECTOR), |a| a.inspector.clone()),
             }],
-            // OpenCode (Bun) reserves a large address space up front and the memory
+            // OpenCode and Claude Code (Bun) reserve a large address space up front and the memory
             // limit is an RLIMIT_AS.
             limits: match &agents {
                 Some(_) => Limits {
@@ -489,7 +509,15 @@ async fn run(
         .map(|a| a.model_requests(&contract.work_item_id))
         .unwrap_or_default();
     let models = match &agents {
-        Some(_) => crate::eval::agent_models("scripted", "opencode", &model_requests),
+        Some(_) => crate::eval::agent_models(
+            "scripted",
+            match args.harness {
+                Harness::ClaudeCode => "claude-code",
+                // Scripted runs no agent: `agents` is None.
+                Harness::Opencode | Harness::Scripted => "opencode",
+            },
+            &model_requests,
+        ),
         None => Vec::new(),
     };
     let out_root = root.join("sandbox/out");

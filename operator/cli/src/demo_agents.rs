@@ -1,7 +1,9 @@
-//! `protobot demo --harness opencode`: Workers A and B and the Inspector are
-//! the real OpenCode CLI (`harnesses/opencode/run.sh`) in the bubblewrap
-//! sandbox, reaching a deterministic model endpoint only through the egress
-//! proxy (issue 21).
+//! `protobot demo --harness opencode` and `--harness claude-code`: Workers A
+//! and B and the Inspector are a real agent CLI, OpenCode
+//! (`harnesses/opencode/run.sh`, OpenAI chat completions) or Claude Code
+//! (`harnesses/claude-code/run.sh`, the Anthropic Messages API), in the
+//! bubblewrap sandbox, reaching a deterministic model endpoint only through
+//! the egress proxy (issue 21).
 //!
 //! The demo starts, in its own process and on loopback only:
 //! - the model double (`protobot-model-double`), scripted so that each
@@ -12,14 +14,14 @@
 //!   (`examples/cli-sync/workers/inspector.sh`), which write
 //!   `/out/findings.jsonl`, and the harness checks every line's shape;
 //! - the egress proxy and credential broker, whose policy lets Worker A,
-//!   Worker B and the Inspector POST chat completions to the model host, injecting a demo key
-//!   the sandbox never sees.
+//!   Worker B and the Inspector POST to the agent's API path on the model
+//!   host, injecting a demo key the sandbox never sees.
 //!
 //! The broker reaches the double over plain HTTP on loopback
 //! (`Upstream::plaintext_for_tests`): the double has no certificate the
 //! proxy's TLS client would trust. The key is a random demo value that
 //! authorizes nothing anywhere else. Needs root (the sandbox's network
-//! namespace is made with `ip netns`) and an installed OpenCode
+//! namespace is made with `ip netns`) and the agent installed
 //! (`scripts/install-agents.sh`).
 
 use std::{
@@ -45,25 +47,82 @@ use tokio::net::TcpListener;
 pub const MODEL_HOST: &str = "model.protobot-demo.invalid";
 /// The harness script, bundled into the binary.
 const RUN_SH: &str = include_str!("../../../harnesses/opencode/run.sh");
+/// The Claude Code harness script, bundled into the binary.
+const CLAUDE_CODE_RUN_SH: &str = include_str!("../../../harnesses/claude-code/run.sh");
 
-const POLICY: &str = r#"
-rules:
-  - role: worker-a
-    destination: model.protobot-demo.invalid
-    method: POST
-    path: /v1/chat/completions
-    credential: model
-  - role: worker-b
-    destination: model.protobot-demo.invalid
-    method: POST
-    path: /v1/chat/completions
-    credential: model
-  - role: inspector
-    destination: model.protobot-demo.invalid
-    method: POST
-    path: /v1/chat/completions
-    credential: model
-"#;
+/// The agent CLI that runs as Workers A and B and the Inspector.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Agent {
+    /// OpenCode (`harnesses/opencode`), OpenAI chat completions.
+    Opencode,
+    /// Claude Code (`harnesses/claude-code`), the Anthropic Messages API.
+    ClaudeCode,
+}
+
+impl Agent {
+    /// Its name in messages.
+    pub fn display_name(self) -> &'static str {
+        match self {
+            Agent::Opencode => "OpenCode",
+            Agent::ClaudeCode => "Claude Code",
+        }
+    }
+    /// The binary's name (under `.tools/agents/bin/` or on `PATH`).
+    fn binary(self) -> &'static str {
+        match self {
+            Agent::Opencode => "opencode",
+            Agent::ClaudeCode => "claude",
+        }
+    }
+    /// The flag that names another binary.
+    fn flag(self) -> &'static str {
+        match self {
+            Agent::Opencode => "--opencode",
+            Agent::ClaudeCode => "--claude",
+        }
+    }
+    /// The harness's folder under `harnesses/` and its script.
+    fn harness(self) -> (&'static str, &'static str) {
+        match self {
+            Agent::Opencode => ("opencode", RUN_SH),
+            Agent::ClaudeCode => ("claude-code", CLAUDE_CODE_RUN_SH),
+        }
+    }
+    /// The variable through which the harness gets the binary.
+    fn binary_variable(self) -> &'static str {
+        match self {
+            Agent::Opencode => "PROTOBOT_OPENCODE",
+            Agent::ClaudeCode => "PROTOBOT_CLAUDE",
+        }
+    }
+    /// The model API's path the policy allows.
+    fn api_path(self) -> &'static str {
+        match self {
+            Agent::Opencode => "/v1/chat/completions",
+            Agent::ClaudeCode => "/v1/messages",
+        }
+    }
+    /// The name of the agent's shell tool.
+    fn shell_tool(self) -> &'static str {
+        match self {
+            Agent::Opencode => "bash",
+            Agent::ClaudeCode => "Bash",
+        }
+    }
+}
+
+/// The demo's policy: Workers A and B and the Inspector may POST to
+/// `api_path` on the model host, with the `model` credential; nothing else.
+fn policy(api_path: &str) -> String {
+    ["worker-a", "worker-b", "inspector"]
+        .iter()
+        .map(|role| {
+            format!(
+                "  - role: {role}\n    destination: {MODEL_HOST}\n    method: POST\n    path: {api_path}\n    credential: model\n"
+            )
+        })
+        .fold("rules:\n".to_owned(), |acc, r| acc + &r)
+}
 
 /// Why the agent Workers could not be set up.
 #[derive(Debug, thiserror::Error)]
@@ -73,9 +132,21 @@ pub enum AgentError {
         "OpenCode was not found at {0}; install it with scripts/install-agents.sh or pass --opencode PATH"
     )]
     NoOpencode(PathBuf),
+    /// The agent is not installed.
+    #[error(
+        "{agent} was not found at {path}; install it with scripts/install-agents.sh or pass {flag} PATH"
+    )]
+    NoAgent {
+        /// The agent.
+        agent: &'static str,
+        /// Where it was looked for.
+        path: PathBuf,
+        /// The flag naming another binary.
+        flag: &'static str,
+    },
     /// Not root.
     #[error(
-        "--harness opencode needs root: the Workers' network namespace (their only route is the egress proxy) is made with `ip netns`"
+        "the agent harnesses need root: the Workers' network namespace (their only route is the egress proxy) is made with `ip netns`"
     )]
     NotRoot,
     /// A file or socket could not be prepared.
@@ -103,15 +174,25 @@ fn io(what: &'static str) -> impl FnOnce(std::io::Error) -> AgentError {
 /// the current directory, else `opencode` on `PATH`; symlinks resolved (the
 /// sandbox mounts the directory of the real binary).
 pub fn find_opencode(given: Option<&Path>) -> Result<PathBuf, AgentError> {
+    find_agent(Agent::Opencode, given).map_err(|e| match e {
+        AgentError::NoAgent { path, .. } => AgentError::NoOpencode(path),
+        other => other,
+    })
+}
+
+/// The agent's binary: `given`, else `.tools/agents/bin/<binary>` under the
+/// current directory, else `<binary>` on `PATH`; symlinks resolved (the
+/// sandbox mounts the directory of the real binary).
+pub fn find_agent(agent: Agent, given: Option<&Path>) -> Result<PathBuf, AgentError> {
     let candidate = match given {
         Some(p) => p.to_path_buf(),
         None => {
-            let local = PathBuf::from(".tools/agents/bin/opencode");
+            let local = PathBuf::from(".tools/agents/bin").join(agent.binary());
             if local.exists() {
                 local
             } else {
                 std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())
-                    .map(|d| d.join("opencode"))
+                    .map(|d| d.join(agent.binary()))
                     .find(|p| p.is_file())
                     .unwrap_or(local)
             }
@@ -120,7 +201,11 @@ pub fn find_opencode(given: Option<&Path>) -> Result<PathBuf, AgentError> {
     std::fs::canonicalize(&candidate)
         .ok()
         .filter(|p| p.is_file())
-        .ok_or(AgentError::NoOpencode(candidate))
+        .ok_or(AgentError::NoAgent {
+            agent: agent.display_name(),
+            path: candidate,
+            flag: agent.flag(),
+        })
 }
 
 /// The scripted Worker's edits as one shell command: its script without the
@@ -133,14 +218,15 @@ pub fn scripted_edits(script: &str) -> String {
         .join("\n")
 }
 
-/// The double's script for `work_item`.
-pub fn model_script(work_item: &str) -> Script {
+/// The double's script for `work_item` (Workers A and B and the Inspector),
+/// with `agent`'s shell tool.
+pub fn model_script_for(agent: Agent, work_item: &str) -> Script {
     let scenario = |role: &str, worker: &str| Scenario {
         marker: format!("{role} for {work_item}"),
         steps: vec![
             Step::ToolCalls {
                 calls: vec![ToolCall {
-                    name: "bash".into(),
+                    name: agent.shell_tool().into(),
                     arguments: json!({
                         "command": scripted_edits(worker),
                         "description": format!("{role}: the bundled example's edits"),
@@ -173,7 +259,7 @@ pub struct AgentWorkers {
     pub proxy_url: String,
     /// The executor's egress (the proxy's session secret).
     pub egress: LocalEgress,
-    /// Host paths the sandbox must see read-only: the harness and OpenCode.
+    /// Host paths the sandbox must see read-only: the harness and the agent's CLI.
     pub binds: Vec<PathBuf>,
     key: String,
     double: ModelDouble,
@@ -214,7 +300,8 @@ impl AgentWorkers {
     /// Metadata of every request the endpoint received, for the evaluation
     /// trace: the role whose task marker the conversation carries, the model,
     /// the sizes, and whether the broker's key was on it (never the key itself
-    /// or the conversation).
+    /// or the conversation). A Messages API body (Claude Code) reads as a chat
+    /// request too: both carry `model`, `messages`, `tools` and `stream`.
     pub fn model_requests(&self, work_item: &str) -> Vec<protobot_eval::evidence::ModelRequest> {
         let bearer = format!("Bearer {}", self.key);
         self.double
@@ -258,10 +345,21 @@ fn random_hex(bytes: usize) -> Result<String, AgentError> {
     Ok(buf.iter().map(|b| format!("{b:02x}")).collect())
 }
 
-/// Starts the double and the proxy and writes the harness under `root`.
+/// Starts the double and the proxy and writes the OpenCode harness under `root`.
 pub async fn start(
     root: &Path,
     opencode: &Path,
+    work_item: &str,
+) -> Result<AgentWorkers, AgentError> {
+    start_agent(root, Agent::Opencode, opencode, work_item).await
+}
+
+/// Starts the double and the proxy and writes `agent`'s harness under `root`;
+/// `binary` is the agent's CLI.
+pub async fn start_agent(
+    root: &Path,
+    agent: Agent,
+    binary: &Path,
     work_item: &str,
 ) -> Result<AgentWorkers, AgentError> {
     let uid_is_root = std::fs::read_to_string("/proc/self/status")
@@ -275,16 +373,17 @@ pub async fn start(
     if !uid_is_root {
         return Err(AgentError::NotRoot);
     }
-    let harness_dir = root.join("harness/opencode");
+    let (harness_name, harness_script) = agent.harness();
+    let harness_dir = root.join("harness").join(harness_name);
     std::fs::create_dir_all(&harness_dir).map_err(io("create the harness directory"))?;
     let run_sh = harness_dir.join("run.sh");
-    std::fs::write(&run_sh, RUN_SH).map_err(io("write the harness script"))?;
+    std::fs::write(&run_sh, harness_script).map_err(io("write the harness script"))?;
 
     let double = ModelDouble::start(
         TcpListener::bind("127.0.0.1:0")
             .await
             .map_err(io("bind the model double"))?,
-        model_script(work_item),
+        model_script_for(agent, work_item),
     )
     .map_err(io("start the model double"))?;
     let secret = SessionSecret::new(random_hex(32)?.into_bytes());
@@ -292,7 +391,7 @@ pub async fn start(
     let registry = prometheus::Registry::new();
     let metrics = EgressMetrics::register(&registry)?;
     let broker = Broker::new(
-        EgressPolicy::from_yaml(POLICY, "<demo policy>")?,
+        EgressPolicy::from_yaml(&policy(agent.api_path()), "<demo policy>")?,
         CredentialStore::from_pairs([("model", Credential::new(key.clone()))]),
         SessionRegistry::new(secret.clone()),
         Upstream::plaintext_for_tests(HashMap::from([(MODEL_HOST.to_owned(), double.addr())])),
@@ -321,7 +420,7 @@ pub async fn start(
             "env".into(),
             format!("PROTOBOT_MODEL_HOST={MODEL_HOST}"),
             "PROTOBOT_MODEL=scripted".into(),
-            format!("PROTOBOT_OPENCODE={}", opencode.display()),
+            format!("{}={}", agent.binary_variable(), binary.display()),
             "/bin/sh".into(),
             run_sh.display().to_string(),
         ],
@@ -330,9 +429,9 @@ pub async fn start(
     };
     let binds = vec![
         harness_dir.clone(),
-        opencode
+        binary
             .parent()
-            .map_or_else(|| opencode.to_path_buf(), Path::to_path_buf),
+            .map_or_else(|| binary.to_path_buf(), Path::to_path_buf),
     ];
     Ok(AgentWorkers {
         worker_a: class(),
@@ -357,9 +456,52 @@ mod tests {
         assert!(WORKER_B.contains("cp -a /workspace /out/worker"));
         assert!(!edits.contains("/out/worker"));
         assert!(edits.contains("src/sync.sh"));
-        let script = model_script("WI-1");
+        let script = model_script_for(Agent::Opencode, "WI-1");
         assert_eq!(script.scenarios.len(), 3);
         assert_eq!(script.scenarios[0].marker, "worker-a for WI-1");
         assert_eq!(script.scenarios[2].marker, "inspector for WI-1");
+    }
+
+    #[test]
+    fn each_agent_gets_its_api_path_and_shell_tool() {
+        for (agent, path, tool) in [
+            (Agent::Opencode, "/v1/chat/completions", "bash"),
+            (Agent::ClaudeCode, "/v1/messages", "Bash"),
+        ] {
+            let p = EgressPolicy::from_yaml(&policy(agent.api_path()), "<test>").unwrap();
+            let rules = format!("{p:?}");
+            assert!(
+                rules.contains(path) && rules.contains(MODEL_HOST),
+                "{rules}"
+            );
+            assert!(
+                rules.contains("worker-a")
+                    && rules.contains("worker-b")
+                    && rules.contains("inspector"),
+                "{rules}"
+            );
+            let script = model_script_for(agent, "WI-2");
+            assert_eq!(script.scenarios.len(), 3);
+            assert_eq!(script.scenarios[2].marker, "inspector for WI-2");
+            for scenario in &script.scenarios[1..] {
+                let Step::ToolCalls { calls } = &scenario.steps[0] else {
+                    panic!("the first step is a tool call");
+                };
+                assert_eq!(calls[0].name, tool);
+                assert!(
+                    calls[0].arguments["command"]
+                        .as_str()
+                        .unwrap()
+                        .contains("src/sync.sh")
+                );
+            }
+        }
+        let missing = find_agent(Agent::ClaudeCode, Some(Path::new("/nonexistent/claude")))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            missing.contains("Claude Code") && missing.contains("--claude PATH"),
+            "{missing}"
+        );
     }
 }

@@ -56,12 +56,16 @@ pub struct EvalArgs {
     /// Where to write the records and trace.json (the run itself goes to DIR/run).
     #[arg(long)]
     pub out: PathBuf,
-    /// Workers and Inspector: scripted, or the real OpenCode CLI (as for `protobot demo`).
+    /// Workers and Inspector: scripted, or a real agent CLI, OpenCode or Claude Code (as for
+    /// `protobot demo`).
     #[arg(long, value_enum, default_value = "scripted")]
     pub harness: crate::demo::Harness,
     /// The OpenCode binary for --harness opencode.
     #[arg(long)]
     pub opencode: Option<PathBuf>,
+    /// The Claude Code binary for --harness claude-code.
+    #[arg(long)]
+    pub claude: Option<PathBuf>,
     /// Run Workers (and the fixture's checks) as plain processes when bubblewrap is missing (unsafe).
     #[arg(long)]
     pub insecure_no_sandbox: bool,
@@ -515,6 +519,7 @@ pub fn eval(args: EvalArgs) -> ExitCode {
             insecure_no_sandbox: args.insecure_no_sandbox,
             harness: args.harness,
             opencode: args.opencode,
+            claude: args.claude,
         },
         Some(target),
     )
