@@ -247,7 +247,14 @@ struct HarnessRun {
     _tmp: tempfile::TempDir,
 }
 
-async fn run_harness(test: &str, role: Role, script: Script) -> Option<HarnessRun> {
+/// `task_model`: the model the task names (the tier's), which wins over the
+/// class's `PROTOBOT_MODEL=claude-scripted`.
+async fn run_harness(
+    test: &str,
+    role: Role,
+    script: Script,
+    task_model: Option<&str>,
+) -> Option<HarnessRun> {
     let claude = claude(test)?;
     let required = std::env::var_os("PROTOBOT_REQUIRE_AGENTS").is_some();
     if !common::bwrap_available(test) {
@@ -295,6 +302,10 @@ async fn run_harness(test: &str, role: Role, script: Script) -> Option<HarnessRu
         "requirement_ids": ["REQ-GREET-00001"],
         "feedback": [],
     });
+    if let Some(model) = task_model {
+        spec.task["model_tier"] = json!("t2");
+        spec.task["model"] = json!({"provider": "anthropic", "model": model});
+    }
     spec.command = vec![
         "env".into(),
         format!("PROTOBOT_MODEL_HOST={}", proxied::MODEL_HOST),
@@ -338,7 +349,7 @@ async fn claude_code_as_worker_b_reaches_the_model_only_through_the_proxy_and_ne
         report,
         out,
         _tmp,
-    }) = run_harness("claude_code_harness_worker_b", Role::WorkerB, script()).await
+    }) = run_harness("claude_code_harness_worker_b", Role::WorkerB, script(), None).await
     else {
         return;
     };
@@ -451,7 +462,8 @@ async fn claude_code_as_worker_b_reaches_the_model_only_through_the_proxy_and_ne
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn claude_code_as_worker_a_gets_the_test_instructions_and_its_tests_come_back_validated() {
+async fn claude_code_as_worker_a_gets_the_test_instructions_and_the_tasks_model_and_its_tests_come_back_validated()
+{
     let test_file = "test \"$(sh src/greet.sh)\" = hello || exit 1\ntest -z \"$(sh src/greet.sh extra 2>/dev/null)\" || exit 1\n";
     let script = Script {
         scenarios: vec![Scenario {
@@ -469,12 +481,23 @@ async fn claude_code_as_worker_a_gets_the_test_instructions_and_its_tests_come_b
         report,
         out,
         _tmp,
-    }) = run_harness("claude_code_harness_worker_a", Role::WorkerA, script).await
+    }) = run_harness(
+        "claude_code_harness_worker_a",
+        Role::WorkerA,
+        script,
+        Some("claude-tier-two"),
+    )
+    .await
     else {
         return;
     };
-    // The prompt carried Worker A's instructions and the task's requirement.
+    // The model the task named for its tier is the one asked for.
     let seen = proxy.double.requests();
+    assert!(!seen.is_empty());
+    for r in &seen {
+        assert_eq!(r.body["model"], "claude-tier-two", "{:?}", r.path);
+    }
+    // The prompt carried Worker A's instructions and the task's requirement.
     let prompt = seen
         .iter()
         .flat_map(|r| r.body["messages"].as_array().cloned().unwrap_or_default())

@@ -216,6 +216,112 @@ impl Escalation {
     }
 }
 
+/// The model one tier runs: a provider (the harness's API family or the
+/// gateway's name, e.g. `anthropic`, `openai`) and its model id.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelChoice {
+    /// The provider.
+    pub provider: String,
+    /// The model id the provider knows.
+    pub model: String,
+}
+
+/// A WorkerClass's tiers mapped to models (`{"t1": {"provider", "model"}, …}`
+/// in its `tiers` key). Not every tier needs a model: a tier without one runs
+/// the model of the nearest configured tier below it, so escalating past the
+/// most capable configured tier keeps that model.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct TierModels(pub std::collections::BTreeMap<Tier, ModelChoice>);
+
+/// Why a `tiers` map was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum TierModelsError {
+    /// Not a map of tiers to models.
+    #[error(
+        "the worker class's tiers are not a map of t1…t4 to {{\"provider\", \"model\"}}: {source}"
+    )]
+    Parse {
+        /// Why.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// A provider or model is empty.
+    #[error(
+        "tier {tier:?} of the worker class names an empty {field}; give every tier a provider and a model"
+    )]
+    Empty {
+        /// The tier.
+        tier: Tier,
+        /// `provider` or `model`.
+        field: &'static str,
+    },
+}
+
+impl TierModels {
+    /// Reads and checks a WorkerClass's `tiers` value.
+    pub fn from_value(value: serde_json::Value) -> Result<TierModels, TierModelsError> {
+        let models: TierModels =
+            serde_json::from_value(value).map_err(|source| TierModelsError::Parse { source })?;
+        for (tier, choice) in &models.0 {
+            for (field, v) in [("provider", &choice.provider), ("model", &choice.model)] {
+                if v.trim().is_empty() {
+                    return Err(TierModelsError::Empty { tier: *tier, field });
+                }
+            }
+        }
+        Ok(models)
+    }
+
+    /// The cheapest tier with a model (where escalation starts), `None` when
+    /// no tier has one.
+    pub fn start_tier(&self) -> Option<Tier> {
+        self.0.keys().next().copied()
+    }
+
+    /// The model `tier` runs: its own, else the nearest configured tier's
+    /// below it, else the cheapest configured one.
+    pub fn model_for(&self, tier: Tier) -> Option<&ModelChoice> {
+        self.0
+            .range(..=tier)
+            .next_back()
+            .or_else(|| self.0.iter().next())
+            .map(|(_, m)| m)
+    }
+}
+
+/// How a model request of a run failed, as the harness or the proxy's audit
+/// reports it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ModelFailure {
+    /// No answer in time.
+    Timeout,
+    /// The connection failed or was reset.
+    Connection,
+    /// The model API answered with this HTTP status.
+    Status(u16),
+}
+
+impl ModelFailure {
+    /// The attempt outcome it means: timeouts and 408 are [`Outcome::Timeout`],
+    /// 429 is [`Outcome::RateLimit`], 5xx and connection failures are
+    /// [`Outcome::Network`]; all transient, retried on the same tier with
+    /// backoff. Any other status (400, 401, 403, 404…) is `None`: not
+    /// transient and not the agent's failure either (a wrong model id or
+    /// credential), so it stops the build with its reason instead of
+    /// escalating.
+    pub fn outcome(self) -> Option<Outcome> {
+        match self {
+            ModelFailure::Timeout | ModelFailure::Status(408) => Some(Outcome::Timeout),
+            ModelFailure::Status(429) => Some(Outcome::RateLimit),
+            ModelFailure::Connection => Some(Outcome::Network),
+            ModelFailure::Status(s) if (500..600).contains(&s) => Some(Outcome::Network),
+            ModelFailure::Status(_) => None,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -341,5 +447,110 @@ mod tests {
                 outcome: Outcome::TestFailure
             }
         );
+    }
+
+    fn models() -> TierModels {
+        TierModels::from_value(serde_json::json!({
+            "t1": {"provider": "anthropic", "model": "claude-haiku"},
+            "t3": {"provider": "anthropic", "model": "claude-opus"},
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn tiers_map_to_models_and_unconfigured_tiers_take_the_nearest_below() {
+        let m = models();
+        assert_eq!(m.start_tier(), Some(Tier::T1));
+        let model = |t| m.model_for(t).map(|c| c.model.as_str());
+        assert_eq!(model(Tier::T1), Some("claude-haiku"));
+        assert_eq!(model(Tier::T2), Some("claude-haiku"));
+        assert_eq!(model(Tier::T3), Some("claude-opus"));
+        assert_eq!(model(Tier::T4), Some("claude-opus"));
+        let from_t2 = TierModels::from_value(
+            serde_json::json!({"t2": {"provider": "openai", "model": "gpt-4.1"}}),
+        )
+        .unwrap();
+        assert_eq!(from_t2.start_tier(), Some(Tier::T2));
+        assert_eq!(
+            from_t2.model_for(Tier::T1).map(|c| c.model.as_str()),
+            Some("gpt-4.1")
+        );
+        assert_eq!(TierModels::default().model_for(Tier::T1), None);
+    }
+
+    #[test]
+    fn bad_tier_maps_are_refused_with_the_field() {
+        let err = TierModels::from_value(serde_json::json!({"t9": {"provider": "a", "model": "b"}}))
+            .unwrap_err();
+        assert!(err.to_string().contains("t1…t4"), "{err}");
+        let err = TierModels::from_value(
+            serde_json::json!({"t1": {"provider": "a", "model": "b", "key": "sk"}}),
+        )
+        .unwrap_err();
+        assert!(matches!(err, TierModelsError::Parse { .. }), "{err}");
+        let err = TierModels::from_value(serde_json::json!({"t2": {"provider": "a", "model": " "}}))
+            .unwrap_err();
+        assert!(
+            err.to_string().contains("t2") && err.to_string().contains("empty model"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_genuine_failure_moves_up_to_the_next_tiers_model_and_survives_a_restart() {
+        let m = models();
+        let mut e = Escalation::new(m.start_tier().unwrap());
+        // Starting at t1 the schedule is t1, t1, t2, t3: the third genuine
+        // failure reaches t3, Opus.
+        for expected in ["claude-haiku", "claude-haiku", "claude-opus"] {
+            let Next::Retry { tier, after } = e.record(Outcome::FailedGate) else {
+                panic!("a failed gate is retried within its budget");
+            };
+            assert_eq!(after, Duration::ZERO);
+            assert_eq!(m.model_for(tier).unwrap().model, expected, "{tier:?}");
+        }
+        let persisted = serde_json::to_string(&e).unwrap();
+        let resumed: Escalation = serde_json::from_str(&persisted).unwrap();
+        assert_eq!(resumed.current_tier(), Tier::T3);
+        assert_eq!(
+            m.model_for(resumed.current_tier()).unwrap().model,
+            "claude-opus"
+        );
+    }
+
+    #[test]
+    fn a_transient_model_failure_retries_the_same_tiers_model_with_backoff() {
+        use ModelFailure::*;
+        assert_eq!(Timeout.outcome(), Some(Outcome::Timeout));
+        assert_eq!(Status(408).outcome(), Some(Outcome::Timeout));
+        assert_eq!(Status(429).outcome(), Some(Outcome::RateLimit));
+        assert_eq!(Status(500).outcome(), Some(Outcome::Network));
+        assert_eq!(Status(503).outcome(), Some(Outcome::Network));
+        assert_eq!(Connection.outcome(), Some(Outcome::Network));
+        for not_transient in [400, 401, 403, 404, 200, 600] {
+            assert_eq!(Status(not_transient).outcome(), None, "{not_transient}");
+        }
+        let m = models();
+        let mut e = Escalation::new(Tier::T1);
+        e.record(Outcome::FailedGate);
+        e.record(Outcome::FailedGate);
+        assert_eq!(e.current_tier(), Tier::T2);
+        // 503, 503, timeout: every retry stays on t2 (Haiku); the 5xx streak
+        // backs off exponentially.
+        let mut delays = Vec::new();
+        for failure in [Status(503), Status(503)] {
+            let Next::Retry { tier, after } = e.record(failure.outcome().unwrap()) else {
+                panic!("a transient failure is retried");
+            };
+            assert_eq!(tier, Tier::T2);
+            assert_eq!(m.model_for(tier).unwrap().model, "claude-haiku");
+            delays.push(after);
+        }
+        assert_eq!(delays, [Duration::from_secs(1), Duration::from_secs(2)]);
+        let Next::Retry { tier, after } = e.record(Status(429).outcome().unwrap()) else {
+            panic!("a rate limit is retried");
+        };
+        assert_eq!((tier, after), (Tier::T2, Duration::from_secs(60)));
+        assert_eq!(e.current_tier(), Tier::T2, "transient failures never escalate");
     }
 }
