@@ -374,7 +374,13 @@ mod tests {
         assert_eq!(events[4].1["delta"]["stop_reason"], "tool_use");
 
         let text = render_message_sse(&Reply::Text("hi".into()), "m");
-        assert!(text.contains(r#""type":"text_delta","text":"hi""#), "{text}");
+        let delta_line = text
+            .lines()
+            .skip_while(|l| *l != "event: content_block_delta")
+            .nth(1)
+            .unwrap();
+        let delta: Value = serde_json::from_str(delta_line.strip_prefix("data: ").unwrap()).unwrap();
+        assert_eq!(delta["delta"], json!({"type": "text_delta", "text": "hi"}));
         assert!(text.contains(r#""stop_reason":"end_turn""#), "{text}");
     }
 }
