@@ -349,7 +349,13 @@ async fn claude_code_as_worker_b_reaches_the_model_only_through_the_proxy_and_ne
         report,
         out,
         _tmp,
-    }) = run_harness("claude_code_harness_worker_b", Role::WorkerB, script(), None).await
+    }) = run_harness(
+        "claude_code_harness_worker_b",
+        Role::WorkerB,
+        script(),
+        None,
+    )
+    .await
     else {
         return;
     };
@@ -463,7 +469,7 @@ async fn claude_code_as_worker_b_reaches_the_model_only_through_the_proxy_and_ne
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn claude_code_as_worker_a_gets_the_test_instructions_and_the_tasks_model_and_its_tests_come_back_validated()
-{
+ {
     let test_file = "test \"$(sh src/greet.sh)\" = hello || exit 1\ntest -z \"$(sh src/greet.sh extra 2>/dev/null)\" || exit 1\n";
     let script = Script {
         scenarios: vec![Scenario {

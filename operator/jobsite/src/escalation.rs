@@ -480,16 +480,18 @@ mod tests {
 
     #[test]
     fn bad_tier_maps_are_refused_with_the_field() {
-        let err = TierModels::from_value(serde_json::json!({"t9": {"provider": "a", "model": "b"}}))
-            .unwrap_err();
+        let err =
+            TierModels::from_value(serde_json::json!({"t9": {"provider": "a", "model": "b"}}))
+                .unwrap_err();
         assert!(err.to_string().contains("t1…t4"), "{err}");
         let err = TierModels::from_value(
             serde_json::json!({"t1": {"provider": "a", "model": "b", "key": "sk"}}),
         )
         .unwrap_err();
         assert!(matches!(err, TierModelsError::Parse { .. }), "{err}");
-        let err = TierModels::from_value(serde_json::json!({"t2": {"provider": "a", "model": " "}}))
-            .unwrap_err();
+        let err =
+            TierModels::from_value(serde_json::json!({"t2": {"provider": "a", "model": " "}}))
+                .unwrap_err();
         assert!(
             err.to_string().contains("t2") && err.to_string().contains("empty model"),
             "{err}"
@@ -551,6 +553,10 @@ mod tests {
             panic!("a rate limit is retried");
         };
         assert_eq!((tier, after), (Tier::T2, Duration::from_secs(60)));
-        assert_eq!(e.current_tier(), Tier::T2, "transient failures never escalate");
+        assert_eq!(
+            e.current_tier(),
+            Tier::T2,
+            "transient failures never escalate"
+        );
     }
 }

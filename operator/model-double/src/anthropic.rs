@@ -379,7 +379,8 @@ mod tests {
             .skip_while(|l| *l != "event: content_block_delta")
             .nth(1)
             .unwrap();
-        let delta: Value = serde_json::from_str(delta_line.strip_prefix("data: ").unwrap()).unwrap();
+        let delta: Value =
+            serde_json::from_str(delta_line.strip_prefix("data: ").unwrap()).unwrap();
         assert_eq!(delta["delta"], json!({"type": "text_delta", "text": "hi"}));
         assert!(text.contains(r#""stop_reason":"end_turn""#), "{text}");
     }

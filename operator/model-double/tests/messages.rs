@@ -85,7 +85,10 @@ async fn a_streamed_messages_request_gets_its_tool_use_as_events_and_is_recorded
     let delta = &events(&body, "content_block_delta")[0]["delta"];
     assert_eq!(delta["type"], "input_json_delta");
     let input: Value = serde_json::from_str(delta["partial_json"].as_str().unwrap()).unwrap();
-    assert_eq!(input, json!({"file_path": "/workspace/a", "content": "x\n"}));
+    assert_eq!(
+        input,
+        json!({"file_path": "/workspace/a", "content": "x\n"})
+    );
     assert_eq!(
         events(&body, "message_delta")[0]["delta"]["stop_reason"],
         "tool_use"
