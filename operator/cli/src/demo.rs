@@ -756,7 +756,9 @@ pub fn demo_with(args: DemoArgs, target: Option<crate::eval::Target>) -> ExitCod
         None => match crate::eval::bundled(root.join("results")) {
             Ok(t) => t,
             Err(e) => {
-                eprintln!("protobot: the bundled fixture does not parse (a defect of this binary): {e}");
+                eprintln!(
+                    "protobot: the bundled fixture does not parse (a defect of this binary): {e}"
+                );
                 return ExitCode::from(1);
             }
         },

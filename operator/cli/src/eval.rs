@@ -220,8 +220,7 @@ fn out_dirs(out_root: &Path, prefix: &str) -> Vec<(String, PathBuf)> {
         .filter_map(|e| {
             let name = e.file_name().to_string_lossy().into_owned();
             let modified = e.metadata().and_then(|m| m.modified()).ok()?;
-            name.starts_with(prefix)
-                .then(|| (modified, name, e.path()))
+            name.starts_with(prefix).then(|| (modified, name, e.path()))
         })
         .collect();
     found.sort();
@@ -239,7 +238,10 @@ pub fn gates(out_root: &Path, work_item: &str) -> Vec<GateEvidence> {
             let cycle: u32 = cycle.parse().ok()?;
             let bytes = std::fs::read(path.join("results.json")).ok()?;
             let results: Results = serde_json::from_slice(&bytes).ok()?;
-            let run = format!("{prefix}{cycle}-int-{}", tail.rsplit_once('-').map_or(tail, |(c, _)| c));
+            let run = format!(
+                "{prefix}{cycle}-int-{}",
+                tail.rsplit_once('-').map_or(tail, |(c, _)| c)
+            );
             Some(GateEvidence {
                 cycle,
                 run,
@@ -329,10 +331,19 @@ pub fn visible_checks(
                 evidence,
             };
             if let Err(e) = &extracted {
-                return outcome(false, format!("the merged product could not be extracted: {e}"));
+                return outcome(
+                    false,
+                    format!("the merged product could not be extracted: {e}"),
+                );
             }
             let Some(&(_, script)) = VISIBLE_CHECKS.iter().find(|(id, _)| *id == check.id) else {
-                return outcome(false, format!("no executable form of {} is bundled with this protobot, so it did not run", check.id));
+                return outcome(
+                    false,
+                    format!(
+                        "no executable form of {} is bundled with this protobot, so it did not run",
+                        check.id
+                    ),
+                );
             };
             let mut cmd = if insecure {
                 let mut c = Command::new("timeout");
@@ -340,11 +351,24 @@ pub fn visible_checks(
                 c
             } else {
                 let mut c = Command::new("timeout");
-                c.args(["120", "bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp", "--ro-bind"])
-                    .arg(&product)
-                    .arg(&product)
-                    .args(["--unshare-all", "--die-with-parent", "--chdir"])
-                    .arg(&product);
+                c.args([
+                    "120",
+                    "bwrap",
+                    "--ro-bind",
+                    "/",
+                    "/",
+                    "--dev",
+                    "/dev",
+                    "--proc",
+                    "/proc",
+                    "--tmpfs",
+                    "/tmp",
+                    "--ro-bind",
+                ])
+                .arg(&product)
+                .arg(&product)
+                .args(["--unshare-all", "--die-with-parent", "--chdir"])
+                .arg(&product);
                 c
             };
             cmd.args(["sh", "-c", script]).current_dir(&product);
@@ -416,8 +440,14 @@ pub fn agent_models(model: &str, harness: &str, requests: &[ModelRequest]) -> Ve
             name: model.to_owned(),
             settings: [
                 ("harness".to_owned(), Setting::Text(harness.to_owned())),
-                ("endpoint".to_owned(), Setting::Text("protobot-model-double (deterministic)".into())),
-                ("requests".to_owned(), Setting::Integer(i64::try_from(n).unwrap_or(i64::MAX))),
+                (
+                    "endpoint".to_owned(),
+                    Setting::Text("protobot-model-double (deterministic)".into()),
+                ),
+                (
+                    "requests".to_owned(),
+                    Setting::Integer(i64::try_from(n).unwrap_or(i64::MAX)),
+                ),
             ]
             .into_iter()
             .collect(),
@@ -463,7 +493,10 @@ pub fn write(dir: &Path, run: &JobSiteRun) -> std::io::Result<Written> {
     let mut files = Vec::new();
     for r in &records {
         let path = dir.join(format!("{}.json", r.result_id));
-        std::fs::write(&path, serde_json::to_vec_pretty(r).map_err(std::io::Error::other)?)?;
+        std::fs::write(
+            &path,
+            serde_json::to_vec_pretty(r).map_err(std::io::Error::other)?,
+        )?;
         files.push(RecordFile {
             result_id: r.result_id.clone(),
             path,
@@ -498,7 +531,11 @@ pub fn eval(args: EvalArgs) -> ExitCode {
     let bytes = match std::fs::read(&args.fixture) {
         Ok(b) => b,
         Err(e) => {
-            return refuse(&origin, "fixture-unreadable", &format!("failed to read {origin}: {e}"));
+            return refuse(
+                &origin,
+                "fixture-unreadable",
+                &format!("failed to read {origin}: {e}"),
+            );
         }
     };
     let fixture = match Fixture::parse(&bytes, &origin) {

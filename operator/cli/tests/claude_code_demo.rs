@@ -58,10 +58,6 @@ fn the_demo_with_claude_code_workers_merges_through_the_egress_proxy() {
     let stdout = String::from_utf8(output.stdout).unwrap();
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(output.status.success(), "{stdout}\n{stderr}");
-    assert!(
-        stderr.contains("Workers A and B and the Inspector: Claude Code"),
-        "the demo says which agent runs: {stderr}"
-    );
     let report: serde_json::Value = serde_json::from_str(&stdout).unwrap();
     assert_eq!(report["state"], "completed");
     assert_eq!(report["main_contains_merge"], true);
@@ -91,7 +87,10 @@ fn the_demo_with_claude_code_workers_merges_through_the_egress_proxy() {
     assert_eq!(inspections.len(), 1, "{report}");
     assert_eq!(inspections[0]["verdict"]["verdict"], "sealed", "{report}");
     let trace = std::fs::read_to_string(dir.join("results/trace.json")).unwrap();
-    assert!(!trace.contains("demo-model-key-"), "the key is not in the trace");
+    assert!(
+        !trace.contains("demo-model-key-"),
+        "the key is not in the trace"
+    );
     let run: serde_json::Value = serde_json::from_str(&trace).unwrap();
     for role in ["worker-a", "worker-b", "inspector"] {
         let at_endpoint = run["model_requests"]

@@ -352,7 +352,10 @@ fn the_demo_builds_the_example_through_a_triage_cycle_and_merges_it() {
         serde_json::json!(["inspector"])
     );
     assert_eq!(inspections[0]["verdict"]["verdict"], "sealed");
-    assert_eq!(report["findings"], 0, "the corrected tool shows every probed behaviour");
+    assert_eq!(
+        report["findings"], 0,
+        "the corrected tool shows every probed behaviour"
+    );
     // Result records, one per stage, all passing, valid against the corpus schema, and
     // rebuilt identically from trace.json alone.
     let results = dir.join("results");
@@ -365,7 +368,13 @@ fn the_demo_builds_the_example_through_a_triage_cycle_and_merges_it() {
     }
     assert_replays(&results);
     let worker_b: serde_json::Value = serde_json::from_slice(
-        &std::fs::read(records.iter().find(|p| p.to_str().unwrap().contains("-worker-b-")).unwrap()).unwrap(),
+        &std::fs::read(
+            records
+                .iter()
+                .find(|p| p.to_str().unwrap().contains("-worker-b-"))
+                .unwrap(),
+        )
+        .unwrap(),
     )
     .unwrap();
     assert!(
@@ -376,7 +385,13 @@ fn the_demo_builds_the_example_through_a_triage_cycle_and_merges_it() {
         "{worker_b}"
     );
     let job_site: serde_json::Value = serde_json::from_slice(
-        &std::fs::read(records.iter().find(|p| p.to_str().unwrap().contains("-job-site-")).unwrap()).unwrap(),
+        &std::fs::read(
+            records
+                .iter()
+                .find(|p| p.to_str().unwrap().contains("-job-site-"))
+                .unwrap(),
+        )
+        .unwrap(),
     )
     .unwrap();
     assert_eq!(
@@ -470,7 +485,10 @@ fn assert_replays(dir: &std::path::Path) {
         )
         .unwrap();
         assert_eq!(written, record);
-        assert_eq!(protobot_eval::semantics::violations(&record), Vec::<String>::new());
+        assert_eq!(
+            protobot_eval::semantics::violations(&record),
+            Vec::<String>::new()
+        );
     }
 }
 
@@ -576,16 +594,27 @@ fn the_demo_with_opencode_workers_merges_through_the_egress_proxy() {
     check_jsonschema::validate(&records);
     assert_replays(&results);
     let bundle = std::fs::read_to_string(results.join("trace.json")).unwrap();
-    assert!(!bundle.contains("demo-model-key-"), "the key is not in the trace");
+    assert!(
+        !bundle.contains("demo-model-key-"),
+        "the key is not in the trace"
+    );
     let run: serde_json::Value = serde_json::from_str(&bundle).unwrap();
     for role in ["worker-a", "worker-b", "inspector"] {
         let allowed = run["egress"]
             .as_array()
             .unwrap()
             .iter()
-            .filter(|d| d["role"] == role && d["outcome"] == "allowed" && d["destination"] == "model.protobot-demo.invalid")
+            .filter(|d| {
+                d["role"] == role
+                    && d["outcome"] == "allowed"
+                    && d["destination"] == "model.protobot-demo.invalid"
+            })
             .count();
-        assert!(allowed >= 2, "{role}: {allowed} allowed model requests in the proxy's audit: {}", run["egress"]);
+        assert!(
+            allowed >= 2,
+            "{role}: {allowed} allowed model requests in the proxy's audit: {}",
+            run["egress"]
+        );
         let at_endpoint = run["model_requests"]
             .as_array()
             .unwrap()

@@ -61,7 +61,14 @@ fn workspace(first_attempt: bool, mutate: &[(&str, &str)]) -> Workspace {
         out,
         task,
     };
-    assert!(Command::new("git").args(["init", "-q"]).current_dir(&ws).status().unwrap().success());
+    assert!(
+        Command::new("git")
+            .args(["init", "-q"])
+            .current_dir(&ws)
+            .status()
+            .unwrap()
+            .success()
+    );
     // The copies to /out/worker are the harness's business, not the edits'.
     let edits = |s: &str| {
         s.lines()
@@ -76,7 +83,10 @@ fn workspace(first_attempt: bool, mutate: &[(&str, &str)]) -> Workspace {
     let path = ws.join("src/sync.sh");
     let mut tool = std::fs::read_to_string(&path).unwrap();
     for (from, to) in mutate {
-        assert!(tool.contains(from), "the mutation {from:?} applies to\n{tool}");
+        assert!(
+            tool.contains(from),
+            "the mutation {from:?} applies to\n{tool}"
+        );
         tool = tool.replace(from, to);
     }
     std::fs::write(&path, tool).unwrap();
@@ -98,7 +108,10 @@ fn inspector_flags(w: &Workspace) -> Vec<String> {
     let bytes = std::fs::read(w.out.join("findings.jsonl")).unwrap();
     let findings = parse_report("inspector", ProducerKind::Inspector, &bytes)
         .unwrap_or_else(|e| panic!("the findings are in the ledger's shape: {e}"));
-    let mut reqs: Vec<String> = findings.into_iter().flat_map(|f| f.requirement_ids).collect();
+    let mut reqs: Vec<String> = findings
+        .into_iter()
+        .flat_map(|f| f.requirement_ids)
+        .collect();
     reqs.sort();
     reqs.dedup();
     reqs
@@ -115,7 +128,11 @@ const REFUSE: &str = r#"if [ ! -d "$dst" ]"#;
 fn the_corrected_implementation_passes_every_gate() {
     let w = workspace(false, &[]);
     assert_eq!(failing_tests(&w), Vec::<&str>::new());
-    assert_eq!(inspector_flags(&w), Vec::<String>::new(), "a conformant candidate seals");
+    assert_eq!(
+        inspector_flags(&w),
+        Vec::<String>::new(),
+        "a conformant candidate seals"
+    );
     assert!(visible_check(&w));
 }
 
@@ -131,14 +148,20 @@ fn a_dry_run_that_copies_fails_the_tests_the_inspector_and_the_fixture_check() {
 /// demo's earlier tests and Inspector passed this implementation.
 #[test]
 fn a_dry_run_that_accepts_a_missing_destination_violates_the_error_path_and_is_reported() {
-    let w = workspace(false, &[(REFUSE, r#"if [ "$dry" = no ] && [ ! -d "$dst" ]"#)]);
+    let w = workspace(
+        false,
+        &[(REFUSE, r#"if [ "$dry" = no ] && [ ! -d "$dst" ]"#)],
+    );
     assert_eq!(failing_tests(&w), ["test_refuse"]);
     assert_eq!(inspector_flags(&w), ["REQ-CLI-00003"]);
 }
 
 #[test]
 fn creating_a_missing_destination_is_reported_against_the_refusal_requirement() {
-    let w = workspace(false, &[(REFUSE, r#"mkdir -p "$dst" 2>/dev/null; if false"#)]);
+    let w = workspace(
+        false,
+        &[(REFUSE, r#"mkdir -p "$dst" 2>/dev/null; if false"#)],
+    );
     assert_eq!(failing_tests(&w), ["test_refuse"]);
     assert_eq!(inspector_flags(&w), ["REQ-CLI-00003"]);
 }

@@ -60,9 +60,18 @@ fn eval_runs_the_cli_sync_fixture_end_to_end_and_writes_valid_records() {
         .iter()
         .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
         .collect();
-    for stage in ["job-site", "worker-a", "worker-b", "triage", "inspection", "merge"] {
+    for stage in [
+        "job-site",
+        "worker-a",
+        "worker-b",
+        "triage",
+        "inspection",
+        "merge",
+    ] {
         assert!(
-            names.iter().any(|n| n.starts_with(&format!("cli-sync-{stage}-"))),
+            names
+                .iter()
+                .any(|n| n.starts_with(&format!("cli-sync-{stage}-"))),
             "{stage} in {names:?}"
         );
     }
@@ -71,8 +80,14 @@ fn eval_runs_the_cli_sync_fixture_end_to_end_and_writes_valid_records() {
     for path in &records {
         let r: serde_json::Value = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
         assert_eq!(r["fixture_id"], "cli-sync");
-        assert_eq!(r["reproducibility"]["inputs"]["fixture_digest"], digest.as_str());
-        assert_eq!(r["reproducibility"]["inputs"]["projection"], "job-site-input");
+        assert_eq!(
+            r["reproducibility"]["inputs"]["fixture_digest"],
+            digest.as_str()
+        );
+        assert_eq!(
+            r["reproducibility"]["inputs"]["projection"],
+            "job-site-input"
+        );
         assert_eq!(r["scores"]["job_site"]["pass"], true, "{r}");
         assert_eq!(r["traces"][0]["uri"], "trace.json");
     }
@@ -104,13 +119,23 @@ fn eval_refuses_fixtures_it_has_no_example_project_for_with_a_structured_answer(
 fn eval_refuses_a_missing_or_malformed_fixture_or_one_that_differs_from_the_example() {
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("results");
-    let missing = protobot(&["eval", "/nonexistent/fixture.yaml", "--out", out.to_str().unwrap()]);
+    let missing = protobot(&[
+        "eval",
+        "/nonexistent/fixture.yaml",
+        "--out",
+        out.to_str().unwrap(),
+    ]);
     assert_eq!(missing.status.code(), Some(2));
     let answer: serde_json::Value = serde_json::from_slice(&missing.stdout).unwrap();
     assert_eq!(answer["category"], "fixture-unreadable");
     let bad = tmp.path().join("bad.yaml");
     std::fs::write(&bad, "fixture_id: [").unwrap();
-    let malformed = protobot(&["eval", bad.to_str().unwrap(), "--out", out.to_str().unwrap()]);
+    let malformed = protobot(&[
+        "eval",
+        bad.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
     assert_eq!(malformed.status.code(), Some(2));
     let answer: serde_json::Value = serde_json::from_slice(&malformed.stdout).unwrap();
     assert_eq!(answer["category"], "fixture-unreadable");
@@ -118,12 +143,23 @@ fn eval_refuses_a_missing_or_malformed_fixture_or_one_that_differs_from_the_exam
     let changed = tmp.path().join("changed.yaml");
     let text = std::fs::read_to_string(fixture("cli-sync"))
         .unwrap()
-        .replace("shall copy the planned files", "shall move the planned files");
+        .replace(
+            "shall copy the planned files",
+            "shall move the planned files",
+        );
     std::fs::write(&changed, text).unwrap();
-    let mismatch = protobot(&["eval", changed.to_str().unwrap(), "--out", out.to_str().unwrap()]);
+    let mismatch = protobot(&[
+        "eval",
+        changed.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
     assert_eq!(mismatch.status.code(), Some(2));
     let answer: serde_json::Value = serde_json::from_slice(&mismatch.stdout).unwrap();
     assert_eq!(answer["category"], "example-mismatch", "{answer}");
-    assert!(answer["reason"].as_str().unwrap().contains("REQ-CLI-00002"), "{answer}");
+    assert!(
+        answer["reason"].as_str().unwrap().contains("REQ-CLI-00002"),
+        "{answer}"
+    );
     assert!(!out.exists());
 }

@@ -108,7 +108,9 @@ struct RawHoldout {
 #[derive(Debug, thiserror::Error)]
 pub enum FixtureError {
     /// Not a fixture document.
-    #[error("failed to read the fixture {origin}: {source}; expected a fixture.yaml of the evaluation corpus (fixture.schema.json v1)")]
+    #[error(
+        "failed to read the fixture {origin}: {source}; expected a fixture.yaml of the evaluation corpus (fixture.schema.json v1)"
+    )]
     Parse {
         /// Where it came from.
         origin: String,
@@ -125,7 +127,9 @@ pub enum FixtureError {
         found: u32,
     },
     /// An id outside the pattern.
-    #[error("the fixture {origin} has fixture_id {id:?}, which is not an identifier (^[a-z][a-z0-9]*(-[a-z0-9]+)*$)")]
+    #[error(
+        "the fixture {origin} has fixture_id {id:?}, which is not an identifier (^[a-z][a-z0-9]*(-[a-z0-9]+)*$)"
+    )]
     Identifier {
         /// Where it came from.
         origin: String,
@@ -192,7 +196,9 @@ pub struct ExampleRequirement<'a> {
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum Unrunnable {
     /// No bundled example project for the fixture.
-    #[error("protobot eval can run fixture {fixture} only with a bundled example project for it, and it has one for {known} only: the Job Site needs the fixture's project, its approved change set and Worker harnesses that can build a {archetype} ({runtime}) interface")]
+    #[error(
+        "protobot eval can run fixture {fixture} only with a bundled example project for it, and it has one for {known} only: the Job Site needs the fixture's project, its approved change set and Worker harnesses that can build a {archetype} ({runtime}) interface"
+    )]
     NoExample {
         /// The fixture.
         fixture: String,
@@ -204,7 +210,9 @@ pub enum Unrunnable {
         known: String,
     },
     /// The example exists but its requirements differ from the fixture's.
-    #[error("fixture {fixture} does not match the bundled example of the same id: {difference}; the example builds the requirements it was authored with, so results would not describe this fixture")]
+    #[error(
+        "fixture {fixture} does not match the bundled example of the same id: {difference}; the example builds the requirements it was authored with, so results would not describe this fixture"
+    )]
     Mismatch {
         /// The fixture.
         fixture: String,
@@ -258,10 +266,16 @@ pub fn plan(
     }
     for (f, e) in fixture.requirements.iter().zip(example) {
         if f.id != e.id {
-            return Err(mismatch(format!("requirement {} where the example has {}", f.id, e.id)));
+            return Err(mismatch(format!(
+                "requirement {} where the example has {}",
+                f.id, e.id
+            )));
         }
         if f.kind != e.kind {
-            return Err(mismatch(format!("{} is {} in the fixture, {} in the example", f.id, f.kind, e.kind)));
+            return Err(mismatch(format!(
+                "{} is {} in the fixture, {} in the example",
+                f.id, f.kind, e.kind
+            )));
         }
         if fold(&f.text) != fold(e.text) {
             return Err(mismatch(format!("the text of {} differs", f.id)));
@@ -292,7 +306,10 @@ mod tests {
             text: "The tool shall fail.",
             ..example[0]
         }];
-        assert_eq!(plan(&f, "tiny", &other).unwrap_err().category(), "example-mismatch");
+        assert_eq!(
+            plan(&f, "tiny", &other).unwrap_err().category(),
+            "example-mismatch"
+        );
         let refused = plan(&f, "cli-sync", &example).unwrap_err();
         assert_eq!(refused.category(), "no-example-project");
         assert!(refused.to_string().contains("cli-sync"), "{refused}");

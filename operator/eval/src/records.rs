@@ -101,7 +101,13 @@ struct Scored {
 }
 
 impl Scored {
-    fn fail(&mut self, critical: bool, category: FailureCategory, detail: String, evidence: String) {
+    fn fail(
+        &mut self,
+        critical: bool,
+        category: FailureCategory,
+        detail: String,
+        evidence: String,
+    ) {
         let f = Failure {
             category,
             stage: Some(Stage::JobSite),
@@ -214,7 +220,7 @@ fn at(pointer: impl std::fmt::Display) -> String {
 
 /// The last gate of the build (the one the merged candidate passed, when it merged).
 fn last_gate(run: &JobSiteRun) -> Option<(usize, &GateEvidence)> {
-    run.gates.iter().enumerate().last()
+    run.gates.iter().enumerate().next_back()
 }
 
 /// The gate of each cycle: the first integration run recorded for it.
@@ -248,22 +254,32 @@ fn is_pass(decision: &str) -> bool {
 
 /// The inspection the merge was decided on: the last one.
 fn last_inspection(run: &JobSiteRun) -> Option<(usize, &InspectionEvidence)> {
-    run.inspections.iter().enumerate().last()
+    run.inspections.iter().enumerate().next_back()
 }
 
 /// Findings of every inspection whose proposed disposition routes to `side`.
 fn findings_for<'a>(
     run: &'a JobSiteRun,
     wanted: &'a [Disposition],
-) -> impl Iterator<Item = (usize, &'a InspectionEvidence, &'a str, &'a protobot_jobsite::inspection::ReportedFinding)> + 'a {
-    run.inspections.iter().enumerate().flat_map(move |(i, ins)| {
-        ins.producers.iter().flat_map(move |p| {
-            p.findings
-                .iter()
-                .filter(|f| wanted.contains(&f.disposition))
-                .map(move |f| (i, ins, p.producer.as_str(), f))
+) -> impl Iterator<
+    Item = (
+        usize,
+        &'a InspectionEvidence,
+        &'a str,
+        &'a protobot_jobsite::inspection::ReportedFinding,
+    ),
+> + 'a {
+    run.inspections
+        .iter()
+        .enumerate()
+        .flat_map(move |(i, ins)| {
+            ins.producers.iter().flat_map(move |p| {
+                p.findings
+                    .iter()
+                    .filter(|f| wanted.contains(&f.disposition))
+                    .map(move |f| (i, ins, p.producer.as_str(), f))
+            })
         })
-    })
 }
 
 fn sealed(ins: &InspectionEvidence) -> bool {
@@ -290,7 +306,10 @@ fn worker_a(run: &JobSiteRun) -> Scored {
             s.fail(
                 true,
                 FailureCategory::VisibleCheckFailure,
-                format!("worker-a: no test of the last gate (cycle {}) verifies {req} and runs", gate.cycle),
+                format!(
+                    "worker-a: no test of the last gate (cycle {}) verifies {req} and runs",
+                    gate.cycle
+                ),
                 at(format!("gates/{g}")),
             );
         }
@@ -301,23 +320,41 @@ fn worker_a(run: &JobSiteRun) -> Scored {
             s.fail(
                 false,
                 FailureCategory::VisibleCheckFailure,
-                format!("worker-a, cycle {}: triage attributed the failing gate to the tests ({})", c.cycle, c.decision),
+                format!(
+                    "worker-a, cycle {}: triage attributed the failing gate to the tests ({})",
+                    c.cycle, c.decision
+                ),
                 at(format!("cycles/{}", c.cycle.saturating_sub(1))),
             );
         }
     }
-    let test_findings = [Disposition::TestDefect, Disposition::TestGap, Disposition::BothDefective];
+    let test_findings = [
+        Disposition::TestDefect,
+        Disposition::TestGap,
+        Disposition::BothDefective,
+    ];
     let last = last_inspection(run).map(|(i, _)| i);
     let mut findings = Vec::new();
     for (i, ins, producer, f) in findings_for(run, &test_findings) {
         findings.push((
             Some(i) == last && !sealed(ins),
-            format!("worker-a: {producer} reported {} ({:?}) on {}: {}", f.subject, f.disposition, f.requirement_ids.join(", "), f.summary),
+            format!(
+                "worker-a: {producer} reported {} ({:?}) on {}: {}",
+                f.subject,
+                f.disposition,
+                f.requirement_ids.join(", "),
+                f.summary
+            ),
             at(format!("inspections/{i}")),
         ));
     }
     for (critical, detail, evidence) in findings {
-        s.fail(critical, FailureCategory::VisibleCheckFailure, detail, evidence);
+        s.fail(
+            critical,
+            FailureCategory::VisibleCheckFailure,
+            detail,
+            evidence,
+        );
     }
     let tests = own(&gate.results).count();
     s.summary = format!(
@@ -335,7 +372,8 @@ fn worker_b(run: &JobSiteRun) -> Scored {
         s.fail(
             true,
             FailureCategory::ExecutionFailure,
-            "worker-b: no integration run recorded, so Worker B's implementation was never tested".into(),
+            "worker-b: no integration run recorded, so Worker B's implementation was never tested"
+                .into(),
             at("gates"),
         );
         s.summary = "no integration run recorded.".into();
@@ -383,22 +421,39 @@ fn worker_b(run: &JobSiteRun) -> Scored {
         s.fail(
             true,
             FailureCategory::VisibleCheckFailure,
-            format!("worker-b: {} build errors in the last gate", gate.build_errors),
+            format!(
+                "worker-b: {} build errors in the last gate",
+                gate.build_errors
+            ),
             at(format!("gates/{last}")),
         );
     }
-    let impl_findings = [Disposition::ImplementationDefect, Disposition::BothDefective];
+    let impl_findings = [
+        Disposition::ImplementationDefect,
+        Disposition::BothDefective,
+    ];
     let last_ins = last_inspection(run).map(|(i, _)| i);
     let mut findings = Vec::new();
     for (i, ins, producer, f) in findings_for(run, &impl_findings) {
         findings.push((
             Some(i) == last_ins && !sealed(ins),
-            format!("worker-b: {producer} reported {} ({:?}) on {}: {}", f.subject, f.disposition, f.requirement_ids.join(", "), f.summary),
+            format!(
+                "worker-b: {producer} reported {} ({:?}) on {}: {}",
+                f.subject,
+                f.disposition,
+                f.requirement_ids.join(", "),
+                f.summary
+            ),
             at(format!("inspections/{i}")),
         ));
     }
     for (critical, detail, evidence) in findings {
-        s.fail(critical, FailureCategory::VisibleCheckFailure, detail, evidence);
+        s.fail(
+            critical,
+            FailureCategory::VisibleCheckFailure,
+            detail,
+            evidence,
+        );
     }
     let first_green = run
         .cycles
@@ -412,7 +467,10 @@ fn worker_b(run: &JobSiteRun) -> Scored {
         gate.cycle,
         match first_green {
             Some(1) => "passed the independent tests on the first cycle".to_owned(),
-            Some(n) => format!("passed the independent tests on cycle {n}, after {} rework cycles", n - 1),
+            Some(n) => format!(
+                "passed the independent tests on cycle {n}, after {} rework cycles",
+                n - 1
+            ),
             None => "never passed the independent tests".to_owned(),
         }
     );
@@ -431,7 +489,10 @@ fn triage(run: &JobSiteRun) -> Scored {
             s.fail(
                 true,
                 FailureCategory::ExecutionFailure,
-                format!("triage, cycle {}: decided {} but no integration run of the cycle is recorded", c.cycle, c.decision),
+                format!(
+                    "triage, cycle {}: decided {} but no integration run of the cycle is recorded",
+                    c.cycle, c.decision
+                ),
                 at(format!("cycles/{i}")),
             );
             s.checks.push(false);
@@ -476,7 +537,11 @@ fn triage(run: &JobSiteRun) -> Scored {
         "{} of {} cycle decisions agree with their gate (cycles: {}); {confirmed} of {reworks} rework attributions confirmed by the next cycle passing.",
         s.checks.iter().filter(|c| **c).count(),
         s.checks.len(),
-        if decisions.is_empty() { "none".to_owned() } else { decisions.join(", ") }
+        if decisions.is_empty() {
+            "none".to_owned()
+        } else {
+            decisions.join(", ")
+        }
     );
     s
 }
@@ -493,11 +558,17 @@ fn inspection(run: &JobSiteRun) -> Scored {
         s.summary = "no inspection run recorded.".into();
         return s;
     };
-    let findings: Vec<_> = ins.producers.iter().flat_map(|p| p.findings.iter()).collect();
+    let findings: Vec<_> = ins
+        .producers
+        .iter()
+        .flat_map(|p| p.findings.iter())
+        .collect();
     for check in &run.visible_checks {
-        let flagged = findings
-            .iter()
-            .any(|f| f.requirement_ids.iter().any(|r| check.requirement_ids.contains(r)));
+        let flagged = findings.iter().any(|f| {
+            f.requirement_ids
+                .iter()
+                .any(|r| check.requirement_ids.contains(r))
+        });
         let agrees = check.passed || !sealed(ins) || flagged;
         s.checks.push(agrees);
         if !agrees {
@@ -556,7 +627,10 @@ fn merge(run: &JobSiteRun) -> Scored {
                     (Some(_), true) => "its merge is on the default branch".to_owned(),
                     (None, _) => "nothing was merged".to_owned(),
                 },
-                o.error.as_deref().map(|e| format!(": {e}")).unwrap_or_default()
+                o.error
+                    .as_deref()
+                    .map(|e| format!(": {e}"))
+                    .unwrap_or_default()
             ),
             at("outcome"),
         );
@@ -598,7 +672,11 @@ fn job_site(run: &JobSiteRun) -> Scored {
             s.fail(
                 true,
                 FailureCategory::VisibleCheckFailure,
-                format!("job-site: the fixture's check {} ({}) fails on the merged product", check.id, check.requirement_ids.join(", ")),
+                format!(
+                    "job-site: the fixture's check {} ({}) fails on the merged product",
+                    check.id,
+                    check.requirement_ids.join(", ")
+                ),
                 format!("{} ({})", at("visible_checks"), short(&check.evidence)),
             );
         }

@@ -13,7 +13,10 @@ pub fn violations(record: &ResultRecord) -> Vec<String> {
     let mut out = Vec::new();
     let r = record;
     if r.schema_version != SCHEMA_VERSION {
-        out.push(format!("schema_version {} is not {SCHEMA_VERSION}", r.schema_version));
+        out.push(format!(
+            "schema_version {} is not {SCHEMA_VERSION}",
+            r.schema_version
+        ));
     }
     for (field, id) in [("result_id", &r.result_id), ("fixture_id", &r.fixture_id)] {
         if !is_identifier(id) {
@@ -21,7 +24,10 @@ pub fn violations(record: &ResultRecord) -> Vec<String> {
         }
     }
     if !is_timestamp(&r.recorded_at) {
-        out.push(format!("recorded_at {:?} is not YYYY-MM-DDTHH:MM:SSZ", r.recorded_at));
+        out.push(format!(
+            "recorded_at {:?} is not YYYY-MM-DDTHH:MM:SSZ",
+            r.recorded_at
+        ));
     }
     let inputs = &r.reproducibility.inputs;
     if inputs.fixture_id != r.fixture_id {
@@ -42,7 +48,10 @@ pub fn violations(record: &ResultRecord) -> Vec<String> {
         Stage::EndToEnd => Projection::EndToEnd,
     };
     if inputs.projection != expected {
-        out.push(format!("stage {:?} needs projection {expected:?}, not {:?}", r.stage, inputs.projection));
+        out.push(format!(
+            "stage {:?} needs projection {expected:?}, not {:?}",
+            r.stage, inputs.projection
+        ));
     }
     let env = &r.reproducibility.environment;
     if env.mode == Mode::Local && (env.hosted_cluster || env.external_service_credentials) {
@@ -52,7 +61,11 @@ pub fn violations(record: &ResultRecord) -> Vec<String> {
         out.push("environment.components is empty".into());
     }
     let s = &r.scores;
-    let (req, js, e2e) = (s.requirements.is_some(), s.job_site.is_some(), s.end_to_end.is_some());
+    let (req, js, e2e) = (
+        s.requirements.is_some(),
+        s.job_site.is_some(),
+        s.end_to_end.is_some(),
+    );
     let gated = match r.stage {
         Stage::Requirements => req && !js && !e2e,
         Stage::JobSite => js && !req && !e2e,
@@ -73,10 +86,19 @@ pub fn violations(record: &ResultRecord) -> Vec<String> {
         ));
     }
     if let Some(j) = &s.job_site {
-        for (name, c) in [("visible_checks", j.visible_checks), ("holdout_checks", j.holdout_checks)] {
-            let CheckCounts { passed, failed, total } = c;
+        for (name, c) in [
+            ("visible_checks", j.visible_checks),
+            ("holdout_checks", j.holdout_checks),
+        ] {
+            let CheckCounts {
+                passed,
+                failed,
+                total,
+            } = c;
             if passed.checked_add(failed) != Some(total) {
-                out.push(format!("job_site.{name}: {passed} passed + {failed} failed is not {total}"));
+                out.push(format!(
+                    "job_site.{name}: {passed} passed + {failed} failed is not {total}"
+                ));
             }
         }
         if j.pass && j.holdout_checks.failed > 0 {
@@ -88,7 +110,12 @@ pub fn violations(record: &ResultRecord) -> Vec<String> {
             s.requirements.as_ref().map(|x| x.pass),
             s.job_site.as_ref().map(|x| x.pass),
         );
-        if stage_pass != (Some(e.attribution.requirements), Some(e.attribution.job_site)) {
+        if stage_pass
+            != (
+                Some(e.attribution.requirements),
+                Some(e.attribution.job_site),
+            )
+        {
             out.push("end_to_end.attribution does not restate the stage passes".into());
         }
     }
@@ -127,7 +154,12 @@ mod tests {
         let ts: jiff::Timestamp = "2026-12-02T18:41:19.734+02:00".parse().unwrap();
         assert_eq!(timestamp(ts), "2026-12-02T16:41:19Z");
         assert!(is_timestamp("2026-09-29T00:00:00Z"));
-        for bad in ["2026-09-29T00:00:00", "2026-09-29 00:00:00Z", "2026-09-29T00:00:00.1Z", ""] {
+        for bad in [
+            "2026-09-29T00:00:00",
+            "2026-09-29 00:00:00Z",
+            "2026-09-29T00:00:00.1Z",
+            "",
+        ] {
             assert!(!is_timestamp(bad), "{bad}");
         }
     }

@@ -25,9 +25,7 @@ fn upstream() -> PathBuf {
 /// A run like the demo's: cycle 1 fails a dry-run test (implementation), cycle 2
 /// passes, the inspection seals, the merge lands, the fixture's check passes.
 fn demo_like() -> Value {
-    let test = |id: &str, req: &str, status: &str| {
-        json!({"test_id": id, "requirement_ids": [req], "status": status, "baseline": false})
-    };
+    let test = |id: &str, req: &str, status: &str| json!({"test_id": id, "requirement_ids": [req], "status": status, "baseline": false});
     json!({
         "bundle_version": 1,
         "run_id": "demo-WI-CS-00001",
@@ -91,7 +89,9 @@ fn pass(r: &ResultRecord) -> bool {
 
 /// Writes `records` as JSON files under a fresh folder of `target/` and returns them.
 fn write(name: &str, records: &[ResultRecord]) -> Vec<PathBuf> {
-    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("eval-records").join(name);
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join("eval-records")
+        .join(name);
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     records
@@ -118,21 +118,56 @@ fn a_green_run_passes_every_stage_with_its_own_checks() {
     assert_eq!(a.result_id, "cli-sync-worker-a-demo-wi-cs-00001");
     assert_eq!(a.scores.job_site.as_ref().unwrap().visible_checks.total, 3);
     // Each stage's environment names only its own model.
-    let models: Vec<_> = a.reproducibility.environment.models.iter().map(|m| m.name.as_str()).collect();
+    let models: Vec<_> = a
+        .reproducibility
+        .environment
+        .models
+        .iter()
+        .map(|m| m.name.as_str())
+        .collect();
     assert_eq!(models.len(), 1);
-    assert!(by_stage(&records, JobSiteStage::Triage).reproducibility.environment.models.is_empty());
+    assert!(
+        by_stage(&records, JobSiteStage::Triage)
+            .reproducibility
+            .environment
+            .models
+            .is_empty()
+    );
     // Worker B's recovered failure of cycle 1 is recorded, not critical.
     let b = by_stage(&records, JobSiteStage::WorkerB);
     assert_eq!(b.failures.len(), 1, "{:?}", b.failures);
-    assert!(b.failures[0].detail.starts_with("worker-b, cycle 1: test_dry_run"), "{:?}", b.failures);
+    assert!(
+        b.failures[0]
+            .detail
+            .starts_with("worker-b, cycle 1: test_dry_run"),
+        "{:?}",
+        b.failures
+    );
     assert!(b.critical_failures.is_empty());
     let summary = &b.scores.job_site.as_ref().unwrap().summary;
-    assert!(summary.contains("on cycle 2, after 1 rework cycles"), "{summary}");
-    assert!(summary.contains("HO-CLI-00001"), "holdouts are said to be unrun: {summary}");
-    let t = by_stage(&records, JobSiteStage::Triage).scores.job_site.clone().unwrap();
+    assert!(
+        summary.contains("on cycle 2, after 1 rework cycles"),
+        "{summary}"
+    );
+    assert!(
+        summary.contains("HO-CLI-00001"),
+        "holdouts are said to be unrun: {summary}"
+    );
+    let t = by_stage(&records, JobSiteStage::Triage)
+        .scores
+        .job_site
+        .clone()
+        .unwrap();
     assert_eq!((t.visible_checks.passed, t.visible_checks.total), (2, 2));
-    assert!(t.summary.contains("1 of 1 rework attributions confirmed"), "{}", t.summary);
-    assert_eq!(result_id(&run, JobSiteStage::JobSite), "cli-sync-job-site-demo-wi-cs-00001");
+    assert!(
+        t.summary.contains("1 of 1 rework attributions confirmed"),
+        "{}",
+        t.summary
+    );
+    assert_eq!(
+        result_id(&run, JobSiteStage::JobSite),
+        "cli-sync-job-site-demo-wi-cs-00001"
+    );
     validate_with_check_jsonschema(&write("green", &records), true);
 }
 
@@ -144,12 +179,29 @@ fn an_inspection_that_seals_over_a_failing_check_is_false_readiness() {
     let records = build(&run_of(v.clone()), &trace());
     let ins = by_stage(&records, JobSiteStage::Inspection);
     assert!(!pass(ins));
-    assert_eq!(ins.critical_failures[0].category, FailureCategory::FalseReadiness);
-    assert!(ins.critical_failures[0].detail.contains("VIS-CLI-00001"), "{:?}", ins.critical_failures);
+    assert_eq!(
+        ins.critical_failures[0].category,
+        FailureCategory::FalseReadiness
+    );
+    assert!(
+        ins.critical_failures[0].detail.contains("VIS-CLI-00001"),
+        "{:?}",
+        ins.critical_failures
+    );
     let whole = by_stage(&records, JobSiteStage::JobSite);
     assert!(!pass(whole));
-    assert!(whole.critical_failures.iter().any(|f| f.category == FailureCategory::VisibleCheckFailure));
-    assert!(whole.critical_failures.iter().any(|f| f.category == FailureCategory::FalseReadiness));
+    assert!(
+        whole
+            .critical_failures
+            .iter()
+            .any(|f| f.category == FailureCategory::VisibleCheckFailure)
+    );
+    assert!(
+        whole
+            .critical_failures
+            .iter()
+            .any(|f| f.category == FailureCategory::FalseReadiness)
+    );
     // The stages the check does not judge keep their own verdicts.
     assert!(pass(by_stage(&records, JobSiteStage::WorkerA)));
     assert!(pass(by_stage(&records, JobSiteStage::Merge)));
@@ -164,10 +216,20 @@ fn an_inspection_that_seals_over_a_failing_check_is_false_readiness() {
     let records2 = build(&run_of(v), &trace());
     assert!(pass(by_stage(&records2, JobSiteStage::Inspection)));
     let b = by_stage(&records2, JobSiteStage::WorkerB);
-    assert!(!pass(b), "the unresolved implementation finding is Worker B's");
+    assert!(
+        !pass(b),
+        "the unresolved implementation finding is Worker B's"
+    );
     let merge = by_stage(&records2, JobSiteStage::Merge);
-    assert_eq!(merge.critical_failures[0].category, FailureCategory::ExecutionFailure);
-    assert!(merge.critical_failures[0].detail.contains("cycles exhausted"));
+    assert_eq!(
+        merge.critical_failures[0].category,
+        FailureCategory::ExecutionFailure
+    );
+    assert!(
+        merge.critical_failures[0]
+            .detail
+            .contains("cycles exhausted")
+    );
     for r in records.iter().chain(&records2) {
         assert_eq!(violations(r), Vec::<String>::new(), "{}", r.result_id);
     }
@@ -187,10 +249,20 @@ fn missing_tests_and_a_wrong_triage_are_attributed_to_their_stage() {
     let records = build(&run_of(v), &trace());
     let a = by_stage(&records, JobSiteStage::WorkerA);
     assert!(!pass(a));
-    assert!(a.critical_failures[0].detail.contains("REQ-CLI-00003"), "{:?}", a.critical_failures);
+    assert!(
+        a.critical_failures[0].detail.contains("REQ-CLI-00003"),
+        "{:?}",
+        a.critical_failures
+    );
     let t = by_stage(&records, JobSiteStage::Triage);
     assert!(!pass(t));
-    assert!(t.critical_failures[0].detail.contains("cycle 2: decided pass while the gate failed"), "{:?}", t.critical_failures);
+    assert!(
+        t.critical_failures[0]
+            .detail
+            .contains("cycle 2: decided pass while the gate failed"),
+        "{:?}",
+        t.critical_failures
+    );
     let b = by_stage(&records, JobSiteStage::WorkerB);
     assert!(!pass(b));
     assert!(b.critical_failures[0].detail.contains("test_apply"));
@@ -215,7 +287,10 @@ fn a_run_that_never_reached_a_gate_still_writes_valid_records() {
         assert_ne!(r.result_id, "");
     }
     assert!(!pass(by_stage(&records, JobSiteStage::JobSite)));
-    assert!(pass(by_stage(&records, JobSiteStage::Triage)), "no decision, nothing wrong");
+    assert!(
+        pass(by_stage(&records, JobSiteStage::Triage)),
+        "no decision, nothing wrong"
+    );
     assert!(!pass(by_stage(&records, JobSiteStage::Inspection)));
     validate_with_check_jsonschema(&write("stopped", &records), true);
 }
@@ -241,10 +316,15 @@ fn the_same_bundle_replays_to_the_same_records() {
 fn the_upstream_example_results_read_with_these_types_and_keep_the_rules() {
     let dir = upstream().join("examples/results");
     let mut files = Vec::new();
-    for name in ["requirements-cli-sync.yaml", "job-site-cli-sync.yaml", "end-to-end-cli-sync.yaml"] {
+    for name in [
+        "requirements-cli-sync.yaml",
+        "job-site-cli-sync.yaml",
+        "end-to-end-cli-sync.yaml",
+    ] {
         let path = dir.join(name);
         let text = std::fs::read_to_string(&path).unwrap();
-        let r: ResultRecord = serde_yaml_ng::from_str(&text).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let r: ResultRecord =
+            serde_yaml_ng::from_str(&text).unwrap_or_else(|e| panic!("{name}: {e}"));
         assert_eq!(violations(&r), Vec::<String>::new(), "{name}");
         // Written back as JSON, it is still what the schema describes.
         let back: Value = serde_json::to_value(&r).unwrap();
@@ -259,15 +339,27 @@ fn the_upstream_example_results_read_with_these_types_and_keep_the_rules() {
 fn the_semantic_rules_refuse_what_the_contract_forbids() {
     let good = build(&run_of(demo_like()), &trace()).remove(0);
     let mut crit = good.clone();
-    crit.critical_failures = vec![crit.failures.first().cloned().unwrap_or(protobot_eval::schema::Failure {
-        category: FailureCategory::ExecutionFailure,
-        stage: None,
-        detail: "x".into(),
-        evidence: "y".into(),
-    })];
+    crit.critical_failures =
+        vec![
+            crit.failures
+                .first()
+                .cloned()
+                .unwrap_or(protobot_eval::schema::Failure {
+                    category: FailureCategory::ExecutionFailure,
+                    stage: None,
+                    detail: "x".into(),
+                    evidence: "y".into(),
+                }),
+        ];
     assert!(violations(&crit)[0].contains("critical failures but a stage passes"));
     let mut counts = good.clone();
-    counts.scores.job_site.as_mut().unwrap().visible_checks.total = 7;
+    counts
+        .scores
+        .job_site
+        .as_mut()
+        .unwrap()
+        .visible_checks
+        .total = 7;
     assert!(violations(&counts)[0].contains("is not 7"));
     let mut split = good.clone();
     split.reproducibility.inputs.fixture_id = "api-registry".into();
@@ -342,9 +434,16 @@ fn validate_with_check_jsonschema(files: &[PathBuf], valid: bool) {
         String::from_utf8_lossy(&out.stderr)
     );
     if valid {
-        assert!(out.status.success(), "check-jsonschema refused {files:?}:\n{text}");
+        assert!(
+            out.status.success(),
+            "check-jsonschema refused {files:?}:\n{text}"
+        );
     } else {
-        assert_eq!(out.status.code(), Some(1), "check-jsonschema accepted {files:?}:\n{text}");
+        assert_eq!(
+            out.status.code(),
+            Some(1),
+            "check-jsonschema accepted {files:?}:\n{text}"
+        );
         assert!(text.contains("Schema validation errors"), "{text}");
     }
 }

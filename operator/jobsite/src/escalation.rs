@@ -26,6 +26,16 @@ pub enum Tier {
 }
 
 impl Tier {
+    /// Its name as a worker class writes it (`t1`…`t4`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Tier::T1 => "t1",
+            Tier::T2 => "t2",
+            Tier::T3 => "t3",
+            Tier::T4 => "t4",
+        }
+    }
+
     /// The tier of the `n`-th genuine attempt (0-based) for an item that starts at `self`.
     ///
     /// Starting at t1 the attempts run t1, t1, t2, t3, then t4 forever; at t2:
@@ -249,7 +259,7 @@ pub enum TierModelsError {
     },
     /// A provider or model is empty.
     #[error(
-        "tier {tier:?} of the worker class names an empty {field}; give every tier a provider and a model"
+        "tier {} of the worker class names an empty {field}; give every tier a provider and a model", tier.as_str()
     )]
     Empty {
         /// The tier.
