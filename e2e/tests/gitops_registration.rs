@@ -1028,3 +1028,111 @@ async fn an_annotated_bug_report_abandons_its_unfinished_item_when_deleted() {
     controller.abort();
     cluster.cleanup().await;
 }
+
+/// GitOps tools apply a ChangeSet and its Project in either order: a ChangeSet applied first
+/// reports `Verified=False ProjectNotFound`, and the Project's arrival alone (no edit of the
+/// ChangeSet, no timer) registers it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_change_set_applied_before_its_project_is_registered_when_the_project_arrives() {
+    let cluster = Cluster::connect("gitops-order").await;
+    let (repo, merge) = spec_repo("cli-sync");
+    let (controller, _cache, change_sets) =
+        registration(&cluster, protobot_e2e::LOCAL_REPOSITORIES);
+    let cs: ChangeSet = serde_json::from_value(json!({
+        "apiVersion": "protobot.dev/v1alpha1", "kind": "ChangeSet",
+        "metadata": {"name": "cs-00001", "namespace": cluster.namespace},
+        "spec": {"projectRef": {"name": "cli-sync"}, "changeSetId": "CS-00001", "mergeCommit": merge},
+    }))
+    .unwrap();
+    change_sets
+        .create(&PostParams::default(), &cs)
+        .await
+        .unwrap();
+    assert_eq!(
+        condition(&change_sets, "Verified").await,
+        ("False".into(), "ProjectNotFound".into())
+    );
+    assert_eq!(
+        work_items(&cluster).await,
+        0,
+        "no work item without a Project"
+    );
+    // Let the reconcile its own status write triggers pass, so only the Project's arrival
+    // can register the ChangeSet (not a measurement: nothing is timed).
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    create_project(
+        &cluster,
+        "cli-sync",
+        &format!("file://{}", repo.path().display()),
+    )
+    .await;
+    let materialized = protobot_testkit::wait::until(
+        &change_sets,
+        "cs-00001",
+        timeout(),
+        |cs: Option<&ChangeSet>| {
+            cs.and_then(|c| c.status.as_ref())
+                .is_some_and(|s| s.work_item_ref.is_some())
+        },
+    )
+    .await;
+    assert!(
+        matches!(materialized, Ok(Some(_))),
+        "the Project's arrival did not register the ChangeSet: {:?}",
+        change_sets
+            .get("cs-00001")
+            .await
+            .ok()
+            .and_then(|c| c.status)
+    );
+    assert_eq!(work_items(&cluster).await, 1, "exactly one work item");
+    controller.abort();
+    cluster.cleanup().await;
+}
+
+/// A BugReport applied before its Project reports `Valid=False ProjectNotFound`; the
+/// Project's arrival alone registers it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bug_report_applied_before_its_project_is_registered_when_the_project_arrives() {
+    let cluster = Cluster::connect("bug-order").await;
+    let tmp = tempfile::tempdir().unwrap();
+    let (work, origin) = (tmp.path().join("work"), tmp.path().join("origin.git"));
+    protobot_jobsite::example::author(&work, &origin).unwrap();
+    create_bug(&cluster, "gh-1", "GH-1", &["REQ-CLI-00001"]).await;
+    let controller = bug_controller(&cluster, &tmp.path().join("cache")).await;
+    let bugs: Api<BugReport> = Api::namespaced(cluster.client.clone(), &cluster.namespace);
+    let bug = settled_bug(&bugs, "gh-1", 1, "Valid").await;
+    let (status, reason, _) = bug_condition(&bug, "Valid");
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        ("False", "ProjectNotFound")
+    );
+    // Let the reconcile its own status write triggers pass, so only the Project's arrival
+    // can register the BugReport (not a measurement: nothing is timed).
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    assert_eq!(
+        work_items(&cluster).await,
+        0,
+        "no work item without a Project"
+    );
+    create_project(
+        &cluster,
+        "cli-sync",
+        &format!("file://{}", origin.display()),
+    )
+    .await;
+    let materialized =
+        protobot_testkit::wait::until(&bugs, "gh-1", timeout(), |b: Option<&BugReport>| {
+            b.and_then(|b| b.status.as_ref())
+                .is_some_and(|s| s.work_item_ref.is_some())
+        })
+        .await;
+    assert!(
+        matches!(materialized, Ok(Some(_))),
+        "the Project's arrival did not register the BugReport: {:?}",
+        bugs.get("gh-1").await.ok().and_then(|b| b.status)
+    );
+    assert_eq!(work_items(&cluster).await, 1, "exactly one work item");
+    controller.abort();
+    cluster.cleanup().await;
+}

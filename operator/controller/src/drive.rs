@@ -75,6 +75,29 @@ impl Metered {
 /// reconcile is timed and every failure counted by category.
 pub async fn run<K, C, E, Fut>(
     api: Api<K>,
+    reconcile: impl FnMut(Arc<K>, Arc<C>) -> Fut,
+    error_policy: impl Fn(Arc<K>, &E, Arc<C>) -> Action,
+    ctx: Arc<C>,
+    metered: Option<Metered>,
+) where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+    K::DynamicType: Default + Eq + Hash + Clone + Debug + Unpin,
+    E: std::error::Error + Categorized + Send + Sync + 'static,
+    Fut: Future<Output = Result<Action, E>> + Send + 'static,
+{
+    run_controller(
+        Controller::new(api, watcher::Config::default()),
+        reconcile,
+        error_policy,
+        ctx,
+        metered,
+    )
+    .await;
+}
+
+/// [`run`] over a prepared `controller` (one that also watches related objects).
+pub async fn run_controller<K, C, E, Fut>(
+    controller: Controller<K>,
     mut reconcile: impl FnMut(Arc<K>, Arc<C>) -> Fut,
     error_policy: impl Fn(Arc<K>, &E, Arc<C>) -> Action,
     ctx: Arc<C>,
@@ -96,7 +119,7 @@ pub async fn run<K, C, E, Fut>(
             result
         }
     };
-    Controller::new(api, watcher::Config::default())
+    controller
         .run(timed, error_policy, ctx)
         .for_each(|r| async move {
             if let Err(e) = r {

@@ -221,7 +221,8 @@ async fn abandon_on_deletion(
     // Git's evidence: is the item's merge on the default branch?
     let repo = clone_dir(&ctx.workdir, ns, &project_name);
     if let Err(why) =
-        crate::changeset::mirror_project(&project, ctx.repositories, repo.clone()).await
+        crate::changeset::mirror_project(&project, ctx.repositories, repo.clone(), &ctx.forges)
+            .await
     {
         return Ok(Err(why));
     }
@@ -404,7 +405,7 @@ async fn read_facts(
 ) -> Result<BugFacts, Outcome> {
     let project_name = project.name_any();
     let repo = clone_dir(&ctx.workdir, ns, &project_name);
-    crate::changeset::mirror_project(project, ctx.repositories, repo.clone())
+    crate::changeset::mirror_project(project, ctx.repositories, repo.clone(), &ctx.forges)
         .await
         .map_err(Outcome::RepositoryUnavailable)?;
     let intake = BugIntake {
@@ -464,5 +465,30 @@ pub async fn run_metered(
         forges,
     });
     let metered = crate::drive::Metered::of(metrics, "bugreport");
-    crate::drive::run(api, reconcile, error_policy, ctx, metered).await;
+    let projects = crate::drive::scoped_api::<Project>(ctx.client.clone(), namespace.as_deref());
+    let controller = kube::runtime::Controller::new(api, kube::runtime::watcher::Config::default());
+    let reports = controller.store();
+    // A BugReport waits for its Project (applied later, or its repository reachable again):
+    // a Project's change reconciles the BugReports that name it and have no work item yet.
+    let controller = controller.watches(
+        projects,
+        kube::runtime::watcher::Config::default(),
+        move |project: Project| waiting_for(&reports.state(), &project),
+    );
+    crate::drive::run_controller(controller, reconcile, error_policy, ctx, metered).await;
+}
+
+/// The BugReports of `reports` that name `project` (same namespace) and have no work item
+/// yet: those a change of the Project may unblock.
+fn waiting_for(
+    reports: &[Arc<BugReport>],
+    project: &Project,
+) -> Vec<kube::runtime::reflector::ObjectRef<BugReport>> {
+    let (ns, name) = (project.namespace(), project.name_any());
+    reports
+        .iter()
+        .filter(|b| b.namespace() == ns && b.spec.project_ref.name == name)
+        .filter(|b| b.status.as_ref().is_none_or(|s| s.work_item_ref.is_none()))
+        .map(|b| kube::runtime::reflector::ObjectRef::from_obj(b.as_ref()))
+        .collect()
 }

@@ -141,7 +141,8 @@ async fn verify_and_materialize(
     // Read through the operator's repository cache: a working clone whose default
     // branch mirrors the project's remote (the remote itself may be bare).
     let repo = ctx_workdir(workdir, ns, &project_name);
-    if let Err(reason) = mirror_project(&project, ctx.repositories, repo.clone()).await {
+    if let Err(reason) = mirror_project(&project, ctx.repositories, repo.clone(), &ctx.forges).await
+    {
         return Ok(Outcome::RepositoryUnavailable(reason));
     }
     let declared_in = repo.clone();
@@ -304,12 +305,20 @@ fn declared_review(
 /// Brings the operator's clone of `project` in `dir` up to its remote's default
 /// branch (git is blocking: it runs off the async workers). The error says
 /// which repository could not be mirrored and why — a location `repositories` does not
-/// allow included, before anything is read.
+/// allow included, before anything is read. The Project's forge is set up first through
+/// `forges`: a GitHub App's client mints the installation tokens git authenticates with.
 pub(crate) async fn mirror_project(
     project: &Project,
     repositories: crate::project::decide::RepositoryPolicy,
     dir: PathBuf,
+    forges: &crate::forge::ForgeClients,
 ) -> Result<(), String> {
+    if let Err(e) = forges.for_project(project).await {
+        return Err(format!(
+            "repository {} could not be mirrored: the GitHub forge could not be set up: {e}",
+            project.spec.repo_url
+        ));
+    }
     let secret = crate::repo_cache::project_secret(
         project.metadata.namespace.as_deref().unwrap_or_default(),
         project,
@@ -404,7 +413,33 @@ pub async fn run_forged(
         forges,
     });
     let metered = crate::drive::Metered::of(metrics, "changeset");
-    crate::drive::run(api, reconcile, error_policy, ctx, metered).await;
+    let projects = crate::drive::scoped_api::<Project>(ctx.client.clone(), namespace.as_deref());
+    let controller = kube::runtime::Controller::new(api, kube::runtime::watcher::Config::default());
+    let change_sets = controller.store();
+    // A ChangeSet waits for its Project (applied later, as GitOps tools may order them, or
+    // its repository reachable again): a Project's change reconciles the ChangeSets that
+    // name it and are not materialized yet. Materialized ones are left alone.
+    let controller = controller.watches(
+        projects,
+        kube::runtime::watcher::Config::default(),
+        move |project: Project| waiting_for(&change_sets.state(), &project),
+    );
+    crate::drive::run_controller(controller, reconcile, error_policy, ctx, metered).await;
+}
+
+/// The ChangeSets of `change_sets` that name `project` (same namespace) and have no work
+/// item yet: those a change of the Project may unblock.
+fn waiting_for(
+    change_sets: &[Arc<ChangeSet>],
+    project: &Project,
+) -> Vec<kube::runtime::reflector::ObjectRef<ChangeSet>> {
+    let (ns, name) = (project.namespace(), project.name_any());
+    change_sets
+        .iter()
+        .filter(|cs| cs.namespace() == ns && cs.spec.project_ref.name == name)
+        .filter(|cs| cs.status.as_ref().is_none_or(|s| s.work_item_ref.is_none()))
+        .map(|cs| kube::runtime::reflector::ObjectRef::from_obj(cs.as_ref()))
+        .collect()
 }
 
 #[cfg(test)]
