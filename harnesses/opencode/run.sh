@@ -32,7 +32,13 @@ fail() {
 [ -n "${PROTOBOT_EGRESS_PROXY:-}" ] || fail "PROTOBOT_EGRESS_PROXY is not set: this harness reaches its model only through the egress proxy; give the worker class \"egress\": true"
 [ -r "${PROTOBOT_EGRESS_SESSION_TOKEN_FILE:-}" ] || fail "the egress session token file (PROTOBOT_EGRESS_SESSION_TOKEN_FILE) is missing or unreadable"
 [ -n "${PROTOBOT_MODEL_HOST:-}" ] || fail "PROTOBOT_MODEL_HOST is not set: the worker class names the model API's host (e.g. api.openai.com)"
-[ -n "${PROTOBOT_MODEL:-}" ] || fail "PROTOBOT_MODEL is not set: the worker class names the model"
+# The task's model (the WorkerClass's model for the attempt's tier, when the class maps tiers to
+# models) wins over the class's fixed PROTOBOT_MODEL.
+if command -v jq >/dev/null 2>&1 && [ -r "$task" ]; then
+    tier_model=$(jq -r '.model.model // empty' "$task")
+    [ -z "$tier_model" ] || PROTOBOT_MODEL=$tier_model
+fi
+[ -n "${PROTOBOT_MODEL:-}" ] || fail "PROTOBOT_MODEL is not set and the task names no model: the worker class names the model"
 command -v jq >/dev/null 2>&1 || fail "jq is missing from the image"
 command -v git >/dev/null 2>&1 || fail "git is missing from the image"
 command -v "$opencode" >/dev/null 2>&1 || fail "opencode ($opencode) is missing from the image; see scripts/install-agents.sh"

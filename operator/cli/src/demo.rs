@@ -348,6 +348,7 @@ async fn run(
         command: vec!["sh".into(), "-c".into(), script.into()],
         image: None,
         egress: false,
+        tiers: Default::default(),
     };
     let engine = Engine {
         store: store.clone(),

@@ -112,6 +112,7 @@ fn read_harness(dir: &Path, name: &str) -> Result<Option<WorkerClass>, RunError>
             command: vec!["sh".into(), "-c".into(), script],
             image: None,
             egress: false,
+            tiers: Default::default(),
         })),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(RunError::Input(format!(

@@ -75,7 +75,7 @@ use serde_json::json;
 
 use crate::{
     contract::BuildContract,
-    escalation::{Escalation, Outcome, Tier},
+    escalation::{Escalation, Outcome, Tier, TierModels},
     executor::{Executor, Limits, RunSpec, SandboxRole},
     inspection::{ProducerKind, RoutedFinding, Verdict, carried_over, parse_report, record_run},
     landing::{
@@ -107,6 +107,10 @@ pub struct WorkerClass {
     /// Off by default: a run has no network at all.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub egress: bool,
+    /// The model each escalation tier runs (`{"t1": {"provider", "model"}, …}`); the task
+    /// carries the current tier's as `model`. Empty: the harness chooses its own.
+    #[serde(default, skip_serializing_if = "TierModels::is_empty")]
+    pub tiers: TierModels,
 }
 
 /// A finding producer of the Inspection Run: an Inspector or a mutation campaign
@@ -1211,12 +1215,17 @@ impl<S: WorkStore, E: Executor> Engine<S, E> {
         let scanned = scan_projection(&pa, Role::WorkerA)? + scan_projection(&pb, Role::WorkerB)?;
         let budget = self.config.max_cycles.saturating_sub(genuine_so_far + 1);
         let task = |side: Side| {
+            let class = match side {
+                Side::Tests => &self.config.worker_a,
+                Side::Implementation => &self.config.worker_b,
+            };
             json!({
                 "role": side,
                 "work_item_id": id,
                 "cycle": cycle,
                 "retry_budget": budget,
                 "model_tier": tier,
+                "model": class.tiers.model_for(tier),
                 "requirement_ids": item.contract.applicable_requirement_ids,
                 "feedback": feedback.iter().filter(|f| f.recipient == side).collect::<Vec<_>>(),
             })
@@ -2156,6 +2165,7 @@ mod tests {
             command: vec!["harness".into()],
             image: None,
             egress,
+            tiers: Default::default(),
         }
     }
 

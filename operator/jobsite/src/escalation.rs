@@ -242,8 +242,35 @@ pub struct ModelChoice {
 /// the model of the nearest configured tier below it, so escalating past the
 /// most capable configured tier keeps that model.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(transparent)]
+#[serde(
+    try_from = "std::collections::BTreeMap<Tier, ModelChoice>",
+    into = "std::collections::BTreeMap<Tier, ModelChoice>"
+)]
 pub struct TierModels(pub std::collections::BTreeMap<Tier, ModelChoice>);
+
+impl TryFrom<std::collections::BTreeMap<Tier, ModelChoice>> for TierModels {
+    type Error = TierModelsError;
+
+    /// Every configured tier names a provider and a model.
+    fn try_from(
+        models: std::collections::BTreeMap<Tier, ModelChoice>,
+    ) -> Result<TierModels, TierModelsError> {
+        for (tier, choice) in &models {
+            for (field, v) in [("provider", &choice.provider), ("model", &choice.model)] {
+                if v.trim().is_empty() {
+                    return Err(TierModelsError::Empty { tier: *tier, field });
+                }
+            }
+        }
+        Ok(TierModels(models))
+    }
+}
+
+impl From<TierModels> for std::collections::BTreeMap<Tier, ModelChoice> {
+    fn from(models: TierModels) -> Self {
+        models.0
+    }
+}
 
 /// Why a `tiers` map was refused.
 #[derive(Debug, thiserror::Error)]
@@ -272,16 +299,14 @@ pub enum TierModelsError {
 impl TierModels {
     /// Reads and checks a WorkerClass's `tiers` value.
     pub fn from_value(value: serde_json::Value) -> Result<TierModels, TierModelsError> {
-        let models: TierModels =
+        let models: std::collections::BTreeMap<Tier, ModelChoice> =
             serde_json::from_value(value).map_err(|source| TierModelsError::Parse { source })?;
-        for (tier, choice) in &models.0 {
-            for (field, v) in [("provider", &choice.provider), ("model", &choice.model)] {
-                if v.trim().is_empty() {
-                    return Err(TierModelsError::Empty { tier: *tier, field });
-                }
-            }
-        }
-        Ok(models)
+        TierModels::try_from(models)
+    }
+
+    /// Whether no tier has a model (the class's harness chooses its own).
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
     }
 
     /// The cheapest tier with a model (where escalation starts), `None` when
@@ -486,6 +511,37 @@ mod tests {
             Some("gpt-4.1")
         );
         assert_eq!(TierModels::default().model_for(Tier::T1), None);
+    }
+
+    #[test]
+    fn a_worker_class_reads_and_checks_its_tiers() {
+        use crate::engine::WorkerClass;
+        let class: WorkerClass = serde_json::from_value(serde_json::json!({
+            "command": ["harness"], "image": null,
+            "tiers": {"t2": {"provider": "openai", "model": "m2"}},
+        }))
+        .unwrap();
+        assert_eq!(
+            class.tiers.model_for(Tier::T4).map(|m| m.model.as_str()),
+            Some("m2")
+        );
+        let err = serde_json::from_value::<WorkerClass>(serde_json::json!({
+            "command": ["harness"],
+            "tiers": {"t1": {"provider": "openai", "model": " "}},
+        }))
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("tier t1") && err.contains("empty model"),
+            "{err}"
+        );
+        let plain: WorkerClass =
+            serde_json::from_value(serde_json::json!({"command": ["harness"]})).unwrap();
+        assert!(plain.tiers.is_empty());
+        assert!(
+            serde_json::to_value(&plain).unwrap().get("tiers").is_none(),
+            "a class without tiers is written as before"
+        );
     }
 
     #[test]

@@ -408,6 +408,7 @@ pub fn site<S: WorkStore + 'static>(w: &World<S>, o: SiteOptions) -> JobSite<S, 
         command: vec!["scripted".into()],
         image: None,
         egress: false,
+        tiers: Default::default(),
     };
     let mut config = EngineConfig::new(class(), class(), class(), home.join("scratch"));
     config.max_cycles = o.max_cycles;

@@ -39,10 +39,13 @@ fn sh(script: &str) -> WorkerClass {
         command: vec!["sh".into(), "-c".into(), script.into()],
         image: None,
         egress: false,
+        tiers: Default::default(),
     }
 }
 
 const WORKER_A: &str = r#"set -e
+# A class without tiers: the task names no model.
+grep -Eq '"model": ?null' /task/task.json || { echo "the task names a model" >&2; exit 3; }
 cd /workspace
 mkdir -p tests
 printf '%s\n' '. ./src/sync.sh' '[ "$(greet)" = hello ]' > tests/test_sync.sh
@@ -51,6 +54,8 @@ git -c user.name=worker-a -c user.email=a@example.invalid commit -qm "tests for 
 cp -a /workspace /out/worker"#;
 
 const WORKER_B: &str = r#"set -e
+# Its class maps t1 to model-t1: every attempt (t1, then t1 again) names it.
+grep -q '"model-t1"' /task/task.json || { echo "the task names no model-t1" >&2; exit 3; }
 cd /workspace
 mkdir -p src
 if grep -Eq '"cycle": ?1[,}]' /task/task.json; then word=helo; else word=hello; fi
@@ -195,7 +200,14 @@ async fn a_work_item_is_built_through_a_triage_cycle_and_merged() {
             transient_retries: 3,
             start_tier: protobot_jobsite::escalation::Tier::T1,
             worker_a: sh(WORKER_A),
-            worker_b: sh(WORKER_B),
+            worker_b: WorkerClass {
+                tiers: protobot_jobsite::escalation::TierModels::from_value(serde_json::json!({
+                    "t1": {"provider": "openai", "model": "model-t1"},
+                    "t3": {"provider": "openai", "model": "model-t3"},
+                }))
+                .unwrap(),
+                ..sh(WORKER_B)
+            },
             integration: sh(INTEGRATION),
             producers: Vec::new(),
             limits: Limits::default(),
