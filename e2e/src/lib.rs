@@ -45,6 +45,41 @@ pub struct Cluster {
 pub const LOCAL_REPOSITORIES: protobot_controller::project::decide::RepositoryPolicy =
     protobot_controller::project::decide::RepositoryPolicy { allow_local: true };
 
+/// A state gauge source with no items: what a scenario registers the operator's metrics with
+/// when it does not read `protobot_work_items`.
+pub struct NoCounts;
+
+impl protobot_controller::metrics::StateCounts for NoCounts {
+    fn counts(&self) -> Vec<(protobot_lifecycle::State, u64)> {
+        Vec::new()
+    }
+}
+
+/// Waits (bounded by [`timeout`]) until `controller` has finished `at_least` reconciles, as
+/// `protobot_reconcile_duration_seconds{controller}` counts them; panics past the bound.
+pub async fn until_reconciled(
+    metrics: &protobot_controller::metrics::JobSiteMetrics,
+    controller: &str,
+    at_least: u64,
+) {
+    let done = || {
+        metrics
+            .reconcile_duration
+            .with_label_values(&[controller])
+            .get_sample_count()
+    };
+    let deadline = tokio::time::Instant::now() + timeout();
+    while done() < at_least {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the {controller} controller finished {} reconciles, not {at_least}, within {:?}",
+            done(),
+            timeout()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// True when bubblewrap is on `PATH` (the local sandbox's scenarios run); else prints that
 /// the scenario is skipped. With `PROTOBOT_REQUIRE_BWRAP` set, a missing bwrap fails instead.
 pub fn bwrap_installed() -> bool {

@@ -40,10 +40,10 @@ use protobot_api::{BuildWorkItem, ChangeSet, ConditionStatus, LifecycleState, Pr
 use protobot_controller::{
     forge::ForgeClients,
     jobsite::{ClaimSweeps, Settings},
-    metrics::{JobSiteMetrics, StateCounts},
+    metrics::JobSiteMetrics,
 };
 use protobot_e2e::{
-    Cluster, LOCAL_REPOSITORIES, bwrap_installed, create_object, timeout, worker_class,
+    Cluster, LOCAL_REPOSITORIES, NoCounts, bwrap_installed, create_object, timeout, worker_class,
 };
 use protobot_executors::{BubblewrapConfig, LocalExecutor};
 use protobot_forge::metrics::{ForgeMetrics, Outcome};
@@ -116,14 +116,6 @@ fn capture_logs() {
 
 fn logs() -> String {
     String::from_utf8_lossy(&LOGS.lock().unwrap_or_else(|e| e.into_inner())).into_owned()
-}
-
-struct NoCounts;
-
-impl StateCounts for NoCounts {
-    fn counts(&self) -> Vec<(protobot_lifecycle::State, u64)> {
-        Vec::new()
-    }
 }
 
 /// One scenario's world: the cluster, the example repository (authored and its change set

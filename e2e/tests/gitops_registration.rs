@@ -1036,8 +1036,21 @@ async fn an_annotated_bug_report_abandons_its_unfinished_item_when_deleted() {
 async fn a_change_set_applied_before_its_project_is_registered_when_the_project_arrives() {
     let cluster = Cluster::connect("gitops-order").await;
     let (repo, merge) = spec_repo("cli-sync");
-    let (controller, _cache, change_sets) =
-        registration(&cluster, protobot_e2e::LOCAL_REPOSITORIES);
+    let registry = prometheus::Registry::new();
+    let metrics = protobot_controller::metrics::JobSiteMetrics::register(
+        &registry,
+        std::sync::Arc::new(protobot_e2e::NoCounts),
+    )
+    .unwrap();
+    let cache = tempfile::tempdir().unwrap();
+    let controller = tokio::spawn(protobot_controller::changeset::run_metered(
+        cluster.operator.clone(),
+        Some(cluster.namespace.clone()),
+        cache.path().to_path_buf(),
+        protobot_e2e::LOCAL_REPOSITORIES,
+        Some(metrics.clone()),
+    ));
+    let change_sets: Api<ChangeSet> = Api::namespaced(cluster.client.clone(), &cluster.namespace);
     let cs: ChangeSet = serde_json::from_value(json!({
         "apiVersion": "protobot.dev/v1alpha1", "kind": "ChangeSet",
         "metadata": {"name": "cs-00001", "namespace": cluster.namespace},
@@ -1057,9 +1070,9 @@ async fn a_change_set_applied_before_its_project_is_registered_when_the_project_
         0,
         "no work item without a Project"
     );
-    // Let the reconcile its own status write triggers pass, so only the Project's arrival
-    // can register the ChangeSet (not a measurement: nothing is timed).
-    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    // The reconcile its own status write triggers has run too, so only the Project's arrival
+    // can register the ChangeSet.
+    protobot_e2e::until_reconciled(&metrics, "changeset", 2).await;
     create_project(
         &cluster,
         "cli-sync",
@@ -1099,7 +1112,19 @@ async fn a_bug_report_applied_before_its_project_is_registered_when_the_project_
     let (work, origin) = (tmp.path().join("work"), tmp.path().join("origin.git"));
     protobot_jobsite::example::author(&work, &origin).unwrap();
     create_bug(&cluster, "gh-1", "GH-1", &["REQ-CLI-00001"]).await;
-    let controller = bug_controller(&cluster, &tmp.path().join("cache")).await;
+    let registry = prometheus::Registry::new();
+    let metrics = protobot_controller::metrics::JobSiteMetrics::register(
+        &registry,
+        std::sync::Arc::new(protobot_e2e::NoCounts),
+    )
+    .unwrap();
+    let controller = tokio::spawn(protobot_controller::bugreport::run_metered(
+        cluster.operator.clone(),
+        Some(cluster.namespace.clone()),
+        tmp.path().join("cache"),
+        protobot_e2e::LOCAL_REPOSITORIES,
+        Some(metrics.clone()),
+    ));
     let bugs: Api<BugReport> = Api::namespaced(cluster.client.clone(), &cluster.namespace);
     let bug = settled_bug(&bugs, "gh-1", 1, "Valid").await;
     let (status, reason, _) = bug_condition(&bug, "Valid");
@@ -1107,9 +1132,9 @@ async fn a_bug_report_applied_before_its_project_is_registered_when_the_project_
         (status.as_str(), reason.as_str()),
         ("False", "ProjectNotFound")
     );
-    // Let the reconcile its own status write triggers pass, so only the Project's arrival
-    // can register the BugReport (not a measurement: nothing is timed).
-    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    // The reconcile its own status write triggers has run too, so only the Project's arrival
+    // can register the BugReport.
+    protobot_e2e::until_reconciled(&metrics, "bugreport", 2).await;
     assert_eq!(
         work_items(&cluster).await,
         0,

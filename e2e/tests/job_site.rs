@@ -215,16 +215,12 @@ async fn scenario<E: protobot_jobsite::executor::Executor + 'static>(
     )
     .await;
     // The operator's metrics, as it registers them.
-    struct NoCounts;
-    impl protobot_controller::metrics::StateCounts for NoCounts {
-        fn counts(&self) -> Vec<(protobot_lifecycle::State, u64)> {
-            Vec::new()
-        }
-    }
     let registry = prometheus::Registry::new();
-    let metrics =
-        protobot_controller::metrics::JobSiteMetrics::register(&registry, Arc::new(NoCounts))
-            .unwrap();
+    let metrics = protobot_controller::metrics::JobSiteMetrics::register(
+        &registry,
+        Arc::new(protobot_e2e::NoCounts),
+    )
+    .unwrap();
     // The operator's controllers run as the chart's ServiceAccount.
     let operator = cluster.operator.clone();
     // The Project controller (which also installs the process's credential source: Secrets

@@ -135,14 +135,14 @@ async fn verify_and_materialize(
     };
     // The forge first: a GitHub App's client mints the installation tokens git
     // authenticates with, so the mirror below must not run before it exists.
-    if let Err(e) = ctx.forges.for_project(&project).await {
-        return Ok(Outcome::ForgeUnavailable(e.to_string()));
-    }
+    let forge = match ctx.forges.for_project(&project).await {
+        Ok(forge) => forge,
+        Err(e) => return Ok(Outcome::ForgeUnavailable(e.to_string())),
+    };
     // Read through the operator's repository cache: a working clone whose default
     // branch mirrors the project's remote (the remote itself may be bare).
     let repo = ctx_workdir(workdir, ns, &project_name);
-    if let Err(reason) = mirror_project(&project, ctx.repositories, repo.clone(), &ctx.forges).await
-    {
+    if let Err(reason) = mirror_prepared(&project, ctx.repositories, repo.clone()).await {
         return Ok(Outcome::RepositoryUnavailable(reason));
     }
     let declared_in = repo.clone();
@@ -183,7 +183,7 @@ async fn verify_and_materialize(
         }
     };
     // Only a merge the forge confirms an approving pull request made is materialized.
-    let approval = match check_approval(ctx, &project, cs, declared_in).await {
+    let approval = match check_approval(forge, &project, cs, declared_in).await {
         Ok(approval) => approval,
         Err(refused) => return Ok(refused),
     };
@@ -207,17 +207,18 @@ async fn verify_and_materialize(
 /// The approval check of a Project with a forge (docs/forge-github.md §1): `Ok(None)` when the
 /// Project has no forge, `Ok(Some(pull request))` when the forge found the approving pull
 /// request; else the outcome that stops registration (a refusal with its code, or a forge
-/// that could not be asked).
+/// that could not be asked). `forge` is the Project's, as [`ForgeClients::for_project`] set it
+/// up.
+///
+/// [`ForgeClients::for_project`]: crate::forge::ForgeClients::for_project
 pub async fn check_approval(
-    ctx: &Context,
+    forge: Option<Arc<crate::forge::ProjectForge>>,
     project: &Project,
     cs: &ChangeSet,
     repo: PathBuf,
 ) -> Result<Option<ApprovingPullRequest>, Outcome> {
-    let forge = match ctx.forges.for_project(project).await {
-        Ok(None) => return Ok(None),
-        Ok(Some(forge)) => forge,
-        Err(e) => return Err(Outcome::ForgeUnavailable(e.to_string())),
+    let Some(forge) = forge else {
+        return Ok(None);
     };
     let merge = cs.spec.merge_commit.clone();
     let declared = tokio::task::spawn_blocking(move || declared_review(&repo, &merge))
@@ -319,6 +320,15 @@ pub(crate) async fn mirror_project(
             project.spec.repo_url
         ));
     }
+    mirror_prepared(project, repositories, dir).await
+}
+
+/// [`mirror_project`] for a caller that has set the Project's forge up already.
+async fn mirror_prepared(
+    project: &Project,
+    repositories: crate::project::decide::RepositoryPolicy,
+    dir: PathBuf,
+) -> Result<(), String> {
     let secret = crate::repo_cache::project_secret(
         project.metadata.namespace.as_deref().unwrap_or_default(),
         project,
