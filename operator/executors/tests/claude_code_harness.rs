@@ -24,20 +24,13 @@ mod common;
 mod proxied;
 
 use std::{
-    collections::HashMap,
-    net::SocketAddr,
     path::{Path, PathBuf},
-    process::Command,
     time::Duration,
 };
 
-use protobot_egress::{
-    Broker, Credential, CredentialStore, EgressMetrics, EgressPolicy, Limits as ProxyLimits,
-    SessionRegistry, SessionSecret, Upstream, server::serve,
-};
 use protobot_executors::{BubblewrapConfig, BubblewrapExecutor, LocalEgress};
 use protobot_jobsite::executor::{Executor, Limits, SandboxRole, Termination};
-use protobot_model_double::{ModelDouble, Scenario, Script, Step, ToolCall};
+use protobot_model_double::{Scenario, Script, Step, ToolCall};
 use protobot_repo::{
     bundle::collect_bundle,
     catalog::ChangeScope,
@@ -46,7 +39,7 @@ use protobot_repo::{
     validate::{Limits as BundleLimits, accept_bundle},
 };
 use serde_json::json;
-use tokio::{net::TcpListener, sync::watch};
+use tokio::sync::watch;
 
 /// What the harness gives Claude Code as its key (harnesses/claude-code/run.sh).
 const PLACEHOLDER_KEY: &str = "protobot-placeholder-the-egress-broker-holds-the-key";
@@ -92,88 +85,6 @@ fn claude(test: &str) -> Option<PathBuf> {
             None
         }
     }
-}
-
-/// The proxy with the Messages policy in front of the double: as
-/// `proxied::start`, whose policy names only chat completions.
-async fn start_proxy(script: Script) -> proxied::Proxied {
-    proxied::audit_log();
-    let double =
-        ModelDouble::start(TcpListener::bind("127.0.0.1:0").await.unwrap(), script).unwrap();
-    let upstream: HashMap<String, SocketAddr> = [
-        (proxied::MODEL_HOST.to_owned(), double.addr()),
-        (proxied::OTHER_HOST.to_owned(), double.addr()),
-    ]
-    .into();
-    let secret = SessionSecret::new(b"protobot-test-session-secret-claude-code".to_vec());
-    let registry = prometheus::Registry::new();
-    let metrics = EgressMetrics::register(&registry).unwrap();
-    let broker = Broker::new(
-        EgressPolicy::from_yaml(POLICY, "<test policy>").unwrap(),
-        CredentialStore::from_pairs([("model", Credential::new(proxied::API_KEY))]),
-        SessionRegistry::new(secret.clone()),
-        Upstream::plaintext_for_tests(upstream),
-        metrics.clone(),
-        ProxyLimits::default(),
-    );
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let proxy_url = format!("http://{}", listener.local_addr().unwrap());
-    tokio::spawn(serve(
-        listener,
-        move |req| {
-            let broker = broker.clone();
-            async move { broker.handle(req).await }
-        },
-        std::future::pending(),
-    ));
-    proxied::Proxied {
-        proxy_url,
-        secret,
-        metrics,
-        double,
-    }
-}
-
-fn git(dir: &Path, args: &[&str]) {
-    let st = Command::new("git")
-        .args(args)
-        .current_dir(dir)
-        .env("GIT_CONFIG_GLOBAL", "/dev/null")
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("GIT_AUTHOR_NAME", "t")
-        .env("GIT_AUTHOR_EMAIL", "t@invalid")
-        .env("GIT_COMMITTER_NAME", "t")
-        .env("GIT_COMMITTER_EMAIL", "t@invalid")
-        .status()
-        .unwrap();
-    assert!(st.success(), "git {args:?}");
-}
-
-/// A canonical repository with a projection manifest, a requirement, a test
-/// and an implementation stub.
-fn canonical(base: &Path) -> PathBuf {
-    let repo = base.join("canonical");
-    let files = [
-        (
-            ".protobot/projection.yaml",
-            "version: 1\npaths:\n  - path: docs/\n    class: shared\n  - path: src/\n    class: implementation\n  - path: tests/\n    class: test\n  - path: .protobot/projection.yaml\n    class: shared\n",
-        ),
-        (
-            "docs/requirements.md",
-            "REQ-GREET-00001: When run, greet.sh shall print `hello`.\n",
-        ),
-        ("src/README", "implementation lives here\n"),
-        ("tests/greet.sh", "test \"$(sh src/greet.sh)\" = hello\n"),
-    ];
-    for (path, body) in files {
-        let p = repo.join(path);
-        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-        std::fs::write(p, body).unwrap();
-    }
-    git(&repo, &["init", "-q", "-b", "main"]);
-    git(&repo, &["add", "-A"]);
-    git(&repo, &["commit", "-q", "-m", "canonical"]);
-    repo
 }
 
 const WORK_ITEM: &str = "wi-claude-code";
@@ -271,9 +182,9 @@ async fn run_harness(
         );
         return None;
     }
-    let proxy = start_proxy(script).await;
+    let proxy = proxied::start_with_policy(script, POLICY).await;
     let tmp = tempfile::tempdir().unwrap();
-    let repo = canonical(tmp.path());
+    let repo = proxied::canonical(tmp.path());
     let report = export_projection(&ExportRequest {
         source_repo: repo.clone(),
         at: "refs/heads/main".into(),

@@ -21,7 +21,6 @@ mod proxied;
 
 use std::{
     path::{Path, PathBuf},
-    process::Command,
     time::Duration,
 };
 
@@ -63,48 +62,6 @@ fn opencode(test: &str) -> Option<PathBuf> {
             None
         }
     }
-}
-
-fn git(dir: &Path, args: &[&str]) {
-    let st = Command::new("git")
-        .args(args)
-        .current_dir(dir)
-        .env("GIT_CONFIG_GLOBAL", "/dev/null")
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("GIT_AUTHOR_NAME", "t")
-        .env("GIT_AUTHOR_EMAIL", "t@invalid")
-        .env("GIT_COMMITTER_NAME", "t")
-        .env("GIT_COMMITTER_EMAIL", "t@invalid")
-        .status()
-        .unwrap();
-    assert!(st.success(), "git {args:?}");
-}
-
-/// A canonical repository with a projection manifest, a requirement, a test
-/// and an implementation stub.
-fn canonical(base: &Path) -> PathBuf {
-    let repo = base.join("canonical");
-    let files = [
-        (
-            ".protobot/projection.yaml",
-            "version: 1\npaths:\n  - path: docs/\n    class: shared\n  - path: src/\n    class: implementation\n  - path: tests/\n    class: test\n  - path: .protobot/projection.yaml\n    class: shared\n",
-        ),
-        (
-            "docs/requirements.md",
-            "REQ-GREET-00001: When run, greet.sh shall print `hello`.\n",
-        ),
-        ("src/README", "implementation lives here\n"),
-        ("tests/greet.sh", "test \"$(sh src/greet.sh)\" = hello\n"),
-    ];
-    for (path, body) in files {
-        let p = repo.join(path);
-        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-        std::fs::write(p, body).unwrap();
-    }
-    git(&repo, &["init", "-q", "-b", "main"]);
-    git(&repo, &["add", "-A"]);
-    git(&repo, &["commit", "-q", "-m", "canonical"]);
-    repo
 }
 
 const WORK_ITEM: &str = "wi-opencode";
@@ -192,7 +149,7 @@ async fn run_harness(test: &str, role: Role, script: Script) -> Option<HarnessRu
     }
     let proxy = proxied::start(script).await;
     let tmp = tempfile::tempdir().unwrap();
-    let repo = canonical(tmp.path());
+    let repo = proxied::canonical(tmp.path());
     let report = export_projection(&ExportRequest {
         source_repo: repo.clone(),
         at: "refs/heads/main".into(),

@@ -157,6 +157,11 @@ impl Proxied {
 
 /// Starts the double with `script` and the proxy in front of it.
 pub async fn start(script: Script) -> Proxied {
+    start_with_policy(script, POLICY).await
+}
+
+/// [`start`] with the proxy deciding by `policy` (another model API's path, say).
+pub async fn start_with_policy(script: Script, policy: &str) -> Proxied {
     audit_log();
     let double =
         ModelDouble::start(TcpListener::bind("127.0.0.1:0").await.unwrap(), script).unwrap();
@@ -169,7 +174,7 @@ pub async fn start(script: Script) -> Proxied {
     let registry = Registry::new();
     let metrics = EgressMetrics::register(&registry).unwrap();
     let broker = Broker::new(
-        EgressPolicy::from_yaml(POLICY, "<test policy>").unwrap(),
+        EgressPolicy::from_yaml(policy, "<test policy>").unwrap(),
         CredentialStore::from_pairs([("model", Credential::new(API_KEY))]),
         SessionRegistry::new(secret.clone()),
         Upstream::plaintext_for_tests(upstream),
@@ -214,4 +219,47 @@ pub fn netns_names() -> Vec<String> {
         .lines()
         .filter_map(|l| l.split_whitespace().next().map(str::to_owned))
         .collect()
+}
+
+/// Runs git in `dir` with a fixed identity and no user or system configuration.
+pub fn git(dir: &std::path::Path, args: &[&str]) {
+    let st = std::process::Command::new("git")
+        .args(args)
+        .current_dir(dir)
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_AUTHOR_NAME", "t")
+        .env("GIT_AUTHOR_EMAIL", "t@invalid")
+        .env("GIT_COMMITTER_NAME", "t")
+        .env("GIT_COMMITTER_EMAIL", "t@invalid")
+        .status()
+        .unwrap();
+    assert!(st.success(), "git {args:?}");
+}
+
+/// A canonical repository with a projection manifest, a requirement, a test
+/// and an implementation stub.
+pub fn canonical(base: &std::path::Path) -> std::path::PathBuf {
+    let repo = base.join("canonical");
+    let files = [
+        (
+            ".protobot/projection.yaml",
+            "version: 1\npaths:\n  - path: docs/\n    class: shared\n  - path: src/\n    class: implementation\n  - path: tests/\n    class: test\n  - path: .protobot/projection.yaml\n    class: shared\n",
+        ),
+        (
+            "docs/requirements.md",
+            "REQ-GREET-00001: When run, greet.sh shall print `hello`.\n",
+        ),
+        ("src/README", "implementation lives here\n"),
+        ("tests/greet.sh", "test \"$(sh src/greet.sh)\" = hello\n"),
+    ];
+    for (path, body) in files {
+        let p = repo.join(path);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, body).unwrap();
+    }
+    git(&repo, &["init", "-q", "-b", "main"]);
+    git(&repo, &["add", "-A"]);
+    git(&repo, &["commit", "-q", "-m", "canonical"]);
+    repo
 }
