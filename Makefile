@@ -102,7 +102,7 @@ e2e-real: ## the e2e scenarios against the real API server, the operator under t
 	kubeconfig=$$(scripts/kube-test-env up | tail -1); \
 	  KUBECONFIG=$${kubeconfig#KUBECONFIG=} PROTOBOT_E2E_REQUIRE_CLUSTER=1 HELM=$(abspath $(HELM)) \
 	  $(CARGO) nextest run -p protobot-e2e -p protobot-cli --no-fail-fast \
-	    -E 'package(protobot-e2e) | binary(operator_replicas) | binary(wms_kubernetes)'
+	    -E 'package(protobot-e2e) | binary(operator_replicas) | binary(wms_kubernetes) | binary(sandbox_conformance)'
 
 ## Lint
 .PHONY: lint
@@ -126,6 +126,11 @@ lint-helm: ## helm lint --strict the chart and render it with every optional par
 	@# The values schema refuses a wrong type.
 	@! $(HELM) lint --strict charts/protobot --set replicaCount=two > /dev/null 2>&1 || { echo "values.schema.json accepted replicaCount=two" >&2; exit 1; }
 	$(HELM) template protobot charts/protobot --set jobSite.enabled=false > /dev/null
+	@# The sandbox conformance Job runs on install and upgrade, and only when enabled.
+	$(HELM) template protobot charts/protobot --show-only templates/conformance.yaml \
+	  | grep -q 'helm.sh/hook: post-install,post-upgrade' || { echo "no conformance Job hook on install and upgrade" >&2; exit 1; }
+	@! $(HELM) template protobot charts/protobot --set jobSite.conformance.enabled=false | grep -q 'kind: CronJob' || { echo "jobSite.conformance.enabled=false still rendered the conformance Job" >&2; exit 1; }
+	@! $(HELM) template protobot charts/protobot --set jobSite.sandboxProfile=absent > /dev/null 2>&1 || { echo "a profile the chart does not ship rendered" >&2; exit 1; }
 	$(HELM) template protobot charts/protobot --set wmsApi.enabled=true --set networkPolicy.enabled=true > /dev/null
 	$(HELM) template protobot charts/protobot --set wmsApi.enabled=true --set wmsApi.tls.secretName=wms-api-tls \
 	  | grep -q -- '--wms-api-tls-cert=/etc/protobot/wms-api-tls/tls.crt' || { echo "wmsApi.tls.secretName did not reach the operator's arguments" >&2; exit 1; }

@@ -125,12 +125,7 @@ async fn apply_release(admin: &Client, objects: &[DynamicObject]) -> Result<Stri
     let mut service_account = None;
     for object in objects {
         apply(admin, object).await?;
-        if object
-            .types
-            .as_ref()
-            .is_some_and(|t| t.kind == "ServiceAccount")
-            && object.name_any() != SANDBOX_SERVICE_ACCOUNT
-        {
+        if is_operator_account(object) {
             service_account = Some(object.name_any());
         }
     }
@@ -192,6 +187,39 @@ pub async fn grant_sandbox_rights(
 
 /// The chart's sandbox ServiceAccount (bound to nothing), not the operator's.
 const SANDBOX_SERVICE_ACCOUNT: &str = "protobot-sandbox";
+
+/// The `app.kubernetes.io/component` of the chart's sandbox conformance Job and its RBAC.
+const CONFORMANCE_COMPONENT: &str = "sandbox-conformance";
+
+fn is_conformance(object: &DynamicObject) -> bool {
+    object
+        .labels()
+        .get("app.kubernetes.io/component")
+        .is_some_and(|c| c == CONFORMANCE_COMPONENT)
+}
+
+fn is_service_account(object: &DynamicObject) -> bool {
+    object
+        .types
+        .as_ref()
+        .is_some_and(|t| t.kind == "ServiceAccount")
+}
+
+/// The operator's ServiceAccount: neither the sandbox pods' nor the conformance Job's.
+fn is_operator_account(object: &DynamicObject) -> bool {
+    is_service_account(object)
+        && object.name_any() != SANDBOX_SERVICE_ACCOUNT
+        && !is_conformance(object)
+}
+
+/// The name of the chart's conformance Job ServiceAccount (default values).
+pub fn conformance_service_account() -> Result<String, PrepareError> {
+    chart_rbac()?
+        .iter()
+        .find(|o| is_service_account(o) && is_conformance(o))
+        .map(|o| o.name_any())
+        .ok_or(PrepareError::NoServiceAccount)
+}
 
 /// The namespace the chart is "installed" in.
 pub fn release_namespace() -> String {
@@ -304,6 +332,28 @@ pub fn chart_rbac() -> Result<Vec<DynamicObject>, PrepareError> {
 /// The chart's RBAC objects for release `release` rendered with `sets` (helm `--set`
 /// values, e.g. `watchNamespace=team-a`), in the release namespace.
 pub fn chart_rbac_with(release: &str, sets: &[String]) -> Result<Vec<DynamicObject>, PrepareError> {
+    let mut objects = Vec::new();
+    for value in render_chart(release, sets)? {
+        let kind = value["kind"].as_str().unwrap_or_default();
+        if !matches!(
+            kind,
+            "ServiceAccount" | "ClusterRole" | "ClusterRoleBinding" | "Role" | "RoleBinding"
+        ) {
+            continue;
+        }
+        let object: DynamicObject =
+            serde_json::from_value(value).map_err(|e| PrepareError::Timeout(e.to_string()))?;
+        objects.push(object);
+    }
+    Ok(objects)
+}
+
+/// Every object `helm template` renders for release `release` with `sets`, in the release
+/// namespace (`PROTOBOT_E2E_CHART` names another chart directory).
+pub fn render_chart(
+    release: &str,
+    sets: &[String],
+) -> Result<Vec<serde_json::Value>, PrepareError> {
     let chart = std::env::var_os("PROTOBOT_E2E_CHART")
         .map(PathBuf::from)
         .unwrap_or_else(|| repo_root().join("charts/protobot"));
@@ -334,16 +384,9 @@ pub fn chart_rbac_with(release: &str, sets: &[String]) -> Result<Vec<DynamicObje
                     source,
                 }
             })?;
-        let kind = value["kind"].as_str().unwrap_or_default();
-        if !matches!(
-            kind,
-            "ServiceAccount" | "ClusterRole" | "ClusterRoleBinding" | "Role" | "RoleBinding"
-        ) {
-            continue;
+        if !value.is_null() {
+            objects.push(value);
         }
-        let object: DynamicObject =
-            serde_json::from_value(value).map_err(|e| PrepareError::Timeout(e.to_string()))?;
-        objects.push(object);
     }
     Ok(objects)
 }
@@ -445,18 +488,23 @@ async fn issue_token(
 pub async fn operator_kubeconfig(admin: &Client) -> Result<String, PrepareError> {
     let service_account = chart_rbac()?
         .iter()
-        .find(|o| {
-            o.types.as_ref().is_some_and(|t| t.kind == "ServiceAccount")
-                && o.name_any() != SANDBOX_SERVICE_ACCOUNT
-        })
+        .find(|o| is_operator_account(o))
         .map(|o| o.name_any())
         .ok_or(PrepareError::NoServiceAccount)?;
-    let token = issue_token(admin, &release_namespace(), &service_account).await?;
+    service_account_kubeconfig(admin, &release_namespace(), &service_account).await
+}
+
+/// A kubeconfig (JSON) for a separate process that authenticates as ServiceAccount
+/// `namespace/service_account`: the admin's server and CA (from `KUBECONFIG`) with a fresh
+/// token of that account.
+pub async fn service_account_kubeconfig(
+    admin: &Client,
+    namespace: &str,
+    service_account: &str,
+) -> Result<String, PrepareError> {
+    let token = issue_token(admin, namespace, service_account).await?;
     let mut kubeconfig = Kubeconfig::read().map_err(PrepareError::Kubeconfig)?;
-    let user = format!(
-        "system:serviceaccount:{}:{service_account}",
-        release_namespace()
-    );
+    let user = format!("system:serviceaccount:{namespace}:{service_account}");
     kubeconfig.auth_infos = vec![
         serde_json::from_value(serde_json::json!({
             "name": user, "user": {"token": token},

@@ -18,3 +18,87 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- define "protobot.serviceAccountName" -}}
 {{- default (include "protobot.fullname" .) .Values.serviceAccount.name -}}
 {{- end -}}
+
+{{- /*
+The pod of the sandbox conformance Job and CronJob (templates/conformance.yaml): the operator's
+image running `protobot sandbox conformance` with the Job Site's profile, staging claim and
+sandbox namespace. Arguments: root (the chart context), name, sandboxNamespace.
+*/}}
+{{- define "protobot.conformancePod" -}}
+{{- $root := .root -}}
+{{- $values := $root.Values -}}
+{{- $image := $values.jobSite.conformance.image | default $values.jobSite.sandboxImage -}}
+metadata:
+  labels:
+    {{- include "protobot.selectorLabels" $root | nindent 4 }}
+    app.kubernetes.io/component: sandbox-conformance
+spec:
+  serviceAccountName: {{ .name }}
+  restartPolicy: Never
+  {{- with $values.imagePullSecrets }}
+  imagePullSecrets:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  {{- with $values.nodeSelector }}
+  nodeSelector:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  {{- with $values.tolerations }}
+  tolerations:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  securityContext:
+    runAsNonRoot: true
+    # The operator's uid: the probe pods (the profile's uid) share the staging files with it.
+    runAsUser: 65532
+    fsGroup: 65532
+    seccompProfile:
+      type: RuntimeDefault
+  containers:
+    - name: conformance
+      image: "{{ $values.image.repository }}:{{ $values.image.tag | default $root.Chart.AppVersion }}"
+      imagePullPolicy: {{ $values.image.pullPolicy }}
+      args:
+        - sandbox
+        - conformance
+        - --profile={{ $values.jobSite.sandboxProfile }}
+        - --profile-file=/etc/protobot/sandbox-profiles/{{ $values.jobSite.sandboxProfile }}.yaml
+        - --sandbox-namespace={{ .sandboxNamespace }}
+        - --staging-claim={{ $values.jobSite.staging.claimName }}
+        - --staging-path=/var/lib/protobot/staging
+        - --workdir=/var/lib/protobot/work
+        {{- with $image }}
+        - --sandbox-image={{ . }}
+        {{- end }}
+        # A failing report is stored and shown on every Project's SandboxConformant
+        # condition; it does not fail the release.
+        - --succeed-when-stored
+      securityContext:
+        allowPrivilegeEscalation: false
+        readOnlyRootFilesystem: true
+        capabilities:
+          drop: ["ALL"]
+      resources:
+        {{- toYaml $values.jobSite.conformance.resources | nindent 8 }}
+      volumeMounts:
+        - name: work
+          mountPath: /var/lib/protobot/work
+        - name: staging
+          mountPath: /var/lib/protobot/staging
+        - name: sandbox-profiles
+          mountPath: /etc/protobot/sandbox-profiles
+          readOnly: true
+        - name: tmp
+          mountPath: /tmp
+  volumes:
+    - name: work
+      emptyDir: {}
+    - name: tmp
+      emptyDir: {}
+    - name: staging
+      persistentVolumeClaim:
+        claimName: {{ $values.jobSite.staging.claimName }}
+    - name: sandbox-profiles
+      configMap:
+        name: {{ include "protobot.fullname" $root }}-sandbox-profiles
+{{- end -}}

@@ -367,6 +367,12 @@ pub struct SandboxConformance {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = FAILED_CHECKS_LIMIT))]
     pub failed_checks: Vec<String>,
+    /// Why the report fails, as the measurement says it (for example the platform object
+    /// the profile's pods need and the cluster lacks), at most 1,024 characters; absent when
+    /// it passes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 1024))]
+    pub reason: Option<String>,
     /// Digest of the full report, for finding it in the operator's logs and events.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub report_digest: Option<String>,

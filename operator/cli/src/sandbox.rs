@@ -3,6 +3,11 @@
 //!   to the local (bubblewrap) profile through the real executor and prints the
 //!   ConformanceReport as JSON. Exits 0 only when the report passes; the Job Site
 //!   refuses to run work on a profile whose report fails.
+//! - `conformance --profile kata` (any cluster profile): checks the platform objects the
+//!   profile's pods need, runs the same probes as pods of the profile in the cluster, prints
+//!   the report and stores it in the profile's ConfigMap, where the operator watches it
+//!   (the chart runs this as a Job on install and upgrade). Exits 0 when it passes, 1 when
+//!   it fails or cannot be stored, 2 when nothing could be measured.
 //! - `supervise --cpu-seconds N --processes N --file-size-bytes N --open-files N --
 //!   CMD…`: the in-guest resource-limit supervisor ([`protobot_executors::guest`]):
 //!   sets the rlimits on itself and execs the command; 125 when a limit cannot be
@@ -105,24 +110,53 @@ pub fn install_supervisor(args: InstallArgs) -> ExitCode {
 /// Arguments of `sandbox conformance`.
 #[derive(Debug, Args)]
 pub struct ConformanceArgs {
-    /// The profile to check (`local` on one machine).
+    /// The profile to check: `local` (bubblewrap on this machine), or a cluster profile
+    /// (`kata`, `gvisor`, …), whose probes run as pods of the profile in the cluster
+    /// KUBECONFIG (or the pod's service account) names.
     #[arg(long, default_value = "local")]
     pub profile: String,
     /// Check the unsandboxed process executor used when bubblewrap is missing
-    /// (it never passes; this shows why).
+    /// (it never passes; this shows why). Local profile only.
     #[arg(long)]
     pub insecure_no_sandbox: bool,
+    /// Cluster profiles: the profile document (default:
+    /// /etc/protobot/sandbox-profiles/<profile>.yaml, where the chart mounts them).
+    #[arg(long, value_name = "PATH")]
+    pub profile_file: Option<PathBuf>,
+    /// Cluster profiles: namespace of the sandbox pods and of the report ConfigMap.
+    #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
+    pub sandbox_namespace: String,
+    /// Cluster profiles: the staging PersistentVolumeClaim probe pods mount.
+    #[arg(long, default_value = "protobot-staging")]
+    pub staging_claim: String,
+    /// Cluster profiles: where that claim is mounted in this process.
+    #[arg(long, default_value = "/var/lib/protobot/staging")]
+    pub staging_path: PathBuf,
+    /// Cluster profiles: who owns the staged run directories (as `protobot operator`).
+    #[arg(long, value_enum, default_value_t = crate::operator::StagingOwnershipArg::Auto)]
+    pub staging_ownership: crate::operator::StagingOwnershipArg,
+    /// Cluster profiles: the image probe pods run (needs /bin/sh and git, like a Worker image).
+    #[arg(long, value_name = "IMAGE")]
+    pub sandbox_image: Option<String>,
+    /// Cluster profiles: the supervisor image, when the profile's spec.supervisor names none.
+    #[arg(long, value_name = "IMAGE")]
+    pub supervisor_image: Option<String>,
+    /// Cluster profiles: where collected probe output is kept (outside the staging volume).
+    #[arg(long, default_value = "/var/lib/protobot/work")]
+    pub workdir: PathBuf,
+    /// Cluster profiles: print the report only; do not store it in the profile's ConfigMap
+    /// (the operator admits runs only on a stored passing report).
+    #[arg(long)]
+    pub no_store: bool,
+    /// Cluster profiles: exit 0 once the report is measured and stored, passing or not (the
+    /// chart's Job: a failing report refuses runs and shows on every Project's
+    /// SandboxConformant condition; it does not fail the release).
+    #[arg(long, conflicts_with = "no_store")]
+    pub succeed_when_stored: bool,
 }
 
 /// Runs the command.
 pub fn conformance(args: ConformanceArgs) -> ExitCode {
-    if args.profile != "local" {
-        eprintln!(
-            "protobot: unable to check profile `{}` here: only the local profile runs on this machine; cluster profiles are checked by the operator",
-            args.profile
-        );
-        return ExitCode::from(2);
-    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -134,13 +168,42 @@ pub fn conformance(args: ConformanceArgs) -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    let executor = LocalExecutor::new(BubblewrapConfig::default(), args.insecure_no_sandbox);
-    let report = runtime.block_on(run_conformance(&executor, &args.profile));
-    let status = if report.passed() {
+    let report = if args.profile == "local" {
+        let executor = LocalExecutor::new(BubblewrapConfig::default(), args.insecure_no_sandbox);
+        runtime.block_on(run_conformance(&executor, &args.profile))
+    } else {
+        if args.insecure_no_sandbox {
+            eprintln!(
+                "protobot: --insecure-no-sandbox applies to the local profile only; cluster profiles always run their probes as pods of the profile"
+            );
+            return ExitCode::from(2);
+        }
+        match runtime.block_on(cluster_conformance(&args)) {
+            Ok(report) => report,
+            Err(ClusterError { code, message }) => {
+                eprintln!("protobot sandbox conformance: {message}");
+                return ExitCode::from(code);
+            }
+        }
+    };
+    let stored = args.profile != "local" && !args.no_store;
+    let status = if report.passed() || (stored && args.succeed_when_stored) {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)
     };
+    if stored && !report.passed() {
+        eprintln!(
+            "protobot sandbox conformance: profile {} does not pass{}: {}",
+            args.profile,
+            if stored { " (report stored)" } else { "" },
+            report
+                .fail_closed_reason
+                .clone()
+                .or_else(|| report.failure_reason())
+                .unwrap_or_else(|| "a check failed".into())
+        );
+    }
     match serde_json::to_string_pretty(&report) {
         Ok(text) => crate::output::print_line_with(&text, status),
         Err(e) => {
@@ -148,4 +211,92 @@ pub fn conformance(args: ConformanceArgs) -> ExitCode {
             ExitCode::from(1)
         }
     }
+}
+
+/// Why a cluster profile could not be measured or its report not stored.
+struct ClusterError {
+    /// Exit code: 2 when nothing ran (bad arguments, no profile, no cluster), 1 when the
+    /// report could not be stored.
+    code: u8,
+    message: String,
+}
+
+fn refused(message: String) -> ClusterError {
+    ClusterError { code: 2, message }
+}
+
+/// A cluster profile: the platform preflight and the suite's probes as pods of the profile,
+/// then the report stored in the profile's ConfigMap (unless `--no-store`).
+async fn cluster_conformance(
+    args: &ConformanceArgs,
+) -> Result<protobot_executors::ConformanceReport, ClusterError> {
+    use protobot_kube_executor::{
+        KubeExecutorConfig, KubernetesExecutor, SandboxProfile, StagingVolume, conformance,
+    };
+    // Warnings (each 4xx from the API server names its verb and object) go to stderr; the
+    // report alone goes to stdout.
+    let _ = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .try_init();
+    let path = args.profile_file.clone().unwrap_or_else(|| {
+        PathBuf::from(format!(
+            "/etc/protobot/sandbox-profiles/{}.yaml",
+            args.profile
+        ))
+    });
+    let profile = SandboxProfile::load(&path).map_err(|e| refused(crate::one_line(&e)))?;
+    if profile.name() != args.profile {
+        return Err(refused(format!(
+            "{} is profile {:?}, not {:?}: pass the document of profile {:?} with --profile-file",
+            path.display(),
+            profile.name(),
+            args.profile,
+            args.profile
+        )));
+    }
+    let sink = protobot_controller::api_errors::ApiErrorSink::new();
+    let client = protobot_controller::api_errors::infer_client(&sink)
+        .await
+        .map_err(|e| {
+            refused(format!(
+                "no cluster to measure profile {} in: {}; set KUBECONFIG, or run this as the chart's conformance Job",
+                args.profile,
+                crate::one_line(&e)
+            ))
+        })?;
+    let mut config = KubeExecutorConfig::new(
+        &args.sandbox_namespace,
+        StagingVolume {
+            claim_name: args.staging_claim.clone(),
+            mount_path: args.staging_path.clone(),
+        },
+        args.workdir.join("conformance-collected"),
+    );
+    config.default_image = args.sandbox_image.clone().filter(|i| !i.is_empty());
+    config.supervisor_image = args.supervisor_image.clone().filter(|i| !i.is_empty());
+    config.staging_ownership = args.staging_ownership.into();
+    // Probe pods carry an instance of their own: an operator replica's garbage collection
+    // never touches them, nor this one an operator's.
+    config.instance = "conformance".into();
+    let executor = KubernetesExecutor::for_conformance(client.clone(), config, profile)
+        .map_err(|e| refused(crate::one_line(&e)))?;
+    // Leftovers of an earlier measurement that was killed (its pods end at their deadline
+    // anyway; this removes them and their staged directories now).
+    if let Err(e) = executor.collect_garbage().await {
+        tracing::warn!(error = %e, "could not collect the leftovers of an earlier measurement");
+    }
+    let report = conformance::measure(&client, &executor).await;
+    if !args.no_store {
+        conformance::store_report(&client, &executor, &report)
+            .await
+            .map_err(|e| ClusterError {
+                code: 1,
+                message: crate::one_line(&e),
+            })?;
+    }
+    Ok(report)
 }

@@ -114,6 +114,7 @@ fn conformance(passed: bool) -> project::decide::Conformance {
         } else {
             vec!["egress-denied".into()]
         },
+        reason: None,
         report_digest: None,
         checked_time: Time(now()),
     })

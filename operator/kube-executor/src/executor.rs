@@ -226,6 +226,9 @@ struct Inner {
     /// The profile's conformance report, replaced when its ConfigMap changes
     /// ([`KubernetesExecutor::watch_report`]).
     report: std::sync::RwLock<Option<ConformanceReport>>,
+    /// Built by [`KubernetesExecutor::for_conformance`]: runs are the suite's probes, admitted
+    /// without a report (the report is what they measure).
+    probing: bool,
     in_flight: Mutex<HashSet<String>>,
 }
 
@@ -283,6 +286,16 @@ impl KubernetesExecutor {
         profile: SandboxProfile,
         report: Option<ConformanceReport>,
     ) -> Result<Self, ConfigError> {
+        Self::build(client, config, profile, report, false)
+    }
+
+    fn build(
+        client: Client,
+        config: KubeExecutorConfig,
+        profile: SandboxProfile,
+        report: Option<ConformanceReport>,
+        probing: bool,
+    ) -> Result<Self, ConfigError> {
         let bad = |field, reason: &str| ConfigError {
             field,
             reason: reason.to_owned(),
@@ -328,10 +341,29 @@ impl KubernetesExecutor {
                 config,
                 profile,
                 report: std::sync::RwLock::new(report),
+                probing,
                 in_flight: Mutex::default(),
             }),
             owner,
         })
+    }
+
+    /// An executor whose runs are the conformance suite's probes
+    /// ([`crate::conformance::measure`]): admitted without a report, since producing the
+    /// report is what they are for. Never give it to a Job Site: it would run work on a
+    /// profile nobody measured. Its pods are labelled with `config.instance` like any
+    /// executor's, so use an instance of its own (the CLI uses `conformance`).
+    pub fn for_conformance(
+        client: Client,
+        config: KubeExecutorConfig,
+        profile: SandboxProfile,
+    ) -> Result<Self, ConfigError> {
+        Self::build(client, config, profile, None, true)
+    }
+
+    /// Whether this executor was built by [`KubernetesExecutor::for_conformance`].
+    pub fn is_probing(&self) -> bool {
+        self.inner.probing
     }
 
     /// The same executor, putting `owner` on the objects of its runs.
@@ -362,6 +394,9 @@ impl KubernetesExecutor {
 
     /// Whether runs are admitted: a report for this profile that passes.
     pub fn admit(&self) -> Result<(), ExecutorError> {
+        if self.inner.probing {
+            return Ok(());
+        }
         let profile = self.inner.profile.name();
         let report = self.inner.report.read().unwrap_or_else(|e| e.into_inner());
         match &*report {

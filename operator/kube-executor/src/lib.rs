@@ -85,6 +85,7 @@
 //! them with the owner reference.
 
 pub mod config;
+pub mod conformance;
 pub mod executor;
 pub mod manifest;
 pub mod names;

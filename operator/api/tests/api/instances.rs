@@ -107,6 +107,7 @@ fn project() -> Project {
             checks_passed: 11,
             checks_failed: 1,
             failed_checks: vec!["egress-dns-denied".to_owned()],
+            reason: None,
             report_digest: Some("sha256:abc".to_owned()),
             checked_time: time(0),
         }),

@@ -81,9 +81,31 @@ pub fn summarize(
             .unwrap_or(u32::MAX),
         checks_failed: u32::try_from(failed.len()).unwrap_or(u32::MAX),
         failed_checks: failed.into_iter().take(32).collect(),
+        reason: (!report.passed())
+            .then(|| {
+                report
+                    .fail_closed_reason
+                    .clone()
+                    .or_else(|| report.failure_reason())
+            })
+            .flatten()
+            .map(|r| bounded(&r, CONFORMANCE_REASON_LIMIT)),
         report_digest: digest,
         checked_time: Time(now),
     }
+}
+
+/// Longest `status.sandboxConformance.reason` (the CRD's limit).
+const CONFORMANCE_REASON_LIMIT: usize = 1024;
+
+/// `text` cut to at most `limit` characters, marked with `…` when cut (pure).
+fn bounded(text: &str, limit: usize) -> String {
+    if text.chars().count() <= limit {
+        return text.to_owned();
+    }
+    let mut cut: String = text.chars().take(limit.saturating_sub(1)).collect();
+    cut.push('…');
+    cut
 }
 
 /// Why the repository could not be read: the `RepoReachable=False` reason.
@@ -386,14 +408,18 @@ fn conformance_update(c: &Conformance) -> ConditionUpdate {
             ConditionStatus::False,
             reasons::FAILED,
             format!(
-                "sandbox profile {} failed {} conformance check(s){}; the Job Site schedules nothing for this project until a passing report is stored",
+                "sandbox profile {} failed {} conformance check(s){}{}; the Job Site schedules nothing for this project until a passing report is stored",
                 r.profile,
                 r.checks_failed,
                 if r.failed_checks.is_empty() {
                     String::new()
                 } else {
                     format!(": {}", r.failed_checks.join(", "))
-                }
+                },
+                r.reason
+                    .as_deref()
+                    .map(|why| format!(" ({why})"))
+                    .unwrap_or_default()
             ),
         ),
         Conformance::Missing(why) => ConditionUpdate::new(
@@ -673,6 +699,7 @@ mod tests {
             checks_passed: 12,
             checks_failed: 0,
             failed_checks: Vec::new(),
+            reason: None,
             report_digest: Some("sha256:abc".into()),
             checked_time: Time(t("2026-09-18T11:00:00Z")),
         })
@@ -685,6 +712,7 @@ mod tests {
             checks_passed: 10,
             checks_failed: 2,
             failed_checks: vec!["egress-denied".into(), "no-host-pid".into()],
+            reason: Some("RuntimeClass kata does not exist: install its runtime".into()),
             report_digest: None,
             checked_time: Time(t("2026-09-18T11:00:00Z")),
         })
@@ -742,9 +770,32 @@ mod tests {
             ["SB-NET-001"],
             "skipped checks are not failures"
         );
+        let own = report.failure_reason();
+        assert!(
+            own.as_deref().is_some_and(|r| r.contains("SB-NET-001")),
+            "{own:?}"
+        );
+        assert_eq!(
+            summary.reason, own,
+            "without a fail-closed reason, the report's own failure"
+        );
+        report.fail_closed_reason = Some(format!(
+            "the cluster cannot run pods of profile kata: {}",
+            "x".repeat(2000)
+        ));
+        let long = summarize("kata", &report, None, now).reason.unwrap();
+        assert_eq!(long.chars().count(), CONFORMANCE_REASON_LIMIT);
+        assert!(
+            long.starts_with("the cluster cannot run pods of profile kata: xxx")
+                && long.ends_with('…')
+        );
         report.passed = true;
+        report.autonomous_execution = true;
+        report.fail_closed_reason = None;
         report.checks.retain(|c| c.passed);
-        assert!(summarize("kata", &report, None, now).passed);
+        let passing = summarize("kata", &report, None, now);
+        assert!(passing.passed);
+        assert_eq!(passing.reason, None, "a passing report has no reason");
     }
 
     #[test]
@@ -918,6 +969,10 @@ mod tests {
         assert!(
             msg.contains("egress-denied") && msg.contains("failed 2"),
             "{msg}"
+        );
+        assert!(
+            msg.contains("(RuntimeClass kata does not exist: install its runtime)"),
+            "the condition names what the measurement found missing: {msg}"
         );
         let summary = s.sandbox_conformance.as_ref().unwrap();
         assert!(!summary.passed);

@@ -279,7 +279,7 @@ async fn conformance(ctx: &Context, profile: &str) -> Conformance {
             Conformance::Report(decide::summarize(profile, &report, None, Timestamp::now()))
         }
         Ok(None) => Conformance::Missing(format!(
-            "no conformance report is stored for sandbox profile {profile} in namespace {}; run 'protobot sandbox conformance --profile {profile}' on the deployment and store its report: the Job Site schedules nothing for this project until a passing report is stored",
+            "no conformance report is stored for sandbox profile {profile} in namespace {}; the chart measures it with a Job on install and upgrade (re-run it: kubectl create job --from=cronjob/<release>-protobot-conformance <name>), or run 'protobot sandbox conformance --profile {profile}' against the cluster: the Job Site schedules nothing for this project until a passing report is stored",
             source.namespace
         )),
         Err(e) => Conformance::Unavailable(format!(
