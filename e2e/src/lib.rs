@@ -261,6 +261,41 @@ pub fn conformant_report(profile: &str) -> protobot_executors::ConformanceReport
     }
 }
 
+/// Every object of `namespace` a user or a tool can read, but Secrets, as JSON: the
+/// project's kinds with their status, ConfigMaps, Events (both APIs) and pods. Scenarios grep
+/// it for credentials that must not be there.
+pub async fn readable_objects(client: &Client, namespace: &str) -> String {
+    use k8s_openapi::api::core::v1::{ConfigMap, Event as CoreEvent, Pod};
+    use k8s_openapi::api::events::v1::Event;
+    use protobot_api::{BugReport, BuildWorkItem, ChangeSet, InspectionRun, Project};
+    let mut all = String::new();
+    macro_rules! dump {
+        ($($kind:ty),*) => {$(
+            for o in Api::<$kind>::namespaced(client.clone(), namespace)
+                .list(&Default::default())
+                .await
+                .unwrap_or_else(|e| panic!("list {} in {namespace}: {e}", stringify!($kind)))
+                .items
+            {
+                all.push_str(&serde_json::to_string(&o).unwrap_or_default());
+                all.push('\n');
+            }
+        )*};
+    }
+    dump!(
+        Project,
+        ChangeSet,
+        BugReport,
+        BuildWorkItem,
+        InspectionRun,
+        ConfigMap,
+        Event,
+        CoreEvent,
+        Pod
+    );
+    all
+}
+
 /// What a platform team provides before sandbox pods of `runtime_class` can run in a real
 /// cluster's scenario namespace: the RuntimeClass (the RuntimeClass admission plugin refuses
 /// pods naming a missing one) and the sandbox ServiceAccount the profile names (the

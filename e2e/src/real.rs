@@ -391,6 +391,31 @@ pub fn render_chart(
     Ok(objects)
 }
 
+/// Server-side applies the objects of a rendering ([`render_chart`]) that `keep` selects, as
+/// `helm install` would create them: ServiceAccounts, Roles, ClusterRoles, their bindings and
+/// ConfigMaps (objects of other kinds are refused: they need controllers or a node the
+/// scenarios do not run). Returns how many were applied.
+pub async fn apply_rendered(
+    admin: &Client,
+    objects: &[serde_json::Value],
+    keep: impl Fn(&serde_json::Value) -> bool,
+) -> Result<usize, PrepareError> {
+    let mut applied = 0;
+    for value in objects.iter().filter(|o| keep(o)) {
+        let object: DynamicObject = serde_json::from_value(value.clone())
+            .map_err(|e| PrepareError::Timeout(e.to_string()))?;
+        if resource_of(&object).is_none() {
+            return Err(PrepareError::Timeout(format!(
+                "apply_rendered: {} {} is not a kind the scenarios create",
+                value["kind"], value["metadata"]["name"]
+            )));
+        }
+        apply(admin, &object).await?;
+        applied += 1;
+    }
+    Ok(applied)
+}
+
 fn resource_of(object: &DynamicObject) -> Option<(ApiResource, bool)> {
     let types = object.types.as_ref()?;
     let (group, version) = match types.api_version.split_once('/') {
@@ -404,6 +429,7 @@ fn resource_of(object: &DynamicObject) -> Option<(ApiResource, bool)> {
         "RoleBinding" => ("rolebindings", true),
         "ClusterRole" => ("clusterroles", false),
         "ClusterRoleBinding" => ("clusterrolebindings", false),
+        "ConfigMap" => ("configmaps", true),
         _ => return None,
     };
     Some((ApiResource::from_gvk_with_plural(&gvk, plural), namespaced))

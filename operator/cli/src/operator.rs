@@ -43,30 +43,13 @@ pub struct OperatorArgs {
     /// This replica's identity (leases are held under it).
     #[arg(long, env = "POD_NAME")]
     pub identity: Option<String>,
-    /// Integration clones, repository cache and scratch.
-    #[arg(long, default_value = "/var/lib/protobot/work")]
-    pub workdir: PathBuf,
     /// The sandbox profile document the Job Site's pods are built from.
     #[arg(long, default_value = "/etc/protobot/sandbox-profiles/kata.yaml")]
     pub sandbox_profile: PathBuf,
-    /// Namespace of the sandbox pods (and of the profile's conformance ConfigMap).
-    #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
-    pub sandbox_namespace: String,
-    /// The staging PersistentVolumeClaim shared with the sandbox pods.
-    #[arg(long, default_value = "protobot-staging")]
-    pub staging_claim: String,
-    /// Where that claim is mounted in this pod.
-    #[arg(long, default_value = "/var/lib/protobot/staging")]
-    pub staging_path: PathBuf,
-    /// Who owns the staged run directories: `profile-user` chowns them to the profile's
-    /// runAsUser (needs root), `keep` leaves them the operator's (when the operator runs as
-    /// that uid, or a node runs containers as the operator's uid), `auto` picks
-    /// `profile-user` when running as root.
-    #[arg(long, value_enum, default_value_t = StagingOwnershipArg::Auto)]
-    pub staging_ownership: StagingOwnershipArg,
-    /// Image of the sandbox pods when a worker class names none.
-    #[arg(long)]
-    pub sandbox_image: Option<String>,
+    /// Where sandbox pods run and how they are staged (shared with `protobot sandbox
+    /// conformance`, which measures the profile as these pods will run).
+    #[command(flatten)]
+    pub sandbox: SandboxArgs,
     /// Base URL of the egress proxy (`protobot egress-proxy`) given to runs whose worker class
     /// asks for egress. Needs --egress-session-secret.
     #[arg(long, requires = "egress_session_secret")]
@@ -89,6 +72,57 @@ pub struct OperatorArgs {
     /// terminationGracePeriodSeconds). Their leases lapse and another replica resumes them.
     #[arg(long, default_value_t = 25)]
     pub shutdown_grace_seconds: u64,
+}
+
+/// Where sandbox pods run and how their runs are staged: the flags `protobot operator` and
+/// `protobot sandbox conformance` share, so that the conformance Job measures pods built as
+/// the operator builds them.
+#[derive(Debug, Args)]
+pub struct SandboxArgs {
+    /// Integration clones, repository cache, scratch and collected sandbox output.
+    #[arg(long, default_value = "/var/lib/protobot/work")]
+    pub workdir: PathBuf,
+    /// Namespace of the sandbox pods (and of the profile's conformance ConfigMap).
+    #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
+    pub sandbox_namespace: String,
+    /// The staging PersistentVolumeClaim shared with the sandbox pods.
+    #[arg(long, default_value = "protobot-staging")]
+    pub staging_claim: String,
+    /// Where that claim is mounted in this process.
+    #[arg(long, default_value = "/var/lib/protobot/staging")]
+    pub staging_path: PathBuf,
+    /// Who owns the staged run directories: `profile-user` chowns them to the profile's
+    /// runAsUser (needs root), `keep` leaves them this process's (when it runs as that uid,
+    /// or a node runs containers as its uid), `auto` picks `profile-user` when running as
+    /// root.
+    #[arg(long, value_enum, default_value_t = StagingOwnershipArg::Auto)]
+    pub staging_ownership: StagingOwnershipArg,
+    /// Image of the sandbox pods when a worker class names none (for `sandbox conformance`:
+    /// of the probe pods, which need /bin/sh and git, like a Worker image).
+    #[arg(long, value_name = "IMAGE")]
+    pub sandbox_image: Option<String>,
+    /// The in-guest supervisor's image, when the profile's spec.supervisor names none.
+    #[arg(long, value_name = "IMAGE")]
+    pub supervisor_image: Option<String>,
+}
+
+impl SandboxArgs {
+    /// The Kubernetes executor's configuration these flags describe, collecting sandbox
+    /// output into `collected` under the work directory (outside the staging volume).
+    pub fn executor_config(&self, collected: &str) -> KubeExecutorConfig {
+        let mut config = KubeExecutorConfig::new(
+            &self.sandbox_namespace,
+            StagingVolume {
+                claim_name: self.staging_claim.clone(),
+                mount_path: self.staging_path.clone(),
+            },
+            self.workdir.join(collected),
+        );
+        config.default_image = self.sandbox_image.clone().filter(|i| !i.is_empty());
+        config.supervisor_image = self.supervisor_image.clone().filter(|i| !i.is_empty());
+        config.staging_ownership = self.staging_ownership.into();
+        config
+    }
 }
 
 /// `--staging-ownership` (see [`protobot_kube_executor::StagingOwnership`]).
@@ -138,33 +172,23 @@ async fn job_site(
         .map_err(|e| e.to_string())?;
     // A missing report is not fatal: the executor then refuses and the Job Site
     // claims nothing until a passing report is stored (watched below: no restart).
-    let report = read_report_configmap(client.clone(), &args.sandbox_namespace, &profile)
+    let report = read_report_configmap(client.clone(), &args.sandbox.sandbox_namespace, &profile)
         .await
         .map_err(|e| e.to_string())?;
-    let mut config = KubeExecutorConfig::new(
-        &args.sandbox_namespace,
-        StagingVolume {
-            claim_name: args.staging_claim.clone(),
-            mount_path: args.staging_path.clone(),
-        },
-        args.workdir.join("collected"),
-    );
-    config.default_image = args.sandbox_image.clone();
-    config.staging_ownership = args.staging_ownership.into();
+    let mut config = args.sandbox.executor_config("collected");
     config.egress_session_secret = egress_secret;
     config.instance = identity.clone();
     // Sandbox objects of an item in the sandbox namespace go with the item. An owner
     // reference cannot cross namespaces, so an operator that watches only another namespace
     // looks for no owner there (where it may not even read BuildWorkItems).
     config.work_item_owner =
-        owners_in_sandbox_namespace(args.namespace.as_deref(), &args.sandbox_namespace).then_some(
-            protobot_kube_executor::WorkItemOwner {
+        owners_in_sandbox_namespace(args.namespace.as_deref(), &args.sandbox.sandbox_namespace)
+            .then_some(protobot_kube_executor::WorkItemOwner {
                 api_version: "protobot.dev/v1alpha1".into(),
                 kind: "BuildWorkItem".into(),
                 plural: "buildworkitems".into(),
                 name_of: protobot_stores::kubernetes::item_name,
-            },
-        );
+            });
     let executor =
         KubernetesExecutor::new(client, config, profile, report).map_err(|e| e.to_string())?;
     // The report's ConfigMap is watched: storing, replacing or deleting it admits or
@@ -180,7 +204,7 @@ async fn job_site(
     Ok(Some(JobSiteRuntime {
         settings: Settings {
             identity,
-            workdir: args.workdir.clone(),
+            workdir: args.sandbox.workdir.clone(),
             interval: Duration::from_secs(15),
             limits: Default::default(),
             egress_proxy: args.egress_proxy_url.clone(),
@@ -189,7 +213,7 @@ async fn job_site(
             metrics: None,
             ..Settings::new(
                 String::new(),
-                args.workdir.clone(),
+                args.sandbox.workdir.clone(),
                 usize::from(args.max_concurrent_builds),
             )
         },
@@ -245,7 +269,7 @@ pub fn operator(args: OperatorArgs) -> ExitCode {
         let profiles = args.sandbox_profile.parent().map(|dir| {
             protobot_controller::project::ProfileReports {
                 dir: dir.to_path_buf(),
-                namespace: args.sandbox_namespace.clone(),
+                namespace: args.sandbox.sandbox_namespace.clone(),
             }
         });
         let drain = job_site

@@ -123,27 +123,10 @@ pub struct ConformanceArgs {
     /// /etc/protobot/sandbox-profiles/<profile>.yaml, where the chart mounts them).
     #[arg(long, value_name = "PATH")]
     pub profile_file: Option<PathBuf>,
-    /// Cluster profiles: namespace of the sandbox pods and of the report ConfigMap.
-    #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
-    pub sandbox_namespace: String,
-    /// Cluster profiles: the staging PersistentVolumeClaim probe pods mount.
-    #[arg(long, default_value = "protobot-staging")]
-    pub staging_claim: String,
-    /// Cluster profiles: where that claim is mounted in this process.
-    #[arg(long, default_value = "/var/lib/protobot/staging")]
-    pub staging_path: PathBuf,
-    /// Cluster profiles: who owns the staged run directories (as `protobot operator`).
-    #[arg(long, value_enum, default_value_t = crate::operator::StagingOwnershipArg::Auto)]
-    pub staging_ownership: crate::operator::StagingOwnershipArg,
-    /// Cluster profiles: the image probe pods run (needs /bin/sh and git, like a Worker image).
-    #[arg(long, value_name = "IMAGE")]
-    pub sandbox_image: Option<String>,
-    /// Cluster profiles: the supervisor image, when the profile's spec.supervisor names none.
-    #[arg(long, value_name = "IMAGE")]
-    pub supervisor_image: Option<String>,
-    /// Cluster profiles: where collected probe output is kept (outside the staging volume).
-    #[arg(long, default_value = "/var/lib/protobot/work")]
-    pub workdir: PathBuf,
+    /// Cluster profiles: where the probe pods run and how they are staged, as for the
+    /// operator's sandbox pods (the same flags as `protobot operator`).
+    #[command(flatten)]
+    pub sandbox: crate::operator::SandboxArgs,
     /// Cluster profiles: print the report only; do not store it in the profile's ConfigMap
     /// (the operator admits runs only on a stored passing report).
     #[arg(long)]
@@ -230,9 +213,7 @@ fn refused(message: String) -> ClusterError {
 async fn cluster_conformance(
     args: &ConformanceArgs,
 ) -> Result<protobot_executors::ConformanceReport, ClusterError> {
-    use protobot_kube_executor::{
-        KubeExecutorConfig, KubernetesExecutor, SandboxProfile, StagingVolume, conformance,
-    };
+    use protobot_kube_executor::{KubernetesExecutor, SandboxProfile, conformance};
     // Warnings (each 4xx from the API server names its verb and object) go to stderr; the
     // report alone goes to stdout.
     let _ = tracing_subscriber::fmt()
@@ -268,17 +249,7 @@ async fn cluster_conformance(
                 crate::one_line(&e)
             ))
         })?;
-    let mut config = KubeExecutorConfig::new(
-        &args.sandbox_namespace,
-        StagingVolume {
-            claim_name: args.staging_claim.clone(),
-            mount_path: args.staging_path.clone(),
-        },
-        args.workdir.join("conformance-collected"),
-    );
-    config.default_image = args.sandbox_image.clone().filter(|i| !i.is_empty());
-    config.supervisor_image = args.supervisor_image.clone().filter(|i| !i.is_empty());
-    config.staging_ownership = args.staging_ownership.into();
+    let mut config = args.sandbox.executor_config("conformance-collected");
     // Probe pods carry an instance of their own: an operator replica's garbage collection
     // never touches them, nor this one an operator's.
     config.instance = "conformance".into();

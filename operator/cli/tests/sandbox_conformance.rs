@@ -18,164 +18,16 @@
 //! Without `KUBECONFIG` the scenarios are skipped (`PROTOBOT_E2E_REQUIRE_CLUSTER=1` makes
 //! that a failure, as CI's real-apiserver step sets it).
 
-use std::{
-    path::{Path, PathBuf},
-    process::{Command, Output},
-    sync::Arc,
-    time::Duration,
-};
+use std::{process::Command, time::Duration};
 
-use k8s_openapi::api::{
-    core::v1::{ConfigMap, PersistentVolumeClaim, Pod},
-    networking::v1::NetworkPolicy,
-};
-use kube::{Api, Client};
-use protobot_e2e::{Cluster, create_object, real};
-use protobot_executors::ConformanceReport;
-use serde_json::{Value, json};
+use kube::Api;
+use protobot_e2e::{create_object, real};
+use serde_json::json;
 
-/// The chart rendered for a scenario namespace as the sandbox namespace, with a probe image.
-fn rendering(ns: &str) -> Vec<Value> {
-    real::render_chart(
-        "protobot",
-        &[
-            format!("jobSite.sandboxNamespace={ns}"),
-            "jobSite.staging.create=false".into(),
-            "jobSite.conformance.image=registry.example.invalid/worker:e2e".into(),
-        ],
-    )
-    .unwrap()
-}
+#[path = "support/conformance_job.rs"]
+mod conformance_job;
 
-/// The conformance Job's container arguments, as rendered.
-fn job_args(objects: &[Value]) -> Vec<String> {
-    let job = objects
-        .iter()
-        .find(|o| o["kind"] == "Job" && o["metadata"]["name"] == "protobot-protobot-conformance")
-        .expect("the chart renders the conformance Job");
-    assert_eq!(
-        job["metadata"]["annotations"]["helm.sh/hook"], "post-install,post-upgrade",
-        "the Job runs on every install and upgrade"
-    );
-    let pod = &job["spec"]["template"]["spec"];
-    assert_eq!(pod["serviceAccountName"], "protobot-protobot-conformance");
-    pod["containers"][0]["args"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|a| a.as_str().unwrap().to_owned())
-        .collect()
-}
-
-/// The profile document as the chart's sandbox-profiles ConfigMap carries it.
-fn chart_profile(objects: &[Value], profile: &str) -> String {
-    objects
-        .iter()
-        .find(|o| {
-            o["kind"] == "ConfigMap"
-                && o["metadata"]["name"] == "protobot-protobot-sandbox-profiles"
-        })
-        .and_then(|o| o["data"][format!("{profile}.yaml")].as_str())
-        .expect("the chart's profiles ConfigMap carries the profile")
-        .to_owned()
-}
-
-/// Runs the Job's arguments, with this machine's paths in place of the pod's mounts.
-fn run_as_the_job(args: &[String], kubeconfig: &Path, mounts: &Mounts) -> Output {
-    let mapped: Vec<String> = args
-        .iter()
-        .map(|a| {
-            if let Some(file) = a.strip_prefix("--profile-file=/etc/protobot/sandbox-profiles/") {
-                format!("--profile-file={}", mounts.profiles.join(file).display())
-            } else if a.starts_with("--staging-path=") {
-                format!("--staging-path={}", mounts.staging.display())
-            } else if a.starts_with("--workdir=") {
-                format!("--workdir={}", mounts.work.display())
-            } else {
-                a.clone()
-            }
-        })
-        .collect();
-    Command::new(env!("CARGO_BIN_EXE_protobot"))
-        .args(&mapped)
-        // The simulated kubelet runs containers as this test's uid, not the profile's.
-        .args(["--staging-ownership", "keep"])
-        .env("KUBECONFIG", kubeconfig)
-        .env("RUST_LOG", "warn,protobot_controller::api_errors=warn")
-        .output()
-        .unwrap()
-}
-
-/// This machine's stand-ins for the Job pod's volumes.
-struct Mounts {
-    profiles: PathBuf,
-    staging: PathBuf,
-    work: PathBuf,
-}
-
-async fn stored_report(client: &Client, ns: &str, name: &str) -> Option<ConformanceReport> {
-    let maps: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
-    let map = maps.get_opt(name).await.unwrap()?;
-    let json = map.data?.remove("report.json")?;
-    Some(serde_json::from_str(&json).unwrap())
-}
-
-async fn leftovers(client: &Client, ns: &str) -> (usize, usize) {
-    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
-    let policies: Api<NetworkPolicy> = Api::namespaced(client.clone(), ns);
-    (
-        pods.list(&Default::default()).await.unwrap().items.len(),
-        policies
-            .list(&Default::default())
-            .await
-            .unwrap()
-            .items
-            .len(),
-    )
-}
-
-fn skip_without_cluster() -> bool {
-    if std::env::var_os("KUBECONFIG").is_none() {
-        assert!(
-            std::env::var_os("PROTOBOT_E2E_REQUIRE_CLUSTER").is_none(),
-            "PROTOBOT_E2E_REQUIRE_CLUSTER is set but KUBECONFIG is not"
-        );
-        eprintln!(
-            "skipping: the conformance Job scenario runs against a real API server (KUBECONFIG)"
-        );
-        return true;
-    }
-    false
-}
-
-/// The Job's account's kubeconfig, written into `dir`.
-async fn job_kubeconfig(client: &Client, dir: &Path) -> PathBuf {
-    let account = real::conformance_service_account().unwrap();
-    let path = dir.join("conformance.kubeconfig");
-    std::fs::write(
-        &path,
-        real::service_account_kubeconfig(client, &real::release_namespace(), &account)
-            .await
-            .unwrap(),
-    )
-    .unwrap();
-    path
-}
-
-fn staging_claim(ns: &str) -> Value {
-    json!({
-        "apiVersion": "v1", "kind": "PersistentVolumeClaim",
-        "metadata": {"name": "protobot-staging", "namespace": ns},
-        "spec": {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "1Gi"}}},
-    })
-}
-
-fn refusals(stderr: &str) -> Vec<&str> {
-    stderr
-        .lines()
-        .filter(|l| l.contains("refused") && l.contains("403"))
-        .collect()
-}
+use conformance_job::{Node, PROFILE, Scenario, bubblewrap, refusals, skip_without_cluster};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_conformance_job_measures_the_profile_in_pods_and_stores_the_report_the_operator_watches()
@@ -183,54 +35,11 @@ async fn the_conformance_job_measures_the_profile_in_pods_and_stores_the_report_
     if skip_without_cluster() {
         return;
     }
-    let Some(bwrap) = protobot_testkit::BubblewrapContainerExecutor::from_path() else {
-        assert!(std::env::var_os("PROTOBOT_REQUIRE_BWRAP").is_none());
-        eprintln!("skipping: bubblewrap is not installed");
-        return;
-    };
-    let cluster = Cluster::connect("conformance-job").await;
-    let (client, ns) = (cluster.client.clone(), cluster.namespace.clone());
-    protobot_e2e::sandbox_platform(&cluster, "kata").await;
-    create_object(
-        &Api::<PersistentVolumeClaim>::namespaced(client.clone(), &ns),
-        staging_claim(&ns),
-    )
-    .await;
-    let kubelet = protobot_testkit::Kubelet::connect(
-        client.clone(),
-        Arc::new(bwrap),
-        &format!("node-{ns}"),
-        vec![ns.clone()],
-    )
-    .await
-    .unwrap();
-    let tmp = tempfile::tempdir().unwrap();
-    let objects = rendering(&ns);
-    let args = job_args(&objects);
-    assert!(
-        args.contains(&format!("--sandbox-namespace={ns}")),
-        "{args:?}"
-    );
-    assert!(
-        args.contains(&"--succeed-when-stored".to_owned()),
-        "{args:?}"
-    );
-    // The profile as installed; its supervisor binary (the operator image's
-    // /usr/local/bin/protobot) is this build's binary on this machine's "node".
-    let profile = chart_profile(&objects, "kata").replace(
-        "binaryPath: /usr/local/bin/protobot",
-        &format!("binaryPath: {}", env!("CARGO_BIN_EXE_protobot")),
-    );
-    let mounts = Mounts {
-        profiles: tmp.path().join("profiles"),
-        staging: kubelet.claim_dir(&ns, "protobot-staging").unwrap(),
-        work: tmp.path().join("work"),
-    };
-    std::fs::create_dir_all(&mounts.profiles).unwrap();
-    std::fs::write(mounts.profiles.join("kata.yaml"), &profile).unwrap();
-    let kubeconfig = job_kubeconfig(&client, tmp.path()).await;
-
-    let out = run_as_the_job(&args, &kubeconfig, &mounts);
+    let Some(bwrap) = bubblewrap() else { return };
+    // The profile exactly as installed: its supervisor is the chart's operator image, which
+    // the simulated node holds with this build's binary at /usr/local/bin/protobot.
+    let s = Scenario::prepare("conformance-job", Node::Bubblewrap(bwrap), |p| p).await;
+    let out = s.run_job(&s.args);
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(
         out.status.success(),
@@ -241,37 +50,44 @@ async fn the_conformance_job_measures_the_profile_in_pods_and_stores_the_report_
         refusals(&stderr).is_empty(),
         "the Job's RBAC refused a call: {stderr}"
     );
-    let printed: ConformanceReport = serde_json::from_slice(&out.stdout)
+    let printed: protobot_executors::ConformanceReport = serde_json::from_slice(&out.stdout)
         .unwrap_or_else(|e| panic!("stdout is not a report ({e}): {stderr}"));
-    let stored = stored_report(&client, &ns, "protobot-conformance-kata")
+    let stored = s
+        .stored_report()
         .await
         .expect("the report is stored in the profile's ConfigMap");
     assert_eq!(stored, printed, "the stored report is the printed one");
-    assert_eq!(stored.profile, "kata");
+    assert_eq!(stored.profile, PROFILE);
     assert_eq!(stored.backend.name, "protobot-kubernetes");
     for id in ["SB-K8S-001", "SB-K8S-002", "SB-K8S-003", "SB-K8S-004"] {
         let check = stored.checks.iter().find(|c| c.id == id).unwrap();
         assert!(check.passed, "preflight {id} failed: {check:?}");
     }
+    let limits = stored
+        .capabilities
+        .iter()
+        .find(|c| c.name == "resource-limits")
+        .unwrap();
+    assert!(
+        limits.supported,
+        "the profile configures the supervisor: {limits:?}"
+    );
     // The measured verdict, whatever it is, is what an operator's executor acts on.
+    let profile = protobot_kube_executor::SandboxProfile::parse(&s.profile, "kata.yaml").unwrap();
     let executor = protobot_kube_executor::KubernetesExecutor::new(
-        cluster.operator.clone(),
+        s.cluster.operator.clone(),
         protobot_kube_executor::KubeExecutorConfig::new(
-            &ns,
+            &s.ns,
             protobot_kube_executor::StagingVolume {
                 claim_name: "protobot-staging".into(),
-                mount_path: mounts.staging.clone(),
+                mount_path: s.mounts.staging.clone(),
             },
-            tmp.path().join("collected"),
+            s.tmp.path().join("collected"),
         ),
-        protobot_kube_executor::SandboxProfile::parse(&profile, "kata.yaml").unwrap(),
-        protobot_kube_executor::read_report_configmap(
-            cluster.operator.clone(),
-            &ns,
-            &protobot_kube_executor::SandboxProfile::parse(&profile, "kata.yaml").unwrap(),
-        )
-        .await
-        .unwrap(),
+        profile.clone(),
+        protobot_kube_executor::read_report_configmap(s.cluster.operator.clone(), &s.ns, &profile)
+            .await
+            .unwrap(),
     )
     .unwrap();
     assert_eq!(
@@ -305,12 +121,126 @@ async fn the_conformance_job_measures_the_profile_in_pods_and_stores_the_report_
         );
     }
     assert_eq!(
-        leftovers(&client, &ns).await,
+        s.leftovers().await,
         (0, 0),
         "no probe pod or NetworkPolicy is left behind"
     );
-    drop(kubelet);
-    cluster.cleanup().await;
+    s.finish().await;
+}
+
+/// The suite's probes as pods of the profile as installed, supervisor included, without the
+/// credential-broker requirement (the requirement set of the suite's `local` profile, the
+/// only one that leaves it out): every probe passes through pods on a node that enforces the
+/// profile's user, read-only root and memory limit, every SB-LIM check among them (without
+/// that enforcement SB-FS-005, SB-LIM-003 and SB-LIM-004 fail). This report is never stored:
+/// the profile's own report (above) still fails closed on credential-broker until its probes
+/// run through pods and the egress proxy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_probe_passes_in_pods_of_the_installed_profile_with_its_supervisor() {
+    if skip_without_cluster() {
+        return;
+    }
+    let Some(bwrap) = bubblewrap() else { return };
+    let s = Scenario::prepare("conformance-probes", Node::Bubblewrap(bwrap), |p| p).await;
+    let profile = protobot_kube_executor::SandboxProfile::parse(&s.profile, "kata.yaml").unwrap();
+    let mut config = protobot_kube_executor::KubeExecutorConfig::new(
+        &s.ns,
+        protobot_kube_executor::StagingVolume {
+            claim_name: "protobot-staging".into(),
+            mount_path: s.mounts.staging.clone(),
+        },
+        s.tmp.path().join("collected"),
+    );
+    config.default_image = Some(conformance_job::PROBE_IMAGE.into());
+    // The node runs probe pods as the profile's user: staged directories are chowned to it.
+    config.staging_ownership = protobot_kube_executor::StagingOwnership::Auto;
+    config.instance = "conformance".into();
+    // As the Job's ServiceAccount, with the chart's RBAC, on a thread with a stack as deep as
+    // the CLI's main thread (the suite's futures overflow a test thread's 2 MiB).
+    let kubeconfig = s.kubeconfig.clone();
+    let measured = std::thread::Builder::new()
+        .stack_size(32 << 20)
+        .spawn(move || {
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()
+                .unwrap()
+                .block_on(async move {
+                    let job_client = kube::Client::try_from(
+                        kube::Config::from_custom_kubeconfig(
+                            kube::config::Kubeconfig::read_from(&kubeconfig).unwrap(),
+                            &Default::default(),
+                        )
+                        .await
+                        .unwrap(),
+                    )
+                    .unwrap();
+                    let executor = protobot_kube_executor::KubernetesExecutor::for_conformance(
+                        job_client, config, profile,
+                    )
+                    .unwrap();
+                    let supervisor = executor.supervisor().map(|sup| sup.image);
+                    let report = protobot_executors::run_conformance(
+                        &executor,
+                        protobot_executors::bubblewrap::LOCAL_PROFILE,
+                    )
+                    .await;
+                    (supervisor, report)
+                })
+        })
+        .unwrap();
+    let (supervisor, report) = tokio::task::spawn_blocking(move || measured.join().unwrap())
+        .await
+        .unwrap();
+    assert_eq!(
+        supervisor,
+        Some(conformance_job::OPERATOR_IMAGE.to_owned()),
+        "the chart writes the operator's image into the profile's supervisor"
+    );
+    let capability = |name: &str| {
+        report
+            .capabilities
+            .iter()
+            .find(|c| c.name == name)
+            .unwrap()
+            .supported
+    };
+    assert!(capability("resource-limits"), "{:?}", report.capabilities);
+    assert!(
+        !capability("credential-broker"),
+        "credential-broker is measured elsewhere, never assumed: {:?}",
+        report.capabilities
+    );
+    let ids: Vec<&str> = report.checks.iter().map(|c| c.id.as_str()).collect();
+    for id in [
+        "SB-FS-001",
+        "SB-LIM-001",
+        "SB-LIM-002",
+        "SB-LIM-003",
+        "SB-LIM-004",
+        "SB-LIM-005",
+    ] {
+        assert!(ids.contains(&id), "{id} did not run: {ids:?}");
+    }
+    // Every probe passes through pods of the profile, the network and credential probes
+    // included (they run here; what the profile's own report lacks is the credential
+    // broker's probes through pods and the egress proxy).
+    let failed: Vec<String> = report
+        .failed_checks()
+        .iter()
+        .map(|c| format!("{}: {}", c.id, c.detail.as_deref().unwrap_or("")))
+        .collect();
+    assert!(
+        failed.is_empty(),
+        "probes failed in pods of the profile: {failed:#?}"
+    );
+    assert_eq!(
+        s.leftovers().await,
+        (0, 0),
+        "no probe pod or NetworkPolicy is left behind"
+    );
+    s.finish().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -318,34 +248,17 @@ async fn without_its_runtime_class_the_profile_fails_naming_it_and_the_project_s
     if skip_without_cluster() {
         return;
     }
-    let cluster = Cluster::connect("conformance-missing").await;
-    let (client, ns) = (cluster.client.clone(), cluster.namespace.clone());
-    protobot_e2e::sandbox_platform(&cluster, "kata").await;
-    create_object(
-        &Api::<PersistentVolumeClaim>::namespaced(client.clone(), &ns),
-        staging_claim(&ns),
-    )
-    .await;
-    let tmp = tempfile::tempdir().unwrap();
-    let objects = rendering(&ns);
-    let args = job_args(&objects);
     // A runtime no node of this cluster has (RuntimeClasses are cluster-wide: a name of its own).
-    let runtime = format!("kata-absent-{}", &ns[ns.len().saturating_sub(8)..]);
-    let profile = chart_profile(&objects, "kata").replace(
-        "runtimeClassName: kata",
-        &format!("runtimeClassName: {runtime}"),
-    );
-    let mounts = Mounts {
-        profiles: tmp.path().join("profiles"),
-        staging: tmp.path().join("staging"),
-        work: tmp.path().join("work"),
-    };
-    std::fs::create_dir_all(&mounts.profiles).unwrap();
-    std::fs::create_dir_all(&mounts.staging).unwrap();
-    std::fs::write(mounts.profiles.join("kata.yaml"), &profile).unwrap();
-    let kubeconfig = job_kubeconfig(&client, tmp.path()).await;
-
-    let out = run_as_the_job(&args, &kubeconfig, &mounts);
+    let runtime = format!("kata-absent-{:x}", std::process::id());
+    let s = Scenario::prepare("conformance-missing", Node::None, |p| {
+        p.replace(
+            "runtimeClassName: kata",
+            &format!("runtimeClassName: {runtime}"),
+        )
+    })
+    .await;
+    let (client, ns) = (s.client().clone(), s.ns.clone());
+    let out = s.run_job(&s.args);
     let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(
         out.status.success(),
@@ -356,7 +269,8 @@ async fn without_its_runtime_class_the_profile_fails_naming_it_and_the_project_s
         stderr.contains(&format!("RuntimeClass {runtime} does not exist")),
         "the Job's log names what is missing: {stderr}"
     );
-    let stored = stored_report(&client, &ns, "protobot-conformance-kata")
+    let stored = s
+        .stored_report()
         .await
         .expect("a failing report is stored too");
     assert!(!stored.passed());
@@ -380,19 +294,16 @@ async fn without_its_runtime_class_the_profile_fails_naming_it_and_the_project_s
         "nothing was measured, so nothing is claimed: {:?}",
         stored.capabilities
     );
-    assert_eq!(
-        leftovers(&client, &ns).await,
-        (0, 0),
-        "no probe pod was created"
-    );
+    assert_eq!(s.leftovers().await, (0, 0), "no probe pod was created");
 
     // Without --succeed-when-stored (a person at a terminal), a failing report exits 1.
-    let strict: Vec<String> = args
+    let strict: Vec<String> = s
+        .args
         .iter()
         .filter(|a| *a != "--succeed-when-stored")
         .cloned()
         .collect();
-    let out = run_as_the_job(&strict, &kubeconfig, &mounts);
+    let out = s.run_job(&strict);
     assert_eq!(
         out.status.code(),
         Some(1),
@@ -401,9 +312,10 @@ async fn without_its_runtime_class_the_profile_fails_naming_it_and_the_project_s
     );
 
     // The operator's Project controller reads the stored report and names what is missing.
-    let origin = tmp.path().join("origin.git");
-    protobot_jobsite::example::author(&tmp.path().join("author"), &origin).unwrap();
-    let operator_kubeconfig = tmp.path().join("operator.kubeconfig");
+    let tmp = s.tmp.path();
+    let origin = tmp.join("origin.git");
+    protobot_jobsite::example::author(&tmp.join("author"), &origin).unwrap();
+    let operator_kubeconfig = tmp.join("operator.kubeconfig");
     std::fs::write(
         &operator_kubeconfig,
         real::operator_kubeconfig(&client).await.unwrap(),
@@ -418,7 +330,7 @@ async fn without_its_runtime_class_the_profile_fails_naming_it_and_the_project_s
         }),
     )
     .await;
-    let log = tmp.path().join("operator.log");
+    let log = tmp.join("operator.log");
     let mut operator = Command::new(env!("CARGO_BIN_EXE_protobot"))
         .args([
             "operator",
@@ -429,11 +341,11 @@ async fn without_its_runtime_class_the_profile_fails_naming_it_and_the_project_s
             "127.0.0.1:0",
         ])
         .arg("--sandbox-profile")
-        .arg(mounts.profiles.join("kata.yaml"))
+        .arg(s.mounts.profiles.join("kata.yaml"))
         .args(["--sandbox-namespace", &ns, "--allow-local-repositories"])
         .env("KUBECONFIG", &operator_kubeconfig)
         .stdout(std::fs::File::create(&log).unwrap())
-        .stderr(std::fs::File::create(tmp.path().join("operator.err")).unwrap())
+        .stderr(std::fs::File::create(tmp.join("operator.err")).unwrap())
         .spawn()
         .unwrap();
     let projects: Api<protobot_api::Project> = Api::namespaced(client.clone(), &ns);
@@ -471,5 +383,5 @@ async fn without_its_runtime_class_the_profile_fails_naming_it_and_the_project_s
         "the condition names the missing RuntimeClass: {}",
         condition.message
     );
-    cluster.cleanup().await;
+    s.finish().await;
 }

@@ -89,6 +89,14 @@ impl BubblewrapContainerExecutor {
         for (k, v) in &launch.env {
             a.extend(["--setenv".into(), k.clone(), v.clone()]);
         }
+        if launch.confinement.read_only_root {
+            a.extend([
+                "--remount-ro".into(),
+                "/dev".into(),
+                "--remount-ro".into(),
+                "/".into(),
+            ]);
+        }
         if let Some(dir) = &launch.working_dir {
             a.extend(["--chdir".into(), dir.clone()]);
         }
@@ -116,8 +124,10 @@ impl ContainerExecutor for BubblewrapContainerExecutor {
                 .open(&launch.log_path)
                 .map_err(spawn_err)?;
             let log2 = log.try_clone().map_err(spawn_err)?;
-            let mut cmd = tokio::process::Command::new(&bwrap);
-            cmd.args(Self::arguments(&launch))
+            let wrapped = launch.confinement.wrap(bwrap.as_os_str());
+            let mut cmd = tokio::process::Command::new(&wrapped[0]);
+            cmd.args(&wrapped[1..])
+                .args(Self::arguments(&launch))
                 .args(&launch.argv)
                 .env_clear()
                 .stdin(Stdio::null())

@@ -11,7 +11,8 @@ use tokio::sync::watch;
 /// A volume mounted into a container.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Mount {
-    /// Volume name from the pod spec.
+    /// Volume name from the pod spec; empty for a directory of the container's image
+    /// (see [`super::Images`]), which comes before the volumes.
     pub volume: String,
     /// Directory on the host backing the volume.
     pub host_path: PathBuf,
@@ -42,6 +43,49 @@ pub struct ContainerLaunch {
     pub mounts: Vec<Mount>,
     /// Where stdout and stderr go.
     pub log_path: PathBuf,
+    /// How the node confines the container beyond its mounts (none by default).
+    pub confinement: Confinement,
+}
+
+/// What a node enforces of a container's security context and limits: the simulated
+/// kubelet fills this only on a node that enforces them ([`super::NodeSpec`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Confinement {
+    /// `runAsUser` and `runAsGroup`: the container's processes run as this uid and gid
+    /// (with no supplementary groups), so per-user limits such as `RLIMIT_NPROC` bind them.
+    pub run_as: Option<(u32, u32)>,
+    /// `readOnlyRootFilesystem`: nothing but the volumes (and `/tmp`) is writable.
+    pub read_only_root: bool,
+    /// `resources.limits.memory` in bytes, enforced per process as `RLIMIT_DATA` (private
+    /// memory: an allocation past it fails) rather than by a cgroup (no OOM kill).
+    pub memory_limit: Option<u64>,
+}
+
+impl Confinement {
+    /// The host command that starts `program` confined: `prlimit --data=N --` for the
+    /// memory limit, `setpriv --reuid=U --regid=G --clear-groups --` for the user, each
+    /// from util-linux, then `program`. Empty confinement: `program` alone.
+    pub fn wrap(&self, program: &std::ffi::OsStr) -> Vec<std::ffi::OsString> {
+        let mut argv: Vec<std::ffi::OsString> = Vec::new();
+        if let Some(bytes) = self.memory_limit {
+            argv.extend([
+                tool("prlimit"),
+                format!("--data={bytes}").into(),
+                "--".into(),
+            ]);
+        }
+        if let Some((uid, gid)) = self.run_as {
+            argv.extend([
+                tool("setpriv"),
+                format!("--reuid={uid}").into(),
+                format!("--regid={gid}").into(),
+                "--clear-groups".into(),
+                "--".into(),
+            ]);
+        }
+        argv.push(program.to_owned());
+        argv
+    }
 }
 
 /// How a container ended.
@@ -99,6 +143,18 @@ impl KillSignal {
     pub fn is_killed(&self) -> bool {
         *self.0.borrow() || self.0.has_changed().is_err()
     }
+}
+
+/// `name`'s path on `PATH` (so that it is found whatever environment the child gets), else
+/// the bare name.
+fn tool(name: &str) -> std::ffi::OsString {
+    std::env::var_os("PATH")
+        .and_then(|path| {
+            std::env::split_paths(&path)
+                .map(|d| d.join(name))
+                .find(|p| p.is_file())
+        })
+        .map_or_else(|| name.into(), PathBuf::into_os_string)
 }
 
 /// Boxed future returned by executors.
@@ -169,8 +225,11 @@ impl ContainerExecutor for ProcessExecutor {
                 .open(&launch.log_path)
                 .map_err(spawn_err)?;
             let log2 = log.try_clone().map_err(spawn_err)?;
-            let mut cmd = tokio::process::Command::new(rewrite(program, &launch.mounts));
-            cmd.args(args.iter().map(|a| rewrite(a, &launch.mounts)))
+            let program = rewrite(program, &launch.mounts);
+            let wrapped = launch.confinement.wrap(program.as_ref());
+            let mut cmd = tokio::process::Command::new(&wrapped[0]);
+            cmd.args(&wrapped[1..])
+                .args(args.iter().map(|a| rewrite(a, &launch.mounts)))
                 .stdin(Stdio::null())
                 .stdout(Stdio::from(log))
                 .stderr(Stdio::from(log2))
@@ -179,7 +238,7 @@ impl ContainerExecutor for ProcessExecutor {
             for (k, v) in &launch.env {
                 cmd.env(k, rewrite(v, &launch.mounts));
             }
-            for m in &launch.mounts {
+            for m in launch.mounts.iter().filter(|m| !m.volume.is_empty()) {
                 let var = m.volume.to_uppercase().replace(['-', '.'], "_");
                 cmd.env(format!("TESTKIT_VOLUME_{var}"), &m.host_path);
             }

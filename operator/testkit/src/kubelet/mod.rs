@@ -8,6 +8,12 @@
 //! store) or against any API server as a client ([`Kubelet::connect`]: it registers a
 //! Node, binds the watched namespaces' unscheduled pods through `pods/binding`, writes
 //! status through the status subresource and completes graceful deletions).
+//!
+//! Images are not pulled from anywhere: a node is given [`Images`] (files at paths, e.g.
+//! the operator's image holding this build's `protobot`), and a container of a listed image
+//! sees them; init containers run in order before the main ones, sharing `emptyDir`s with
+//! them, and a failed container with `terminationMessagePolicy: FallbackToLogsOnError`
+//! reports the end of its log as its termination message, as a node does.
 
 mod backend;
 mod env;
@@ -33,14 +39,17 @@ use tokio::{
 mod bubblewrap;
 pub use bubblewrap::BubblewrapContainerExecutor;
 pub use executor::{
-    ContainerExecutor, ContainerExit, ContainerLaunch, ExecFuture, ExecutorError, KillSignal,
-    Mount, ProcessExecutor,
+    Confinement, ContainerExecutor, ContainerExit, ContainerLaunch, ExecFuture, ExecutorError,
+    KillSignal, Mount, ProcessExecutor,
 };
+pub use volumes::Images;
 
 use crate::{server::ApiServer, store::ObjectKey};
 
 /// Directory of the kubelet's root holding `persistentVolumeClaim` volumes.
 pub(crate) const CLAIMS_DIR: &str = "claims";
+/// Directory of the kubelet's root holding the unpacked [`Images`].
+const IMAGES_DIR: &str = "images";
 
 /// Why a kubelet could not connect to an API server.
 #[derive(Debug, thiserror::Error)]
@@ -51,6 +60,23 @@ pub enum ConnectError {
     /// The Node could not be registered.
     #[error("registering the Node: {0}")]
     Api(#[source] kube::Error),
+    /// An image could not be unpacked under the kubelet's root.
+    #[error("unpacking the node's images: {0}")]
+    Image(String),
+}
+
+/// What a simulated node has and enforces beyond running containers with their volumes.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NodeSpec {
+    /// The node's container images.
+    pub images: Images,
+    /// Confine containers as a node does ([`Confinement`]): run them as their
+    /// `runAsUser`/`runAsGroup` (when the kubelet runs as root), with a read-only root under
+    /// `readOnlyRootFilesystem`, and each process's private memory capped at the container's
+    /// memory limit, so that conformance probes measure what a real node enforces. Off (the
+    /// default): containers run as the test's user, which scenarios sharing staged files with
+    /// the operator under `--staging-ownership keep` rely on.
+    pub enforce_pod_security: bool,
 }
 
 /// The default node name.
@@ -94,11 +120,21 @@ impl Kubelet {
         executor: Arc<dyn ContainerExecutor>,
         node_name: &str,
     ) -> std::io::Result<Self> {
-        let root = Arc::new(
-            tempfile::Builder::new()
-                .prefix("testkit-kubelet-")
-                .tempdir()?,
-        );
+        Self::start_with_spec(server, executor, node_name, &NodeSpec::default())
+    }
+
+    /// [`Kubelet::start_with`] for a node as `spec` describes.
+    pub fn start_with_spec(
+        server: &ApiServer,
+        executor: Arc<dyn ContainerExecutor>,
+        node_name: &str,
+        spec: &NodeSpec,
+    ) -> std::io::Result<Self> {
+        let root = Arc::new(node_root()?);
+        let unpacked = spec
+            .images
+            .unpack(&root.path().join(IMAGES_DIR))
+            .map_err(std::io::Error::other)?;
         let shared = server.shared().clone();
         shared.lock().kubelet_attached = true;
         Ok(Self::start_on(
@@ -106,6 +142,8 @@ impl Kubelet {
             executor,
             node_name,
             root,
+            unpacked,
+            spec.enforce_pod_security,
         ))
     }
 
@@ -119,12 +157,29 @@ impl Kubelet {
         node_name: &str,
         namespaces: Vec<String>,
     ) -> Result<Self, ConnectError> {
-        let root = Arc::new(
-            tempfile::Builder::new()
-                .prefix("testkit-kubelet-")
-                .tempdir()
-                .map_err(ConnectError::Io)?,
-        );
+        Self::connect_with(
+            client,
+            executor,
+            node_name,
+            namespaces,
+            &NodeSpec::default(),
+        )
+        .await
+    }
+
+    /// [`Kubelet::connect`] for a node as `spec` describes.
+    pub async fn connect_with(
+        client: kube::Client,
+        executor: Arc<dyn ContainerExecutor>,
+        node_name: &str,
+        namespaces: Vec<String>,
+        spec: &NodeSpec,
+    ) -> Result<Self, ConnectError> {
+        let root = Arc::new(node_root().map_err(ConnectError::Io)?);
+        let unpacked = spec
+            .images
+            .unpack(&root.path().join(IMAGES_DIR))
+            .map_err(ConnectError::Image)?;
         let node = backend::ApiNode::connect(client, node_name, namespaces)
             .await
             .map_err(ConnectError::Api)?;
@@ -133,6 +188,8 @@ impl Kubelet {
             executor,
             node_name,
             root,
+            unpacked,
+            spec.enforce_pod_security,
         ))
     }
 
@@ -141,12 +198,16 @@ impl Kubelet {
         executor: Arc<dyn ContainerExecutor>,
         node_name: &str,
         root: Arc<tempfile::TempDir>,
+        images: volumes::Unpacked,
+        enforce: bool,
     ) -> Self {
         let ctx = Arc::new(pod::NodeCtx {
             backend,
             executor,
             node_name: node_name.to_owned(),
             root: root.path().to_owned(),
+            images,
+            enforce,
             wake: Notify::new(),
         });
         let task = tokio::spawn(run(ctx));
@@ -155,6 +216,12 @@ impl Kubelet {
             node_name: node_name.to_owned(),
             _root: root,
         }
+    }
+
+    /// The node's own directory: pod directories (container logs, `emptyDir`s), claims and
+    /// unpacked images. It lives as long as the kubelet.
+    pub fn root_dir(&self) -> &std::path::Path {
+        self._root.path()
     }
 
     /// This kubelet's node name.
@@ -179,6 +246,17 @@ impl Drop for Kubelet {
     fn drop(&mut self) {
         self.task.abort();
     }
+}
+
+/// The node's directory, traversable by any user (containers of other users bind their
+/// volumes from under it).
+fn node_root() -> std::io::Result<tempfile::TempDir> {
+    use std::os::unix::fs::PermissionsExt;
+    let root = tempfile::Builder::new()
+        .prefix("testkit-kubelet-")
+        .tempdir()?;
+    std::fs::set_permissions(root.path(), std::fs::Permissions::from_mode(0o755))?;
+    Ok(root)
 }
 
 fn str_at<'a>(obj: &'a Value, pointer: &str) -> Option<&'a str> {

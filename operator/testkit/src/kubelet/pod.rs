@@ -12,7 +12,7 @@ use tokio::{
 
 use super::{
     backend::{Backend, Lookup},
-    executor::{ContainerExecutor, ContainerLaunch, KillSignal, Mount},
+    executor::{Confinement, ContainerExecutor, ContainerLaunch, KillSignal, Mount},
 };
 use crate::store::{ObjectKey, now};
 
@@ -22,6 +22,11 @@ pub(crate) struct NodeCtx {
     pub executor: Arc<dyn ContainerExecutor>,
     pub node_name: String,
     pub root: PathBuf,
+    /// The node's images, unpacked under `root`.
+    pub images: super::volumes::Unpacked,
+    /// Whether containers are confined as their security context and limits say
+    /// ([`super::NodeSpec::enforce_pod_security`]).
+    pub enforce: bool,
     /// Wakes the kubelet loop when a pod worker finishes.
     pub wake: Notify,
 }
@@ -127,7 +132,21 @@ impl PodRun {
         };
         let mut argv = strs("command");
         argv.extend(strs("args"));
-        let mut mounts = Vec::new();
+        let image = c.get("image").and_then(Value::as_str).unwrap_or("");
+        // The image's own directories first: volumes mount over them, as on a node.
+        let mut mounts: Vec<Mount> = self
+            .ctx
+            .images
+            .get(image)
+            .into_iter()
+            .flatten()
+            .map(|(container_path, host_path)| Mount {
+                volume: String::new(),
+                host_path: host_path.clone(),
+                container_path: container_path.clone(),
+                read_only: true,
+            })
+            .collect();
         for m in c
             .get("volumeMounts")
             .and_then(Value::as_array)
@@ -162,11 +181,7 @@ impl PodRun {
             pod: self.key.name.clone(),
             log_path: self.log_dir.join(format!("{name}.log")),
             container: name,
-            image: c
-                .get("image")
-                .and_then(Value::as_str)
-                .unwrap_or("")
-                .to_owned(),
+            image: image.to_owned(),
             argv,
             env,
             working_dir: c
@@ -174,6 +189,11 @@ impl PodRun {
                 .and_then(Value::as_str)
                 .map(str::to_owned),
             mounts,
+            confinement: if self.ctx.enforce {
+                confinement(&self.pod, c)
+            } else {
+                Confinement::default()
+            },
         })
     }
 
@@ -255,6 +275,13 @@ impl PodRun {
                 "exitCode": code, "reason": reason, "startedAt": started, "finishedAt": now(),
                 "containerID": format!("testkit://{}/{}", self.uid, launch.container),
             });
+            let message = message.or_else(|| {
+                (code != 0
+                    && c.get("terminationMessagePolicy").and_then(Value::as_str)
+                        == Some("FallbackToLogsOnError"))
+                .then(|| log_tail(&launch.log_path))
+                .flatten()
+            });
             if let Some(m) = message {
                 terminated["message"] = json!(m);
             }
@@ -284,6 +311,68 @@ impl PodRun {
             last = state;
         }
     }
+}
+
+/// What a node enforces of container `c` of `pod`: its user (container, else pod
+/// `securityContext`; only when this process may switch users, i.e. runs as root), a
+/// read-only root, and its memory limit.
+fn confinement(pod: &Value, c: &Value) -> Confinement {
+    let id = |field: &str| {
+        c.pointer(&format!("/securityContext/{field}"))
+            .or_else(|| pod.pointer(&format!("/spec/securityContext/{field}")))
+            .and_then(Value::as_u64)
+            .and_then(|v| u32::try_from(v).ok())
+    };
+    let root = {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0)
+    };
+    let run_as = id("runAsUser")
+        .filter(|_| root)
+        .map(|uid| (uid, id("runAsGroup").unwrap_or(uid)));
+    Confinement {
+        run_as,
+        read_only_root: c
+            .pointer("/securityContext/readOnlyRootFilesystem")
+            .and_then(Value::as_bool)
+            .unwrap_or(false),
+        memory_limit: c
+            .pointer("/resources/limits/memory")
+            .and_then(Value::as_str)
+            .and_then(quantity_bytes),
+    }
+}
+
+/// Bytes of a memory quantity (`268435456`, `64Mi`, `1G`, …); `None` for other forms.
+fn quantity_bytes(q: &str) -> Option<u64> {
+    let split = q.find(|c: char| !c.is_ascii_digit()).unwrap_or(q.len());
+    let (digits, suffix) = q.split_at(split);
+    let n: u64 = digits.parse().ok()?;
+    let unit: u64 = match suffix {
+        "" => 1,
+        "Ki" => 1 << 10,
+        "Mi" => 1 << 20,
+        "Gi" => 1 << 30,
+        "Ti" => 1 << 40,
+        "k" => 1_000,
+        "M" => 1_000_000,
+        "G" => 1_000_000_000,
+        "T" => 1_000_000_000_000,
+        _ => return None,
+    };
+    n.checked_mul(unit)
+}
+
+/// What `terminationMessagePolicy: FallbackToLogsOnError` reports of a failed container: the
+/// end of its log, at most 80 lines and 2,048 bytes (a node's limits); `None` when empty.
+fn log_tail(path: &std::path::Path) -> Option<String> {
+    const MAX_BYTES: usize = 2048;
+    const MAX_LINES: usize = 80;
+    let bytes = std::fs::read(path).ok()?;
+    let text = String::from_utf8_lossy(&bytes[bytes.len().saturating_sub(MAX_BYTES)..]);
+    let lines: Vec<&str> = text.lines().collect();
+    let tail = lines[lines.len().saturating_sub(MAX_LINES)..].join("\n");
+    (!tail.trim().is_empty()).then_some(tail)
 }
 
 fn all_running(status: &Value) -> bool {
@@ -466,5 +555,160 @@ pub(crate) async fn run_pod(
             .await
         }
         Outcome::Killed => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use std::{os::unix::fs::PermissionsExt, sync::Arc, time::Duration};
+
+    use k8s_openapi::api::core::v1::Pod;
+    use kube::api::{Api, PostParams};
+    use serde_json::json;
+
+    use crate::{
+        kubelet::{
+            BubblewrapContainerExecutor, ContainerExecutor, Images, Kubelet, NodeSpec,
+            ProcessExecutor,
+        },
+        server::ApiServer,
+    };
+
+    /// A tool that installs itself (as the supervisor's init container does) and greets.
+    const TOOL: &str = "#!/bin/sh\nset -e\ncase \"$1\" in\n  install) cp \"$0\" \"$2\" ;;\n  greet) echo \"greetings from the image\" > \"$2\" ;;\n  *) echo \"unknown mode $1\" >&2; exit 4 ;;\nesac\n";
+    const IMAGE: &str = "registry.example.invalid/tools:1";
+    const TOOL_PATH: &str = "/usr/local/bin/protobot-testkit-tool";
+
+    async fn finished(api: &Api<Pod>, name: &str) -> Pod {
+        let done = |p: Option<&Pod>| {
+            p.and_then(|p| p.status.as_ref())
+                .and_then(|s| s.phase.as_deref())
+                .is_some_and(|ph| ph == "Succeeded" || ph == "Failed")
+        };
+        crate::until(api, name, Duration::from_secs(30), done)
+            .await
+            .unwrap()
+            .unwrap()
+    }
+
+    fn pod(name: &str, install: serde_json::Value, out: &std::path::Path) -> Pod {
+        serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+            "spec": {
+                "restartPolicy": "Never",
+                "volumes": [
+                    {"name": "tools", "emptyDir": {}},
+                    {"name": "out", "hostPath": {"path": out}},
+                ],
+                "initContainers": [{
+                    "name": "install", "image": IMAGE, "command": install,
+                    "terminationMessagePolicy": "FallbackToLogsOnError",
+                    "volumeMounts": [{"name": "tools", "mountPath": "/tools"}],
+                }],
+                "containers": [{
+                    "name": "main", "image": "registry.example.invalid/worker:1",
+                    "command": ["/tools/tool", "greet", "/out/greeting"],
+                    "volumeMounts": [
+                        {"name": "tools", "mountPath": "/tools", "readOnly": true},
+                        {"name": "out", "mountPath": "/out"},
+                    ],
+                }],
+            },
+        }))
+        .unwrap()
+    }
+
+    /// An init container of an image the node holds installs the image's tool into an
+    /// emptyDir, the main container (another image) runs it from there; a failing init
+    /// container fails the pod, its main container never runs, and its status carries the
+    /// end of its log.
+    async fn init_containers_deliver_an_images_binary(executor: Arc<dyn ContainerExecutor>) {
+        let tmp = tempfile::tempdir().unwrap();
+        let tool = tmp.path().join("tool");
+        std::fs::write(&tool, TOOL).unwrap();
+        std::fs::set_permissions(&tool, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let out = tmp.path().join("out");
+        std::fs::create_dir_all(&out).unwrap();
+        let server = ApiServer::new();
+        let spec = NodeSpec {
+            images: Images::new().with_file(IMAGE, TOOL_PATH, &tool),
+            ..NodeSpec::default()
+        };
+        let _kubelet = Kubelet::start_with_spec(&server, executor, "node", &spec).unwrap();
+        let api: Api<Pod> = Api::default_namespaced(server.client());
+
+        api.create(
+            &PostParams::default(),
+            &pod(
+                "delivered",
+                json!([TOOL_PATH, "install", "/tools/tool"]),
+                &out,
+            ),
+        )
+        .await
+        .unwrap();
+        let done = finished(&api, "delivered").await;
+        let status = done.status.as_ref().unwrap();
+        assert_eq!(status.phase.as_deref(), Some("Succeeded"), "{status:#?}");
+        assert_eq!(
+            std::fs::read_to_string(out.join("greeting")).unwrap(),
+            "greetings from the image\n"
+        );
+
+        api.create(
+            &PostParams::default(),
+            &pod(
+                "refused",
+                json!(["sh", "-c", "echo cannot install the tool >&2; exit 3"]),
+                &out,
+            ),
+        )
+        .await
+        .unwrap();
+        let done = finished(&api, "refused").await;
+        let status = done.status.as_ref().unwrap();
+        assert_eq!(status.phase.as_deref(), Some("Failed"));
+        let init = &status.init_container_statuses.as_ref().unwrap()[0];
+        let terminated = init.state.as_ref().unwrap().terminated.as_ref().unwrap();
+        assert_eq!(terminated.exit_code, 3);
+        assert_eq!(
+            terminated.message.as_deref(),
+            Some("cannot install the tool"),
+            "{init:#?}"
+        );
+        let main = &status.container_statuses.as_ref().unwrap()[0];
+        assert!(
+            main.state.as_ref().unwrap().terminated.is_none(),
+            "the main container ran after a failed init container: {main:#?}"
+        );
+    }
+
+    #[test]
+    fn memory_quantities_are_bytes() {
+        assert_eq!(super::quantity_bytes("268435456"), Some(268_435_456));
+        assert_eq!(super::quantity_bytes("64Mi"), Some(64 << 20));
+        assert_eq!(super::quantity_bytes("1G"), Some(1_000_000_000));
+        assert_eq!(super::quantity_bytes("1.5Gi"), None);
+        assert_eq!(super::quantity_bytes("Mi"), None);
+    }
+
+    #[tokio::test]
+    async fn processes_run_an_images_binary_delivered_by_an_init_container() {
+        init_containers_deliver_an_images_binary(Arc::new(ProcessExecutor)).await;
+    }
+
+    #[tokio::test]
+    async fn sandboxes_run_an_images_binary_delivered_by_an_init_container() {
+        let Some(bwrap) = BubblewrapContainerExecutor::from_path() else {
+            assert!(
+                std::env::var_os("PROTOBOT_REQUIRE_BWRAP").is_none(),
+                "PROTOBOT_REQUIRE_BWRAP is set but bwrap is missing"
+            );
+            eprintln!("skipping: bubblewrap is not installed");
+            return;
+        };
+        init_containers_deliver_an_images_binary(Arc::new(bwrap)).await;
     }
 }

@@ -4,6 +4,12 @@
 //! that claim (`<claims root>/<namespace>/<claimName>`, created on first use
 //! and kept across pods, like a local-path provisioner). Other volume types
 //! are reported as unsupported.
+//!
+//! [`Images`] are the node's container images: the files a container of an image finds at
+//! which paths. Each directory of an image is unpacked once under the kubelet's root and
+//! mounted read-only at its path, in front of the volumes, so it shadows what the host has
+//! there (the executors show every container the host's `/usr` read-only; a container of an
+//! image holding `/usr/local/bin/protobot` sees the image's `/usr/local/bin` instead).
 
 use std::{
     collections::BTreeMap,
@@ -13,6 +19,84 @@ use std::{
 use serde_json::Value;
 
 use super::backend::Lookup;
+
+/// The node's container images, by reference: each maps container paths to host files.
+/// A container whose image is not listed sees only what its executor gives every
+/// container (the host's `/usr` read-only under bubblewrap).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Images {
+    files: BTreeMap<String, BTreeMap<String, PathBuf>>,
+}
+
+impl Images {
+    /// No images.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// `image` holds `host_file` at `container_path` (an absolute path without `..`), e.g.
+    /// the operator's image holding this build's `protobot` at `/usr/local/bin/protobot`.
+    /// The file's directory in the image holds only what is added for it here.
+    pub fn with_file(
+        mut self,
+        image: impl Into<String>,
+        container_path: impl Into<String>,
+        host_file: impl Into<PathBuf>,
+    ) -> Self {
+        self.files
+            .entry(image.into())
+            .or_default()
+            .insert(container_path.into(), host_file.into());
+        self
+    }
+
+    /// Unpacks every image under `root` (one directory per image directory, its files hard
+    /// linked, else copied): image → `(container directory, host directory)`.
+    pub(crate) fn unpack(&self, root: &Path) -> Result<Unpacked, String> {
+        let mut out = Unpacked::new();
+        for (n, (image, files)) in self.files.iter().enumerate() {
+            let mut dirs: BTreeMap<String, PathBuf> = BTreeMap::new();
+            for (container_path, host_file) in files {
+                let path = Path::new(container_path);
+                let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else {
+                    return Err(format!(
+                        "image {image}: {container_path:?} names no file in a directory"
+                    ));
+                };
+                if !path.is_absolute()
+                    || path
+                        .components()
+                        .any(|c| matches!(c, std::path::Component::ParentDir))
+                {
+                    return Err(format!(
+                        "image {image}: {container_path:?} must be an absolute path without '..'"
+                    ));
+                }
+                let container_dir = dir.to_string_lossy().into_owned();
+                let host_dir = root
+                    .join(n.to_string())
+                    .join(dir.strip_prefix("/").unwrap_or(dir));
+                std::fs::create_dir_all(&host_dir)
+                    .map_err(|e| format!("image {image}: creating {}: {e}", host_dir.display()))?;
+                let target = host_dir.join(name);
+                if std::fs::hard_link(host_file, &target).is_err() {
+                    std::fs::copy(host_file, &target).map_err(|e| {
+                        format!(
+                            "image {image}: {container_path} from {}: {e}",
+                            host_file.display()
+                        )
+                    })?;
+                }
+                dirs.insert(container_dir, host_dir);
+            }
+            out.insert(image.clone(), dirs.into_iter().collect());
+        }
+        Ok(out)
+    }
+}
+
+/// Unpacked images: image → its directories, `(container path, host directory)`.
+pub(crate) type Unpacked = BTreeMap<String, Vec<(String, PathBuf)>>;
 
 /// Decode standard base64 (Secret `data`); `None` on malformed input.
 pub fn decode_base64(input: &str) -> Option<Vec<u8>> {
@@ -169,6 +253,10 @@ pub fn prepare(
             .map_err(|e| format!("failed to create volume {name}: {e}"))?;
         let optional = |p: &str| v.pointer(p).and_then(Value::as_bool).unwrap_or(false);
         if v.get("emptyDir").is_some() {
+            // World-writable, as a node makes it: containers may run as any user.
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777))
+                .map_err(|e| format!("failed to create volume {name}: {e}"))?;
         } else if let Some(cm) = v.pointer("/configMap/name").and_then(Value::as_str) {
             project(
                 shared,
