@@ -83,6 +83,15 @@ pub enum PrepareError {
     /// A condition was not reached in time.
     #[error("{0}")]
     Timeout(String),
+    /// A rendered object is of a kind the scenarios do not create (it needs a controller or
+    /// a node they do not run).
+    #[error("{kind} {name} is not a kind the scenarios apply; leave it out of the selection")]
+    NotApplied {
+        /// Its kind.
+        kind: String,
+        /// Its name.
+        name: String,
+    },
 }
 
 fn repo_root() -> PathBuf {
@@ -405,10 +414,10 @@ pub async fn apply_rendered(
         let object: DynamicObject = serde_json::from_value(value.clone())
             .map_err(|e| PrepareError::Timeout(e.to_string()))?;
         if resource_of(&object).is_none() {
-            return Err(PrepareError::Timeout(format!(
-                "apply_rendered: {} {} is not a kind the scenarios create",
-                value["kind"], value["metadata"]["name"]
-            )));
+            return Err(PrepareError::NotApplied {
+                kind: value["kind"].as_str().unwrap_or_default().to_owned(),
+                name: object.name_any(),
+            });
         }
         apply(admin, &object).await?;
         applied += 1;

@@ -248,6 +248,17 @@ impl Drop for Kubelet {
     }
 }
 
+/// The directory of pod `key` (uid `uid`) on the node: its logs and `emptyDir`s.
+pub(crate) fn pod_dir(root: &std::path::Path, key: &ObjectKey, uid: &str) -> std::path::PathBuf {
+    root.join(format!("{}_{}_{uid}", key.namespace, key.name))
+}
+
+/// Removes a deleted pod's directory, as a node removes its `emptyDir`s and logs (claims and
+/// host paths live elsewhere and stay). Best effort: a leftover goes with the node's root.
+fn remove_pod_dir(root: &std::path::Path, key: &ObjectKey, uid: &str) {
+    let _ = std::fs::remove_dir_all(pod_dir(root, key, uid));
+}
+
 /// The node's directory, traversable by any user (containers of other users bind their
 /// volumes from under it).
 fn node_root() -> std::io::Result<tempfile::TempDir> {
@@ -292,6 +303,7 @@ async fn run(ctx: Arc<pod::NodeCtx>) {
                     _ => {
                         running.remove(key);
                         wrote |= ctx.backend.finish_deletion(key, &uid).await;
+                        remove_pod_dir(&ctx.root, key, &uid);
                     }
                 }
                 continue;
@@ -327,6 +339,9 @@ async fn run(ctx: Arc<pod::NodeCtx>) {
                 .any(|(k, p)| k == key && str_at(p, "/metadata/uid") == Some(h.uid.as_str()));
             if !alive {
                 h.kill.send_replace(true);
+                if h.finished() {
+                    remove_pod_dir(&ctx.root, key, &h.uid);
+                }
             }
             alive || !h.finished()
         });

@@ -402,9 +402,7 @@ pub(crate) async fn run_pod(
         .and_then(Value::as_str)
         .unwrap_or("")
         .to_owned();
-    let pod_dir = ctx
-        .root
-        .join(format!("{}_{}_{}", key.namespace, key.name, uid));
+    let pod_dir = super::pod_dir(&ctx.root, &key, &uid);
     let log_dir = pod_dir.join("logs");
     let restart_policy = pod
         .pointer("/spec/restartPolicy")
