@@ -261,6 +261,51 @@ pub fn conformant_report(profile: &str) -> protobot_executors::ConformanceReport
     }
 }
 
+/// Creates Secret `namespace/name` with `data`; panics when the API server refuses it.
+pub async fn create_secret(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    data: std::collections::BTreeMap<String, Vec<u8>>,
+) {
+    use k8s_openapi::{ByteString, api::core::v1::Secret};
+    let secret = Secret {
+        metadata: kube::api::ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some(namespace.into()),
+            ..Default::default()
+        },
+        data: Some(data.into_iter().map(|(k, v)| (k, ByteString(v))).collect()),
+        ..Default::default()
+    };
+    Api::<Secret>::namespaced(client.clone(), namespace)
+        .create(&PostParams::default(), &secret)
+        .await
+        .unwrap_or_else(|e| panic!("create Secret {namespace}/{name}: {e}"));
+}
+
+/// The `Work-Item:` trailers of the merges on `main`'s first-parent history in the
+/// repository at `repo` (bare or not), newest first: one per landed work item.
+pub fn work_item_trailers(repo: &std::path::Path) -> Vec<String> {
+    let out = std::process::Command::new("git")
+        .args([
+            "log",
+            "--first-parent",
+            "--merges",
+            "--format=%(trailers:key=Work-Item,valueonly)",
+            "main",
+        ])
+        .current_dir(repo)
+        .output()
+        .unwrap_or_else(|e| panic!("git log in {}: {e}", repo.display()));
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .map(str::to_owned)
+        .collect()
+}
+
 /// Every object of `namespace` a user or a tool can read, but Secrets, as JSON: the
 /// project's kinds with their status, ConfigMaps, Events (both APIs) and pods. Scenarios grep
 /// it for credentials that must not be there.

@@ -26,7 +26,7 @@
 //! other missing capability or failed check fails it. Once the report passes, step 5 runs
 //! with no change here.
 
-use std::{path::Path, process::Child, time::Duration};
+use std::{process::Child, time::Duration};
 
 use kube::Api;
 use protobot_api::{BuildWorkItem, ChangeSet, ConditionStatus, LifecycleState, Project};
@@ -207,28 +207,6 @@ async fn until_condition(
     }
 }
 
-/// Merges on the served repository's `main` carrying a `Work-Item:` trailer.
-fn work_item_trailers(bare: &Path) -> Vec<String> {
-    let out = std::process::Command::new("git")
-        .args([
-            "log",
-            "--first-parent",
-            "--merges",
-            "--format=%(trailers:key=Work-Item,valueonly)",
-            "main",
-        ])
-        .current_dir(bare)
-        .output()
-        .unwrap();
-    String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty())
-        .map(str::to_owned)
-        .collect()
-}
-
 async fn acceptance(transport: Transport, name: &str) {
     if skip_without_cluster() {
         return;
@@ -292,27 +270,7 @@ async fn acceptance(transport: Transport, name: &str) {
         ),
     };
     assert!(credential.len() >= 16, "a credential too short to grep for");
-    {
-        use k8s_openapi::{ByteString, api::core::v1::Secret};
-        let object = Secret {
-            metadata: kube::api::ObjectMeta {
-                name: Some("cli-sync-git".into()),
-                namespace: Some(ns.clone()),
-                ..Default::default()
-            },
-            data: Some(
-                secret
-                    .into_iter()
-                    .map(|(k, v)| (k, ByteString(v)))
-                    .collect(),
-            ),
-            ..Default::default()
-        };
-        Api::<Secret>::namespaced(client.clone(), &ns)
-            .create(&Default::default(), &object)
-            .await
-            .unwrap();
-    }
+    protobot_e2e::create_secret(&client, &ns, "cli-sync-git", secret).await;
     create_object(
         &Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(client.clone(), &ns),
         json!({
@@ -432,7 +390,7 @@ async fn acceptance(transport: Transport, name: &str) {
             .expect("the completed item names its merge commit");
         assert_eq!(servers.main_head().to_string(), merged);
         assert_eq!(
-            work_item_trailers(&servers.bare),
+            protobot_e2e::work_item_trailers(&servers.bare),
             std::slice::from_ref(&completed.spec.work_item_id),
             "exactly one merge on the served main carries the item's trailer"
         );

@@ -76,14 +76,7 @@ async fn the_conformance_job_measures_the_profile_in_pods_and_stores_the_report_
     let profile = protobot_kube_executor::SandboxProfile::parse(&s.profile, "kata.yaml").unwrap();
     let executor = protobot_kube_executor::KubernetesExecutor::new(
         s.cluster.operator.clone(),
-        protobot_kube_executor::KubeExecutorConfig::new(
-            &s.ns,
-            protobot_kube_executor::StagingVolume {
-                claim_name: "protobot-staging".into(),
-                mount_path: s.mounts.staging.clone(),
-            },
-            s.tmp.path().join("collected"),
-        ),
+        s.executor_config(),
         profile.clone(),
         protobot_kube_executor::read_report_configmap(s.cluster.operator.clone(), &s.ns, &profile)
             .await
@@ -143,14 +136,7 @@ async fn every_probe_passes_in_pods_of_the_installed_profile_with_its_supervisor
     let Some(bwrap) = bubblewrap() else { return };
     let s = Scenario::prepare("conformance-probes", Node::Bubblewrap(bwrap), |p| p).await;
     let profile = protobot_kube_executor::SandboxProfile::parse(&s.profile, "kata.yaml").unwrap();
-    let mut config = protobot_kube_executor::KubeExecutorConfig::new(
-        &s.ns,
-        protobot_kube_executor::StagingVolume {
-            claim_name: "protobot-staging".into(),
-            mount_path: s.mounts.staging.clone(),
-        },
-        s.tmp.path().join("collected"),
-    );
+    let mut config = s.executor_config();
     config.default_image = Some(conformance_job::PROBE_IMAGE.into());
     // The node runs probe pods as the profile's user: staged directories are chowned to it.
     config.staging_ownership = protobot_kube_executor::StagingOwnership::Auto;

@@ -257,6 +257,19 @@ impl Scenario {
         }
     }
 
+    /// An executor configuration for the scenario's sandbox namespace and staging claim (the
+    /// node's directory for it), collecting under the scenario's scratch.
+    pub fn executor_config(&self) -> protobot_kube_executor::KubeExecutorConfig {
+        protobot_kube_executor::KubeExecutorConfig::new(
+            &self.ns,
+            protobot_kube_executor::StagingVolume {
+                claim_name: "protobot-staging".into(),
+                mount_path: self.mounts.staging.clone(),
+            },
+            self.tmp.path().join("collected"),
+        )
+    }
+
     /// The administrator's client.
     pub fn client(&self) -> &Client {
         &self.cluster.client
