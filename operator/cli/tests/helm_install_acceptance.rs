@@ -182,7 +182,10 @@ async fn until_condition(
     accept: impl Fn(&str) -> bool,
     operator: &Operator,
 ) -> String {
-    let found = tokio::time::timeout(timeout(), async {
+    // The Project controller re-reads a stored report on its resync (decide::RESYNC, 60 s);
+    // only the executor watches the report's ConfigMap.
+    let within = timeout() + protobot_controller::project::decide::RESYNC;
+    let found = tokio::time::timeout(within, async {
         loop {
             let project = projects.get("cli-sync").await.unwrap();
             if let Some(c) = project.status.as_ref().and_then(|s| {
