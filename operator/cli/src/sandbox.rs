@@ -141,6 +141,17 @@ pub struct ConformanceArgs {
     /// Cluster profiles: the supervisor image, when the profile's spec.supervisor names none.
     #[arg(long, value_name = "IMAGE")]
     pub supervisor_image: Option<String>,
+    /// Cluster profiles: the egress proxy's URL as sandbox pods reach it (as `protobot
+    /// operator --egress-proxy-url`). With the session secret, and a profile that allows
+    /// egress, the credential-broker probes (SB-NET, SB-CRED) run as pods through it; the
+    /// proxy must hold the probe rules (docs/egress-proxy.md). Without: `credential-broker`
+    /// is reported unsupported and the report fails closed.
+    #[arg(long, requires = "egress_session_secret")]
+    pub egress_proxy_url: Option<String>,
+    /// Cluster profiles: the file holding the proxy's session secret (as `protobot operator
+    /// --egress-session-secret`).
+    #[arg(long, requires = "egress_proxy_url")]
+    pub egress_session_secret: Option<PathBuf>,
     /// Cluster profiles: where collected probe output is kept (outside the staging volume).
     #[arg(long, default_value = "/var/lib/protobot/work")]
     pub workdir: PathBuf,
@@ -279,6 +290,12 @@ async fn cluster_conformance(
     config.default_image = args.sandbox_image.clone().filter(|i| !i.is_empty());
     config.supervisor_image = args.supervisor_image.clone().filter(|i| !i.is_empty());
     config.staging_ownership = args.staging_ownership.into();
+    if let Some(path) = &args.egress_session_secret {
+        let secret =
+            protobot_egress::SessionSecret::load(path).map_err(|e| refused(crate::one_line(&e)))?;
+        config.egress_session_secret = Some(secret);
+        config.egress_proxy_url = args.egress_proxy_url.clone();
+    }
     // Probe pods carry an instance of their own: an operator replica's garbage collection
     // never touches them, nor this one an operator's.
     config.instance = "conformance".into();

@@ -1,7 +1,9 @@
 //! A `ContainerExecutor` that runs each container in a bubblewrap sandbox, so
 //! pods the operator creates run isolated in tests as they would under a
 //! sandboxed runtime class: their own mount, PID, network, IPC and UTS
-//! namespaces (no route out), the host's `/usr` read-only, a private `/tmp`,
+//! namespaces (no route out; a pod whose NetworkPolicy lets it reach a
+//! Service joins the network namespace `network.rs` built for it instead,
+//! through `nsenter`, with the generated `/etc/hosts`), the host's `/usr` read-only, a private `/tmp`,
 //! each volume bind-mounted at its `mountPath` (read-only when the pod says
 //! so), a cleared environment with only the container's variables, and the
 //! whole sandbox killed with its process group.
@@ -34,24 +36,38 @@ impl BubblewrapContainerExecutor {
 
     /// The bwrap arguments for one container (everything before the argv).
     pub fn arguments(launch: &ContainerLaunch) -> Vec<String> {
-        let mut a: Vec<String> = [
-            "--unshare-all",
-            "--die-with-parent",
-            "--new-session",
-            "--ro-bind",
-            "/usr",
-            "/usr",
-            "--proc",
-            "/proc",
-            "--dev",
-            "/dev",
-            "--tmpfs",
-            "/tmp",
-            "--clearenv",
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
+        // A pod with egress joined its network namespace already (through
+        // `nsenter`): everything `--unshare-all` does but the network.
+        let unshare: &[&str] = if launch.network.is_some() {
+            &[
+                "--unshare-user-try",
+                "--unshare-ipc",
+                "--unshare-pid",
+                "--unshare-uts",
+                "--unshare-cgroup-try",
+            ]
+        } else {
+            &["--unshare-all"]
+        };
+        let mut a: Vec<String> = unshare.iter().map(|s| s.to_string()).collect();
+        a.extend(
+            [
+                "--die-with-parent",
+                "--new-session",
+                "--ro-bind",
+                "/usr",
+                "/usr",
+                "--proc",
+                "/proc",
+                "--dev",
+                "/dev",
+                "--tmpfs",
+                "/tmp",
+                "--clearenv",
+            ]
+            .iter()
+            .map(|s| s.to_string()),
+        );
         // Merged-/usr systems link /bin, /lib… into /usr; others get read-only binds.
         for dir in ["bin", "sbin", "lib", "lib32", "lib64"] {
             let host = Path::new("/").join(dir);
@@ -80,6 +96,15 @@ impl BubblewrapContainerExecutor {
                 m.host_path.to_string_lossy().into_owned(),
                 m.container_path.clone(),
             ]);
+        }
+        if let Some(net) = &launch.network {
+            for (host, inside) in &net.etc_files {
+                a.extend([
+                    "--ro-bind".into(),
+                    host.to_string_lossy().into_owned(),
+                    inside.clone(),
+                ]);
+            }
         }
         a.extend([
             "--setenv".into(),
@@ -116,7 +141,22 @@ impl ContainerExecutor for BubblewrapContainerExecutor {
                 .open(&launch.log_path)
                 .map_err(spawn_err)?;
             let log2 = log.try_clone().map_err(spawn_err)?;
-            let mut cmd = tokio::process::Command::new(&bwrap);
+            let mut cmd = match &launch.network {
+                None => tokio::process::Command::new(&bwrap),
+                Some(net) => {
+                    let nsenter = super::network::find_on_path("nsenter").ok_or_else(|| {
+                        spawn_err(std::io::Error::new(
+                            std::io::ErrorKind::NotFound,
+                            "the pod has egress, but `nsenter` (util-linux) is not installed",
+                        ))
+                    })?;
+                    let mut c = tokio::process::Command::new(nsenter);
+                    c.arg(format!("--net={}", net.netns.display()))
+                        .arg("--")
+                        .arg(&bwrap);
+                    c
+                }
+            };
             cmd.args(Self::arguments(&launch))
                 .args(&launch.argv)
                 .env_clear()

@@ -42,6 +42,9 @@ pub struct ContainerLaunch {
     pub mounts: Vec<Mount>,
     /// Where stdout and stderr go.
     pub log_path: PathBuf,
+    /// The pod's network when a NetworkPolicy lets it reach a Service
+    /// (`None`: no network at all). [`ProcessExecutor`] ignores it.
+    pub network: Option<super::network::ContainerNetwork>,
 }
 
 /// How a container ended.

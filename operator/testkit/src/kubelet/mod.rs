@@ -13,6 +13,7 @@ mod backend;
 mod env;
 mod executor;
 pub(crate) mod logs;
+mod network;
 mod pod;
 mod volumes;
 
@@ -36,6 +37,7 @@ pub use executor::{
     ContainerExecutor, ContainerExit, ContainerLaunch, ExecFuture, ExecutorError, KillSignal,
     Mount, ProcessExecutor,
 };
+pub use network::{ContainerNetwork, Destination, NODE_ENDPOINT_ANNOTATION, allowed_destinations};
 
 use crate::{server::ApiServer, store::ObjectKey};
 
