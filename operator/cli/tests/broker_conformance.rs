@@ -20,19 +20,13 @@
 //! bubblewrap, `ip`, `nsenter` and `curl`; skipped without a cluster unless
 //! `PROTOBOT_E2E_REQUIRE_CLUSTER=1`, and without root unless `PROTOBOT_REQUIRE_EGRESS=1`.
 
-use std::{collections::HashMap, net::SocketAddr, sync::Arc};
+use std::{net::SocketAddr, sync::Arc};
 
-use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Service};
-use kube::{
-    Api, Client,
-    api::{Patch, PatchParams},
-};
+use k8s_openapi::api::core::v1::PersistentVolumeClaim;
+use kube::Api;
 use protobot_e2e::{Cluster, create_object};
-use protobot_egress::{
-    Broker, Credential, CredentialStore, EgressMetrics, EgressPolicy, Limits, SessionRegistry,
-    SessionSecret, Upstream, probe, server::serve,
-};
-use protobot_executors::{BROKER_TOKEN_SENTINEL, ConformanceReport, SandboxBackend};
+use protobot_egress::{SessionSecret, probe};
+use protobot_executors::{ConformanceReport, SandboxBackend};
 use protobot_kube_executor::{
     KubeExecutorConfig, KubernetesExecutor, SandboxProfile, StagingOwnership, StagingVolume,
     conformance,
@@ -69,44 +63,9 @@ fn skip() -> bool {
     false
 }
 
-/// The probe upstream, for the probe host and the unapproved one (a proxy that wrongly
-/// forwards to the latter gets a 403 from it, not a denial of its own).
-async fn upstream() -> HashMap<String, SocketAddr> {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(probe::serve_upstream(
-        listener,
-        BROKER_TOKEN_SENTINEL.to_owned(),
-    ));
-    [
-        (probe::PROBE_HOST.to_owned(), addr),
-        (probe::UNAPPROVED_HOST.to_owned(), addr),
-    ]
-    .into()
-}
-
-/// A real broker with `policy`, holding the sentinel as credential `probe`.
+/// A real broker deciding by `policy`.
 async fn broker(policy: &str) -> SocketAddr {
-    let metrics = EgressMetrics::register(&prometheus::Registry::new()).unwrap();
-    let broker = Broker::new(
-        EgressPolicy::from_yaml(policy, "<probe policy>").unwrap(),
-        CredentialStore::from_pairs([("probe", Credential::new(BROKER_TOKEN_SENTINEL))]),
-        SessionRegistry::new(SessionSecret::new(SECRET.to_vec())),
-        Upstream::plaintext_for_tests(upstream().await),
-        metrics,
-        Limits::default(),
-    );
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(serve(
-        listener,
-        move |req| {
-            let broker = broker.clone();
-            async move { broker.handle(req).await }
-        },
-        std::future::pending(),
-    ));
-    addr
+    protobot_e2e::start_probe_broker(&SessionSecret::new(SECRET.to_vec()), policy).await
 }
 
 /// A "proxy" that answers every request as if the upstream had: it allows anything,
@@ -132,26 +91,12 @@ async fn open_proxy() -> SocketAddr {
     addr
 }
 
-/// Points the proxy Service's node endpoint at `addr`.
-async fn route_proxy_to(client: &Client, ns: &str, addr: SocketAddr) {
-    let services: Api<Service> = Api::namespaced(client.clone(), ns);
-    let patch = json!({"metadata": {"annotations": {
-        protobot_testkit::kubelet::NODE_ENDPOINT_ANNOTATION: addr.to_string()
-    }}});
-    services
-        .patch(
-            "protobot-egress-proxy",
-            &PatchParams::default(),
-            &Patch::Merge(&patch),
-        )
-        .await
-        .unwrap();
-}
-
 struct Scenario {
     cluster: Cluster,
     kubelet: protobot_testkit::Kubelet,
     profile: SandboxProfile,
+    /// The URL sandboxes reach the proxy Service by.
+    proxy_url: String,
     tmp: tempfile::TempDir,
 }
 
@@ -169,17 +114,9 @@ impl Scenario {
             }),
         )
         .await;
-        // The proxy's Service as the chart renders it (selector = the proxy pods' labels).
-        create_object(
-            &Api::<Service>::namespaced(client.clone(), &ns),
-            json!({
-                "apiVersion": "v1", "kind": "Service",
-                "metadata": {"name": "protobot-egress-proxy", "namespace": ns},
-                "spec": {"selector": {"app.kubernetes.io/name": "protobot-egress-proxy"},
-                         "ports": [{"name": "proxy", "port": 3128, "targetPort": 3128}]},
-            }),
-        )
-        .await;
+        // The proxy's Service; each measurement points it at its own proxy.
+        let proxy_url =
+            protobot_e2e::egress_proxy_service(&cluster, "127.0.0.1:9".parse().unwrap()).await;
         let kubelet = protobot_testkit::Kubelet::connect(
             client,
             Arc::new(protobot_testkit::BubblewrapContainerExecutor::from_path().unwrap()),
@@ -204,6 +141,7 @@ impl Scenario {
             cluster,
             kubelet,
             profile,
+            proxy_url,
             tmp: tempfile::tempdir().unwrap(),
         }
     }
@@ -231,17 +169,9 @@ impl Scenario {
         .unwrap()
     }
 
-    /// The proxy URL sandboxes use: the Service's cluster DNS name.
-    fn proxy_url(&self) -> String {
-        format!(
-            "http://protobot-egress-proxy.{}.svc:3128",
-            self.cluster.namespace
-        )
-    }
-
     async fn measure(&self, proxy: SocketAddr) -> ConformanceReport {
-        route_proxy_to(&self.cluster.client, &self.cluster.namespace, proxy).await;
-        let executor = self.executor(Some(self.proxy_url()));
+        protobot_e2e::route_egress_proxy(&self.cluster, proxy).await;
+        let executor = self.executor(Some(self.proxy_url.clone()));
         conformance::measure(&self.cluster.client, &executor).await
     }
 }
@@ -306,7 +236,11 @@ async fn the_broker_checks_run_as_pods_through_the_proxy_and_fail_for_a_broken_b
     assert_eq!(bare.broker_probe_proxy(), None);
 
     // A real broker: every NET and CRED check passes through the pod.
-    let good = broker(&probe::probe_policy("worker-a", "probe")).await;
+    let good = broker(&probe::probe_policy(
+        "worker-a",
+        protobot_e2e::PROBE_CREDENTIAL,
+    ))
+    .await;
     let report = s.measure(good).await;
     let cap = report
         .capabilities

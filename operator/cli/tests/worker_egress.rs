@@ -248,18 +248,7 @@ async fn a_worker_class_with_egress_reaches_its_model_only_through_the_proxy() {
     let (proxy_addr, metrics) = proxy(&double).await;
     // The proxy's Service, as the chart renders it; the simulated node relays to the
     // broker on loopback.
-    create_object(
-        &Api::<Service>::namespaced(client.clone(), &ns),
-        json!({
-            "apiVersion": "v1", "kind": "Service",
-            "metadata": {"name": "protobot-egress-proxy", "namespace": ns, "annotations": {
-                protobot_testkit::kubelet::NODE_ENDPOINT_ANNOTATION: proxy_addr.to_string()}},
-            "spec": {"selector": {"app.kubernetes.io/name": "protobot-egress-proxy"},
-                     "ports": [{"name": "proxy", "port": 3128, "targetPort": 3128}]},
-        }),
-    )
-    .await;
-    let proxy_url = format!("http://protobot-egress-proxy.{ns}.svc:3128");
+    let proxy_url = protobot_e2e::egress_proxy_service(&cluster, proxy_addr).await;
     let kubelet = protobot_testkit::Kubelet::connect(
         client.clone(),
         Arc::new(protobot_testkit::BubblewrapContainerExecutor::from_path().unwrap()),

@@ -124,6 +124,39 @@ fn parse_endpoint(v: &str) -> Option<(String, u16)> {
     (!host.is_empty()).then(|| (host.to_owned(), port))
 }
 
+/// Whether `policy` selects `pod` and restricts its egress (so its egress rules apply).
+fn limits_egress_of(pod: &Value, policy: &Value) -> bool {
+    let pod_ns = str_at(pod, "/metadata/namespace").unwrap_or("default");
+    if str_at(policy, "/metadata/namespace").is_some_and(|ns| ns != pod_ns) {
+        return false;
+    }
+    let selects = policy
+        .pointer("/spec/podSelector")
+        .and_then(match_labels)
+        .is_some_and(|wanted| subset(&wanted, &labels(pod)));
+    let types: Vec<&str> = policy
+        .pointer("/spec/policyTypes")
+        .and_then(Value::as_array)
+        .map(|a| a.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    selects && (types.contains(&"Egress") || policy.pointer("/spec/egress").is_some())
+}
+
+/// Whether any of `policies` may let `pod` reach a Service (one that selects it has an
+/// egress rule naming peers): without one, the pod gets no network and nothing else is read.
+fn may_reach_services(pod: &Value, policies: &[Value]) -> bool {
+    policies
+        .iter()
+        .filter(|p| limits_egress_of(pod, p))
+        .filter_map(|p| p.pointer("/spec/egress").and_then(Value::as_array))
+        .flatten()
+        .any(|rule| {
+            rule.get("to")
+                .and_then(Value::as_array)
+                .is_some_and(|to| !to.is_empty())
+        })
+}
+
 /// The Services `pod` may reach under `policies` (its namespace's
 /// NetworkPolicies), given every Namespace and Service the node can see.
 /// Pure; see the module docs for what is read.
@@ -134,25 +167,8 @@ pub fn allowed_destinations(
     services: &[Value],
 ) -> Vec<Destination> {
     let pod_ns = str_at(pod, "/metadata/namespace").unwrap_or("default");
-    let pod_labels = labels(pod);
     let mut out: Vec<Destination> = Vec::new();
-    for policy in policies {
-        if str_at(policy, "/metadata/namespace").is_some_and(|ns| ns != pod_ns) {
-            continue;
-        }
-        let selects = policy
-            .pointer("/spec/podSelector")
-            .and_then(match_labels)
-            .is_some_and(|wanted| subset(&wanted, &pod_labels));
-        let types: Vec<&str> = policy
-            .pointer("/spec/policyTypes")
-            .and_then(Value::as_array)
-            .map(|a| a.iter().filter_map(Value::as_str).collect())
-            .unwrap_or_default();
-        let limits_egress = types.contains(&"Egress") || policy.pointer("/spec/egress").is_some();
-        if !selects || !limits_egress {
-            continue;
-        }
+    for policy in policies.iter().filter(|p| limits_egress_of(pod, p)) {
         for rule in policy
             .pointer("/spec/egress")
             .and_then(Value::as_array)
@@ -304,8 +320,15 @@ pub(crate) async fn destinations(backend: &Backend, pod: &Value) -> Vec<Destinat
                         .filter_map(|o| serde_json::to_value(o).ok())
                         .collect())
                 }
+                let policies = list(
+                    values(Api::<NetworkPolicy>::namespaced(client.clone(), ns)).await,
+                    "NetworkPolicies",
+                );
+                if !may_reach_services(pod, &policies) {
+                    return (policies, Vec::new(), Vec::new());
+                }
                 (
-                    list(values(Api::<NetworkPolicy>::namespaced(client.clone(), ns)).await, "NetworkPolicies"),
+                    policies,
                     list(values(Api::<Namespace>::all(client.clone())).await, "Namespaces"),
                     list(values(Api::<Service>::all(client)).await, "Services"),
                 )
@@ -569,6 +592,16 @@ mod tests {
             1
         );
         assert!(allowed_destinations(&pod(), &[policy(rule)], &[], &[svc]).is_empty());
+    }
+
+    #[test]
+    fn only_a_policy_with_egress_peers_makes_the_node_look_further() {
+        assert!(may_reach_services(&pod(), &[policy(proxy_rule())]));
+        assert!(!may_reach_services(&pod(), &[policy(json!([]))]));
+        assert!(!may_reach_services(&pod(), &[]));
+        let mut other = policy(proxy_rule());
+        other["spec"]["podSelector"] = json!({"matchLabels": {"protobot.dev/run": "r2"}});
+        assert!(!may_reach_services(&pod(), &[other]));
     }
 
     #[test]
