@@ -292,8 +292,8 @@ pub async fn sandbox_platform(cluster: &Cluster, runtime_class: &str) {
 }
 
 /// The credential name the conformance probe broker ([`start_probe_broker`]) holds the
-/// suite's sentinel under.
-pub const PROBE_CREDENTIAL: &str = "probe";
+/// suite's sentinel under (the one `protobot egress-proxy --conformance-probe` uses).
+pub const PROBE_CREDENTIAL: &str = protobot_egress::probe::PROBE_CREDENTIAL;
 
 /// A real egress proxy and credential broker (`protobot_egress::Broker`, as `protobot
 /// egress-proxy` serves it) on a loopback port, deciding by `policy` with `secret` as the

@@ -95,6 +95,8 @@ struct Scenario {
     cluster: Cluster,
     kubelet: protobot_testkit::Kubelet,
     profile: SandboxProfile,
+    /// Its document.
+    profile_text: String,
     /// The URL sandboxes reach the proxy Service by.
     proxy_url: String,
     tmp: tempfile::TempDir,
@@ -141,6 +143,7 @@ impl Scenario {
             cluster,
             kubelet,
             profile,
+            profile_text: text,
             proxy_url,
             tmp: tempfile::tempdir().unwrap(),
         }
@@ -277,6 +280,107 @@ async fn the_broker_checks_run_as_pods_through_the_proxy_and_fail_for_a_broken_b
         "a proxy that allows a direct IP fails SB-NET-004: {failed:?}"
     );
 
+    drop(s.kubelet);
+    s.cluster.cleanup().await;
+}
+
+/// A free loopback port (bound, then released for the child to take).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// `protobot egress-proxy --conformance-probe` with an empty policy and no credentials of
+/// its own, started as a process; returns it once it serves (its "egress proxy started"
+/// log line; a proxy that exits first fails the test) and its address.
+fn proxy_process(dir: &std::path::Path) -> (std::process::Child, SocketAddr) {
+    use std::io::BufRead;
+    std::fs::write(dir.join("policy.yaml"), "rules: []\n").unwrap();
+    std::fs::create_dir_all(dir.join("credentials")).unwrap();
+    std::fs::write(dir.join("secret"), SECRET).unwrap();
+    let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_protobot"))
+        .args(["egress-proxy", "--conformance-probe", "--log", "info"])
+        .arg(format!("--listen={addr}"))
+        .arg(format!("--admin-listen=127.0.0.1:{}", free_port()))
+        .arg(format!("--policy={}", dir.join("policy.yaml").display()))
+        .arg(format!(
+            "--credentials-dir={}",
+            dir.join("credentials").display()
+        ))
+        .arg(format!("--session-secret={}", dir.join("secret").display()))
+        .env_remove("RUST_LOG")
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Its log is JSON lines on stdout.
+    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    loop {
+        let line = lines
+            .next()
+            .expect("the proxy exited before it served")
+            .unwrap();
+        assert!(!line.contains("not started"), "{line}");
+        if line.contains("egress proxy started") {
+            assert!(line.contains("\"conformance_probe\":true"), "{line}");
+            break;
+        }
+    }
+    // Keep draining its log so it never blocks on a full pipe.
+    std::thread::spawn(move || for _ in lines {});
+    (child, addr)
+}
+
+/// The deployed proxy's own binary, measured by `protobot sandbox conformance --profile kata
+/// --egress-proxy-url … --egress-session-secret …`: every NET and CRED check passes through
+/// the probe pod, and only the missing supervisor fails the report.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sandbox_conformance_command_measures_the_egress_proxy_binary_through_pods() {
+    if skip() {
+        return;
+    }
+    let s = Scenario::prepare().await;
+    let ns = s.cluster.namespace.clone();
+    let (mut proxy, addr) = proxy_process(s.tmp.path());
+    protobot_e2e::route_egress_proxy(&s.cluster, addr).await;
+    let profile_file = s.tmp.path().join("kata.yaml");
+    std::fs::write(&profile_file, &s.profile_text).unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_protobot"))
+        .args(["sandbox", "conformance", "--profile", "kata", "--no-store"])
+        .arg(format!("--profile-file={}", profile_file.display()))
+        .arg(format!("--sandbox-namespace={ns}"))
+        .arg(format!(
+            "--staging-path={}",
+            s.kubelet
+                .claim_dir(&ns, "protobot-staging")
+                .unwrap()
+                .display()
+        ))
+        .args(["--staging-ownership", "keep"])
+        .arg("--sandbox-image=registry.example.invalid/worker:e2e")
+        .arg(format!("--workdir={}", s.tmp.path().join("work").display()))
+        .arg(format!("--egress-proxy-url={}", s.proxy_url))
+        .arg(format!(
+            "--egress-session-secret={}",
+            s.tmp.path().join("secret").display()
+        ))
+        .output()
+        .unwrap();
+    let _ = proxy.kill();
+    let _ = proxy.wait();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let report: ConformanceReport = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("stdout is not a report ({e}): {stderr}"));
+    assert_eq!(
+        failed_broker_checks(&report),
+        Vec::<String>::new(),
+        "the proxy binary passes every NET and CRED check: {stderr}"
+    );
+    assert_eq!(report.missing_capabilities(), ["resource-limits"]);
+    assert_eq!(out.status.code(), Some(1), "a failing report exits 1");
     drop(s.kubelet);
     s.cluster.cleanup().await;
 }

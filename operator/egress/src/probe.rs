@@ -26,6 +26,43 @@ pub const REDIRECT_PATH: &str = "/v2/redirect";
 pub const UNAPPROVED_HOST: &str = "evil.example.invalid";
 /// The body of the upstream's allowed answer, before `auth=`.
 pub const OK_PAYLOAD: &str = "ok-payload";
+/// The credential the probe rules name when the proxy serves the probe itself
+/// (`protobot egress-proxy --conformance-probe`).
+pub const PROBE_CREDENTIAL: &str = "protobot-conformance-probe";
+/// Its value: the conformance suite's public sentinel
+/// (`protobot_executors::BROKER_TOKEN_SENTINEL`), so a probe that finds it
+/// where it must not be has found a leak. It guards nothing.
+pub const PROBE_CREDENTIAL_VALUE: &str = "PROTOBOT-SANDBOX-BROKER-TOKEN";
+/// The role the suite's probe runs have.
+pub const PROBE_ROLE: &str = "worker-a";
+
+/// Serves the probe for a deployed proxy: starts the probe upstream on a
+/// loopback port of this process and returns `(policy, credentials,
+/// upstream)` with the probe rules ([`probe_policy`] for [`PROBE_ROLE`]), the
+/// sentinel credential [`PROBE_CREDENTIAL`] and [`PROBE_HOST`] routed to the
+/// local upstream added. Must be called inside a Tokio runtime.
+pub async fn serve_in_process(
+    policy: crate::EgressPolicy,
+    credentials: crate::CredentialStore,
+    upstream: crate::Upstream,
+) -> std::io::Result<(crate::EgressPolicy, crate::CredentialStore, crate::Upstream)> {
+    let listener = TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    tokio::spawn(serve_upstream(listener, PROBE_CREDENTIAL_VALUE.to_owned()));
+    let rules = crate::EgressPolicy::from_yaml(
+        &probe_policy(PROBE_ROLE, PROBE_CREDENTIAL),
+        "<conformance probe rules>",
+    )
+    .map_err(std::io::Error::other)?;
+    Ok((
+        policy.with_rules_of(rules),
+        credentials.with(
+            PROBE_CREDENTIAL,
+            crate::Credential::new(PROBE_CREDENTIAL_VALUE),
+        ),
+        upstream.with_local_host(PROBE_HOST, addr),
+    ))
+}
 
 /// The policy rules the broker probes need: role `role` may `GET`
 /// [`ALLOWED_PATH`] and [`REDIRECT_PATH`] on [`PROBE_HOST`] with the
@@ -101,6 +138,48 @@ mod tests {
     #[test]
     fn the_probe_policy_parses() {
         EgressPolicy::from_yaml(&probe_policy("worker-a", "probe"), "<probe>").unwrap();
+    }
+
+    #[tokio::test]
+    async fn serving_the_probe_in_process_adds_its_rules_credential_and_host() {
+        use http_body_util::BodyExt;
+        let base = EgressPolicy::from_yaml(
+            "rules:\n  - role: worker-b\n    destination: api.example.com\n    method: POST\n    path: /v1/x\n",
+            "<base>",
+        )
+        .unwrap();
+        let (policy, credentials, upstream) = serve_in_process(
+            base,
+            crate::CredentialStore::default(),
+            crate::Upstream::plaintext_for_tests(Default::default()),
+        )
+        .await
+        .unwrap();
+        assert_eq!(
+            policy.rules().len(),
+            3,
+            "the base rule and the two probe rules"
+        );
+        assert_eq!(policy.rules()[0].destination, "api.example.com");
+        assert_eq!(
+            credentials.get(PROBE_CREDENTIAL).map(|c| c.expose()),
+            Some(PROBE_CREDENTIAL_VALUE)
+        );
+        let request = |auth: &str| {
+            hyper::Request::get(format!("https://{PROBE_HOST}{ALLOWED_PATH}"))
+                .header(header::AUTHORIZATION, auth)
+                .body(Full::new(Bytes::new()))
+                .unwrap()
+        };
+        let ok = upstream
+            .send(request(&format!("Bearer {PROBE_CREDENTIAL_VALUE}")))
+            .await
+            .unwrap();
+        assert_eq!(ok.status(), StatusCode::OK);
+        let body = ok.into_body().collect().await.unwrap().to_bytes();
+        assert!(body.starts_with(OK_PAYLOAD.as_bytes()));
+        let refused = upstream.send(request("Bearer other")).await.unwrap();
+        assert_eq!(refused.status(), StatusCode::UNAUTHORIZED);
     }
 
     #[test]

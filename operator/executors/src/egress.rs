@@ -307,6 +307,15 @@ mod tests {
     }
 
     #[test]
+    fn the_probe_credential_is_the_suites_sentinel() {
+        // The broker checks look for the sentinel where the probe credential must not be.
+        assert_eq!(
+            protobot_egress::probe::PROBE_CREDENTIAL_VALUE,
+            crate::BROKER_TOKEN_SENTINEL
+        );
+    }
+
+    #[test]
     fn the_token_expires_after_the_wall_clock_and_the_grace() {
         let s = Duration::from_secs;
         assert_eq!(token_expiry(s(1000), s(600), s(60)), 1660);
