@@ -343,12 +343,14 @@ pub async fn start_probe_broker(
 /// Creates the egress proxy's Service (`protobot-egress-proxy`, selecting the proxy pods'
 /// label as the chart's does, port 3128) in the scenario namespace, with the simulated
 /// node's endpoint annotation pointing at `endpoint` (a proxy the test runs on loopback),
-/// and returns the URL sandbox pods reach it by: the Service's DNS name.
+/// and returns the URL sandbox pods reach it by: its cluster IP (their NetworkPolicy denies
+/// DNS, so a name would not resolve; on the double, which allocates none, loopback).
 pub async fn egress_proxy_service(cluster: &Cluster, endpoint: std::net::SocketAddr) -> String {
     use k8s_openapi::api::core::v1::Service;
     let ns = &cluster.namespace;
+    let services = Api::<Service>::namespaced(cluster.client.clone(), ns);
     create_object(
-        &Api::<Service>::namespaced(cluster.client.clone(), ns),
+        &services,
         serde_json::json!({
             "apiVersion": "v1", "kind": "Service",
             "metadata": {"name": "protobot-egress-proxy", "namespace": ns, "annotations": {
@@ -358,7 +360,15 @@ pub async fn egress_proxy_service(cluster: &Cluster, endpoint: std::net::SocketA
         }),
     )
     .await;
-    format!("http://protobot-egress-proxy.{ns}.svc:3128")
+    let ip = services
+        .get("protobot-egress-proxy")
+        .await
+        .unwrap()
+        .spec
+        .and_then(|s| s.cluster_ip)
+        .filter(|ip| !ip.is_empty() && ip != "None")
+        .unwrap_or_else(|| "127.0.0.1".to_owned());
+    format!("http://{ip}:3128")
 }
 
 /// Points the Service [`egress_proxy_service`] made at another `endpoint`.

@@ -71,7 +71,8 @@ pub struct KubeExecutorConfig {
     /// `None`: runs asking for egress are refused.
     pub egress_session_secret: Option<protobot_egress::SessionSecret>,
     /// The egress proxy's base URL as sandboxes reach it (the operator's
-    /// `--egress-proxy-url`, e.g. the proxy Service's DNS name). With the
+    /// `--egress-proxy-url`: the proxy Service's cluster IP, as the run's policy
+    /// denies DNS). With the
     /// session secret and a profile that allows egress, the executor reports
     /// `credential-broker` supported and the conformance suite's broker probes
     /// run through this URL. `None`: the capability is reported unsupported.

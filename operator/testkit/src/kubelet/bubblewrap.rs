@@ -3,7 +3,7 @@
 //! sandboxed runtime class: their own mount, PID, network, IPC and UTS
 //! namespaces (no route out; a pod whose NetworkPolicy lets it reach a
 //! Service joins the network namespace `network.rs` built for it instead,
-//! through `nsenter`, with the generated `/etc/hosts`), the host's `/usr` read-only, a private `/tmp`,
+//! through `nsenter`), the host's `/usr` read-only, a private `/tmp`,
 //! each volume bind-mounted at its `mountPath` (read-only when the pod says
 //! so), a cleared environment with only the container's variables, and the
 //! whole sandbox killed with its process group.
@@ -96,15 +96,6 @@ impl BubblewrapContainerExecutor {
                 m.host_path.to_string_lossy().into_owned(),
                 m.container_path.clone(),
             ]);
-        }
-        if let Some(net) = &launch.network {
-            for (host, inside) in &net.etc_files {
-                a.extend([
-                    "--ro-bind".into(),
-                    host.to_string_lossy().into_owned(),
-                    inside.clone(),
-                ]);
-            }
         }
         a.extend([
             "--setenv".into(),

@@ -6,11 +6,10 @@
 //! node can reach. Then the pod gets a network namespace of its own holding
 //! only `lo` (`protobot_egress::netns`, root required), and for each allowed
 //! Service a listener inside it on the Service's cluster IP and port (on
-//! `lo`), relayed from the host's namespace to the Service's endpoint. A
-//! generated `/etc/hosts` names the Service (`<name>.<namespace>.svc` and
-//! `….svc.cluster.local`), as cluster DNS would; there is no resolver, so
-//! every other name fails at once, and there is no route, so every direct
-//! connection fails at once.
+//! `lo`), relayed from the host's namespace to the Service's endpoint. There
+//! is no resolver, as under the run's policy (which denies DNS): the pod
+//! reaches the Service by its cluster IP only, and every name fails at once;
+//! there is no route, so every direct connection fails at once.
 //!
 //! What is simulated: the Service's endpoint is read from its annotation
 //! [`NODE_ENDPOINT_ANNOTATION`] (`host:port` on the test machine's
@@ -31,7 +30,7 @@
 use std::{
     collections::BTreeMap,
     net::{IpAddr, Ipv4Addr},
-    path::{Path, PathBuf},
+    path::PathBuf,
 };
 
 use k8s_openapi::api::{
@@ -339,33 +338,11 @@ pub(crate) async fn destinations(backend: &Backend, pod: &Value) -> Vec<Destinat
     allowed_destinations(pod, &policies, &namespaces, &services)
 }
 
-/// The `/etc/hosts` a pod with `destinations` sees (pure).
-pub fn hosts_file(destinations: &[Destination]) -> String {
-    let mut s = String::from("127.0.0.1\tlocalhost\n");
-    let mut seen = Vec::new();
-    for d in destinations {
-        let key = (d.address, d.namespace.clone(), d.service.clone());
-        if seen.contains(&key) {
-            continue;
-        }
-        seen.push(key);
-        s.push_str(&format!(
-            "{}\t{svc}.{ns}.svc.cluster.local {svc}.{ns}.svc\n",
-            d.address,
-            svc = d.service,
-            ns = d.namespace
-        ));
-    }
-    s
-}
-
 /// What a container of a pod with egress runs in.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ContainerNetwork {
     /// The pod's network namespace file (`nsenter --net=`).
     pub netns: PathBuf,
-    /// Files bind-mounted read-only into the container: (host file, path inside).
-    pub etc_files: Vec<(PathBuf, String)>,
 }
 
 /// A pod's network namespace and relays; dropping it ends them.
@@ -373,18 +350,12 @@ pub(crate) struct PodNetwork {
     // Relays first: they stop accepting before the namespace goes.
     _relays: Vec<Relay>,
     netns: NetNs,
-    etc_files: Vec<(PathBuf, String)>,
 }
 
 impl PodNetwork {
     /// Builds the namespace for `destinations` (none: `Ok(None)`, the pod
-    /// gets no network), writing its `/etc` files under `pod_dir`. Must be
-    /// called inside a Tokio runtime; blocks on `ip`.
-    pub fn set_up(
-        name: &str,
-        pod_dir: &Path,
-        destinations: &[Destination],
-    ) -> Result<Option<PodNetwork>, String> {
+    /// gets no network). Must be called inside a Tokio runtime; blocks on `ip`.
+    pub fn set_up(name: &str, destinations: &[Destination]) -> Result<Option<PodNetwork>, String> {
         if destinations.is_empty() {
             return Ok(None);
         }
@@ -415,21 +386,9 @@ impl PodNetwork {
                     .map_err(|e| format!("failed to start the relay to {}: {e}", d.service))?,
             );
         }
-        let etc = pod_dir.join("etc");
-        std::fs::create_dir_all(&etc).map_err(|e| format!("creating {}: {e}", etc.display()))?;
-        let mut etc_files = Vec::new();
-        for (file, body) in [
-            ("hosts", hosts_file(destinations)),
-            ("nsswitch.conf", "hosts: files\n".to_owned()),
-        ] {
-            let path = etc.join(file);
-            std::fs::write(&path, body).map_err(|e| format!("writing {}: {e}", path.display()))?;
-            etc_files.push((path, format!("/etc/{file}")));
-        }
         Ok(Some(PodNetwork {
             _relays: relays,
             netns,
-            etc_files,
         }))
     }
 
@@ -437,7 +396,6 @@ impl PodNetwork {
     pub fn container(&self) -> ContainerNetwork {
         ContainerNetwork {
             netns: self.netns.path(),
-            etc_files: self.etc_files.clone(),
         }
     }
 }
@@ -447,7 +405,6 @@ impl PodNetwork {
 pub(crate) async fn prepare(
     backend: &Backend,
     pod: &Value,
-    pod_dir: &Path,
     uid: &str,
 ) -> Result<Option<PodNetwork>, String> {
     let destinations = destinations(backend, pod).await;
@@ -455,8 +412,7 @@ pub(crate) async fn prepare(
         return Ok(None);
     }
     let name = format!("testkit-{}", uid.get(..23).unwrap_or(uid));
-    let pod_dir = pod_dir.to_path_buf();
-    tokio::task::spawn_blocking(move || PodNetwork::set_up(&name, &pod_dir, &destinations))
+    tokio::task::spawn_blocking(move || PodNetwork::set_up(&name, &destinations))
         .await
         .map_err(|e| format!("setting up the pod's network panicked: {e}"))?
 }
@@ -526,9 +482,6 @@ mod tests {
                 endpoint_port: 40123,
             }]
         );
-        assert!(hosts_file(&got).contains(
-            "10.96.0.17\tprotobot-egress-proxy.sys.svc.cluster.local protobot-egress-proxy.sys.svc\n"
-        ));
     }
 
     #[test]

@@ -350,7 +350,7 @@ pub(crate) async fn run_pod(
     // The pod's network namespace and relays live as long as this function.
     let mut _network = None;
     let prepared = match prepared {
-        Ok(v) => super::network::prepare(&ctx.backend, &pod, &pod_dir, &run.uid)
+        Ok(v) => super::network::prepare(&ctx.backend, &pod, &run.uid)
             .await
             .map(|net| {
                 run.network = net.as_ref().map(super::network::PodNetwork::container);
