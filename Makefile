@@ -102,7 +102,7 @@ e2e-real: ## the e2e scenarios against the real API server, the operator under t
 	kubeconfig=$$(scripts/kube-test-env up | tail -1); \
 	  KUBECONFIG=$${kubeconfig#KUBECONFIG=} PROTOBOT_E2E_REQUIRE_CLUSTER=1 HELM=$(abspath $(HELM)) \
 	  $(CARGO) nextest run -p protobot-e2e -p protobot-cli --no-fail-fast \
-	    -E 'package(protobot-e2e) | binary(operator_replicas) | binary(wms_kubernetes) | binary(sandbox_conformance) | binary(helm_install_acceptance)'
+	    -E 'package(protobot-e2e) | binary(operator_replicas) | binary(wms_kubernetes) | binary(sandbox_conformance) | binary(helm_install_acceptance) | binary(broker_conformance) | binary(worker_egress)'
 
 ## Lint
 .PHONY: lint

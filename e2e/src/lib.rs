@@ -370,3 +370,108 @@ pub async fn sandbox_platform(cluster: &Cluster, runtime_class: &str) {
         Err(e) => panic!("create ServiceAccount protobot-sandbox: {e}"),
     }
 }
+
+/// The credential name the conformance probe broker ([`start_probe_broker`]) holds the
+/// suite's sentinel under (the one `protobot egress-proxy --conformance-probe` uses).
+pub const PROBE_CREDENTIAL: &str = protobot_egress::probe::PROBE_CREDENTIAL;
+
+/// A real egress proxy and credential broker (`protobot_egress::Broker`, as `protobot
+/// egress-proxy` serves it) on a loopback port, deciding by `policy` with `secret` as the
+/// session secret, holding the suite's sentinel (`BROKER_TOKEN_SENTINEL`) as credential
+/// [`PROBE_CREDENTIAL`], and reaching the conformance probe upstream
+/// (`protobot_egress::probe::serve_upstream`) for the probe host and the unapproved one
+/// over plain HTTP. `protobot_egress::probe::probe_policy("worker-a", PROBE_CREDENTIAL)` is
+/// the policy the broker checks pass with. Runs until the runtime ends.
+pub async fn start_probe_broker(
+    secret: &protobot_egress::SessionSecret,
+    policy: &str,
+) -> std::net::SocketAddr {
+    use protobot_egress::{
+        Broker, Credential, CredentialStore, EgressMetrics, EgressPolicy, Limits, SessionRegistry,
+        Upstream, probe, server::serve,
+    };
+    use tokio::net::TcpListener;
+    let upstream = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let upstream_addr = upstream.local_addr().unwrap();
+    let sentinel = protobot_executors::BROKER_TOKEN_SENTINEL;
+    tokio::spawn(probe::serve_upstream(upstream, sentinel.to_owned()));
+    let routes = [
+        (probe::PROBE_HOST.to_owned(), upstream_addr),
+        (probe::UNAPPROVED_HOST.to_owned(), upstream_addr),
+    ];
+    let broker = Broker::new(
+        EgressPolicy::from_yaml(policy, "<probe policy>").unwrap(),
+        CredentialStore::from_pairs([(PROBE_CREDENTIAL, Credential::new(sentinel))]),
+        SessionRegistry::new(secret.clone()),
+        Upstream::plaintext_for_tests(routes.into()),
+        EgressMetrics::register(&prometheus::Registry::new()).unwrap(),
+        Limits::default(),
+    );
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(serve(
+        listener,
+        move |req| {
+            let broker = broker.clone();
+            async move { broker.handle(req).await }
+        },
+        std::future::pending(),
+    ));
+    addr
+}
+
+/// Creates the egress proxy's Service (`protobot-egress-proxy`, selecting the proxy pods'
+/// label as the chart's does, port 3128) in the scenario namespace, with the simulated
+/// node's endpoint annotation pointing at `endpoint` (a proxy the test runs on loopback),
+/// and returns the URL sandbox pods reach it by: its cluster IP (their NetworkPolicy denies
+/// DNS, so a name would not resolve; on the double, which allocates none, loopback).
+pub async fn egress_proxy_service(cluster: &Cluster, endpoint: std::net::SocketAddr) -> String {
+    use k8s_openapi::api::core::v1::Service;
+    let ns = &cluster.namespace;
+    let services = Api::<Service>::namespaced(cluster.client.clone(), ns);
+    create_object(
+        &services,
+        serde_json::json!({
+            "apiVersion": "v1", "kind": "Service",
+            "metadata": {"name": "protobot-egress-proxy", "namespace": ns, "annotations": {
+                protobot_testkit::kubelet::NODE_ENDPOINT_ANNOTATION: endpoint.to_string()}},
+            "spec": {"selector": {"app.kubernetes.io/name": "protobot-egress-proxy"},
+                     "ports": [{"name": "proxy", "port": 3128, "targetPort": 3128}]},
+        }),
+    )
+    .await;
+    let ip = services
+        .get("protobot-egress-proxy")
+        .await
+        .unwrap()
+        .spec
+        .and_then(|s| s.cluster_ip)
+        .filter(|ip| !ip.is_empty() && ip != "None")
+        .unwrap_or_else(|| "127.0.0.1".to_owned());
+    format!("http://{ip}:3128")
+}
+
+/// Points the Service [`egress_proxy_service`] made at another `endpoint`.
+pub async fn route_egress_proxy(cluster: &Cluster, endpoint: std::net::SocketAddr) {
+    use k8s_openapi::api::core::v1::Service;
+    let patch = serde_json::json!({"metadata": {"annotations": {
+        protobot_testkit::kubelet::NODE_ENDPOINT_ANNOTATION: endpoint.to_string()
+    }}});
+    Api::<Service>::namespaced(cluster.client.clone(), &cluster.namespace)
+        .patch(
+            "protobot-egress-proxy",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&patch),
+        )
+        .await
+        .unwrap();
+}
+
+/// A sandbox profile document (`sandbox-profiles/*.yaml` text) whose egress proxy is in
+/// `namespace` (the bundled profiles name `protobot-system`).
+pub fn profile_with_proxy_in(text: &str, namespace: &str) -> String {
+    text.replace(
+        "kubernetes.io/metadata.name: protobot-system",
+        &format!("kubernetes.io/metadata.name: {namespace}"),
+    )
+}

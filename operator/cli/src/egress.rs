@@ -46,6 +46,14 @@ pub struct EgressProxyArgs {
     /// Connect timeout to upstreams, in seconds.
     #[arg(long, default_value_t = 10)]
     pub connect_timeout_secs: u64,
+    /// Serve the jobsite-sandbox/v1 credential-broker probes: adds the probe rules (role
+    /// worker-a may GET /v2/allowed and /v2/redirect on registry.example.invalid), the
+    /// suite's public sentinel as their credential, and the probe upstream for that host
+    /// inside this process, so `protobot sandbox conformance --egress-proxy-url` can
+    /// measure this proxy through pods (docs/egress-proxy.md). Real destinations are
+    /// unaffected.
+    #[arg(long)]
+    pub conformance_probe: bool,
     /// Log filter (tracing `EnvFilter` syntax); `RUST_LOG` wins when set.
     #[arg(long, default_value = "info")]
     pub log: String,
@@ -69,6 +77,9 @@ pub enum StartError {
     /// The metrics could not be registered.
     #[error("failed to register the egress metrics")]
     Metrics(#[source] prometheus::Error),
+    /// The conformance probe upstream could not be started.
+    #[error("failed to start the conformance probe upstream on loopback")]
+    Probe(#[source] std::io::Error),
     /// A listener could not be bound.
     #[error("failed to listen on {addr}; is the address in use or the port privileged?")]
     Bind {
@@ -116,6 +127,13 @@ async fn run(args: &EgressProxyArgs) -> Result<(), StartError> {
         None => 0,
     };
     let upstream = Upstream::tls(Duration::from_secs(args.connect_timeout_secs))?;
+    let (policy, credentials, upstream) = if args.conformance_probe {
+        protobot_egress::probe::serve_in_process(policy, credentials, upstream)
+            .await
+            .map_err(StartError::Probe)?
+    } else {
+        (policy, credentials, upstream)
+    };
     let registry = prometheus::Registry::new();
     let metrics = EgressMetrics::register(&registry).map_err(StartError::Metrics)?;
     let bind = |addr: SocketAddr| async move {
@@ -133,6 +151,7 @@ async fn run(args: &EgressProxyArgs) -> Result<(), StartError> {
         rules = policy.rules().len(),
         credentials = credentials.names().count(),
         sessions = session_count,
+        conformance_probe = args.conformance_probe,
         "egress proxy started"
     );
     let watcher = args

@@ -50,14 +50,6 @@ pub struct OperatorArgs {
     /// conformance`, which measures the profile as these pods will run).
     #[command(flatten)]
     pub sandbox: SandboxArgs,
-    /// Base URL of the egress proxy (`protobot egress-proxy`) given to runs whose worker class
-    /// asks for egress. Needs --egress-session-secret.
-    #[arg(long, requires = "egress_session_secret")]
-    pub egress_proxy_url: Option<String>,
-    /// File with the egress proxy's session secret (the same Secret the proxy mounts): each run
-    /// with egress gets a session token signed with it.
-    #[arg(long, requires = "egress_proxy_url")]
-    pub egress_session_secret: Option<PathBuf>,
     /// Accept Projects whose spec.repoUrl is a path on this machine or a file:// URL (tests,
     /// single-machine demos). Off: only https://, ssh:// and user@host:path URLs, so a Project
     /// cannot make the operator read repositories from its own filesystem.
@@ -104,12 +96,28 @@ pub struct SandboxArgs {
     /// The in-guest supervisor's image, when the profile's spec.supervisor names none.
     #[arg(long, value_name = "IMAGE")]
     pub supervisor_image: Option<String>,
+    /// Base URL of the egress proxy (`protobot egress-proxy`) as sandbox pods reach it, given
+    /// to runs whose worker class asks for egress. With the session secret and a profile that
+    /// allows egress, `credential-broker` is supported and `sandbox conformance` runs its
+    /// probes (SB-NET, SB-CRED) as pods through it; the proxy must then hold the probe rules
+    /// (`protobot egress-proxy --conformance-probe`, docs/egress-proxy.md). Needs
+    /// --egress-session-secret.
+    #[arg(long, requires = "egress_session_secret")]
+    pub egress_proxy_url: Option<String>,
+    /// File with the egress proxy's session secret (the same Secret the proxy mounts): each run
+    /// with egress gets a session token signed with it.
+    #[arg(long, requires = "egress_proxy_url")]
+    pub egress_session_secret: Option<PathBuf>,
 }
 
 impl SandboxArgs {
     /// The Kubernetes executor's configuration these flags describe, collecting sandbox
     /// output into `collected` under the work directory (outside the staging volume).
-    pub fn executor_config(&self, collected: &str) -> KubeExecutorConfig {
+    /// Fails when the egress proxy's session secret cannot be read.
+    pub fn executor_config(
+        &self,
+        collected: &str,
+    ) -> Result<KubeExecutorConfig, protobot_egress::session::SessionError> {
         let mut config = KubeExecutorConfig::new(
             &self.sandbox_namespace,
             StagingVolume {
@@ -121,7 +129,11 @@ impl SandboxArgs {
         config.default_image = self.sandbox_image.clone().filter(|i| !i.is_empty());
         config.supervisor_image = self.supervisor_image.clone().filter(|i| !i.is_empty());
         config.staging_ownership = self.staging_ownership.into();
-        config
+        if let Some(path) = &self.egress_session_secret {
+            config.egress_session_secret = Some(protobot_egress::SessionSecret::load(path)?);
+            config.egress_proxy_url = self.egress_proxy_url.clone();
+        }
+        Ok(config)
     }
 }
 
@@ -160,12 +172,6 @@ async fn job_site(
         .clone()
         .or_else(|| std::env::var("HOSTNAME").ok())
         .ok_or("no identity: pass --identity or set POD_NAME")?;
-    let egress_secret = args
-        .egress_session_secret
-        .as_deref()
-        .map(protobot_egress::SessionSecret::load)
-        .transpose()
-        .map_err(|e| e.to_string())?;
     let profile = SandboxProfile::load(&args.sandbox_profile).map_err(|e| e.to_string())?;
     let client = protobot_controller::api_errors::infer_client(sink)
         .await
@@ -175,8 +181,10 @@ async fn job_site(
     let report = read_report_configmap(client.clone(), &args.sandbox.sandbox_namespace, &profile)
         .await
         .map_err(|e| e.to_string())?;
-    let mut config = args.sandbox.executor_config("collected");
-    config.egress_session_secret = egress_secret;
+    let mut config = args
+        .sandbox
+        .executor_config("collected")
+        .map_err(|e| e.to_string())?;
     config.instance = identity.clone();
     // Sandbox objects of an item in the sandbox namespace go with the item. An owner
     // reference cannot cross namespaces, so an operator that watches only another namespace
@@ -207,7 +215,7 @@ async fn job_site(
             workdir: args.sandbox.workdir.clone(),
             interval: Duration::from_secs(15),
             limits: Default::default(),
-            egress_proxy: args.egress_proxy_url.clone(),
+            egress_proxy: args.sandbox.egress_proxy_url.clone(),
             claim_sweeps: Default::default(),
             // Set by `protobot_controller::operator::run`, which owns the registry.
             metrics: None,

@@ -123,8 +123,12 @@ pub struct ConformanceArgs {
     /// /etc/protobot/sandbox-profiles/<profile>.yaml, where the chart mounts them).
     #[arg(long, value_name = "PATH")]
     pub profile_file: Option<PathBuf>,
-    /// Cluster profiles: where the probe pods run and how they are staged, as for the
-    /// operator's sandbox pods (the same flags as `protobot operator`).
+    /// Cluster profiles: where the probe pods run, how they are staged and which egress proxy
+    /// they reach, as for the operator's sandbox pods (the same flags as `protobot operator`).
+    /// With --egress-proxy-url and --egress-session-secret, and a profile that allows egress,
+    /// the credential-broker probes (SB-NET, SB-CRED) run as pods through the proxy, which must
+    /// hold the probe rules (docs/egress-proxy.md); without them `credential-broker` is
+    /// reported unsupported and the report fails closed.
     #[command(flatten)]
     pub sandbox: crate::operator::SandboxArgs,
     /// Cluster profiles: print the report only; do not store it in the profile's ConfigMap
@@ -249,7 +253,10 @@ async fn cluster_conformance(
                 crate::one_line(&e)
             ))
         })?;
-    let mut config = args.sandbox.executor_config("conformance-collected");
+    let mut config = args
+        .sandbox
+        .executor_config("conformance-collected")
+        .map_err(|e| refused(crate::one_line(&e)))?;
     // Probe pods carry an instance of their own: an operator replica's garbage collection
     // never touches them, nor this one an operator's.
     config.instance = "conformance".into();

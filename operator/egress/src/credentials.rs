@@ -78,6 +78,12 @@ impl CredentialStore {
         }
     }
 
+    /// This store with `credential` under `name` (replacing one of that name).
+    pub fn with(mut self, name: &str, credential: Credential) -> CredentialStore {
+        self.by_name.insert(name.to_owned(), credential);
+        self
+    }
+
     /// Reads every regular file (following symlinks) of `dir` whose name is a
     /// credential name; hidden entries and directories are skipped. Trailing
     /// whitespace is trimmed.

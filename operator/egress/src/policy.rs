@@ -126,6 +126,12 @@ impl EgressPolicy {
         EgressPolicy::from_yaml(&text, &path.display().to_string())
     }
 
+    /// This policy with `other`'s rules after its own (both already validated).
+    pub fn with_rules_of(mut self, other: EgressPolicy) -> EgressPolicy {
+        self.rules.extend(other.rules);
+        self
+    }
+
     /// The rules, in document order.
     pub fn rules(&self) -> &[Rule] {
         &self.rules

@@ -281,6 +281,13 @@ pub trait SandboxBackend: Executor {
     fn capabilities(&self) -> Vec<Capability>;
     /// Where ephemeral run directories live (observed by the cleanup checks).
     fn scratch_root(&self) -> &Path;
+    /// The egress proxy URL a probe run with egress is given, when the backend
+    /// has the credential broker (`credential-broker` supported): the NET and
+    /// CRED checks then run through it (SB-NET-001..010, SB-CRED-001..007)
+    /// instead of the no-egress checks. `None` (the default): no broker.
+    fn broker_probe_proxy(&self) -> Option<String> {
+        None
+    }
 }
 
 /// Refuses `report` for `profile` unless it is for that profile and passes.
@@ -786,42 +793,48 @@ pub async fn run_conformance<E: SandboxBackend>(executor: &E, profile: &str) -> 
         "cannot fetch, clone, push or ls-remote the canonical repository",
         git_006(&mut p).await,
     );
-    push(
-        "SB-NET-003",
-        "unapproved destinations are unreachable",
-        net_003(&mut p).await,
-    );
-    push(
-        "SB-NET-004",
-        "host loopback listener unreachable by direct IP",
-        net_004(&mut p).await,
-    );
-    push("SB-NET-005", "no DNS resolution", net_005(&mut p).await);
-    push(
-        "SB-NET-007",
-        "no route out of the sandbox (only lo)",
-        net_007(&mut p).await,
-    );
-    push(
-        "SB-NET-010",
-        "default deny: a run asking for proxied egress gets none",
-        net_010(&mut p).await,
-    );
-    push(
-        "SB-CRED-001",
-        "environment holds no credential, only allowlisted names",
-        cred_001(&mut p).await,
-    );
-    push(
-        "SB-CRED-002",
-        "sentinel credential files on the host are not readable",
-        cred_002(&mut p).await,
-    );
-    push(
-        "SB-CRED-003",
-        "a sentinel in arguments or environment is refused before execution",
-        cred_003(&mut p).await,
-    );
+    if let Some(proxy_url) = executor.broker_probe_proxy() {
+        for (id, name, result) in broker_checks(&mut p, &proxy_url).await {
+            push(id, name, result);
+        }
+    } else {
+        push(
+            "SB-NET-003",
+            "unapproved destinations are unreachable",
+            net_003(&mut p).await,
+        );
+        push(
+            "SB-NET-004",
+            "host loopback listener unreachable by direct IP",
+            net_004(&mut p).await,
+        );
+        push("SB-NET-005", "no DNS resolution", net_005(&mut p).await);
+        push(
+            "SB-NET-007",
+            "no route out of the sandbox (only lo)",
+            net_007(&mut p).await,
+        );
+        push(
+            "SB-NET-010",
+            "default deny: a run asking for proxied egress gets none",
+            net_010(&mut p).await,
+        );
+        push(
+            "SB-CRED-001",
+            "environment holds no credential, only allowlisted names",
+            cred_001(&mut p).await,
+        );
+        push(
+            "SB-CRED-002",
+            "sentinel credential files on the host are not readable",
+            cred_002(&mut p).await,
+        );
+        push(
+            "SB-CRED-003",
+            "a sentinel in arguments or environment is refused before execution",
+            cred_003(&mut p).await,
+        );
+    }
     push(
         "SB-LIFE-001",
         "cancel kills the whole process tree",
@@ -1871,4 +1884,368 @@ printf '%s' "$r" > /out/result"#;
         }
     }
     (ok, details.join("; "))
+}
+
+// ---------------------------------------------------------------------------
+// Credential-broker checks: SB-NET-001..010 and SB-CRED-001..007 through the
+// egress proxy (profiles whose backend offers one, see
+// `SandboxBackend::broker_probe_proxy`).
+
+/// Digest sent by the SB-NET-002 probe without a matching attestation.
+const UNATTESTED_DIGEST: &str =
+    "sha256:0000000000000000000000000000000000000000000000000000000000000000";
+
+/// The one probe run of the broker checks: every request through the proxy,
+/// the direct connections, DNS and the credential search, each result in /out.
+fn broker_script(listeners: &[TcpListener]) -> String {
+    use protobot_egress::probe::{PROBE_HOST, UNAPPROVED_HOST};
+    let mut s = format!(
+        r#"T=$(cat "$PROTOBOT_EGRESS_SESSION_TOKEN_FILE" 2>/dev/null)
+P="$PROTOBOT_EGRESS_PROXY"
+H={PROBE_HOST}
+req() {{ n=$1; shift; curl -gsS --max-time 20 -D "/out/$n.headers" -o "/out/$n.body" -w '%{{http_code}}' "$@" > "/out/$n.code" 2>"/out/$n.err"; }}
+tok() {{ n=$1; shift; req "$n" -H "X-Sandbox-Session-Token: $T" "$@"; }}
+tok allowed "$P/$H/v2/allowed"
+tok unapproved "$P/{UNAPPROVED_HOST}/v2/allowed"
+tok ip4 "$P/127.0.0.1/v2/allowed"
+tok ip6 "$P/[::1]/v2/allowed"
+tok short "$P/127.1/v2/allowed"
+tok dns "$P/dns-tunnel.invalid/v2/allowed"
+tok redirect "$P/$H/v2/redirect"
+tok raw --request-target "tcp://$H:443/" "$P/"
+tok port "$P/$H:8443/v2/allowed"
+tok plain --request-target "http://$H/v2/allowed" "$P/"
+tok bypass "$P/$H/tls-bypass"
+tok post -X POST -d x "$P/$H/v2/allowed"
+tok digest -H "X-Sandbox-Exec-Digest: {UNATTESTED_DIGEST}" "$P/$H/v2/allowed"
+req unauth "$P/$H/v2/allowed"
+tok ownauth -H "Authorization: Bearer probe-own-credential" "$P/$H/v2/allowed"
+r=""
+"#
+    );
+    for l in listeners {
+        if let Ok(addr) = l.local_addr() {
+            let (ip, port) = (addr.ip(), addr.port());
+            s.push_str(&format!(
+                "timeout 5 bash -c 'exec 3<>/dev/tcp/{ip}/{port}' 2>/dev/null && r=\"$r connected:{ip}:{port}\"\n"
+            ));
+        }
+    }
+    s.push_str(
+        r#"for d in 192.0.2.1/443 198.51.100.7/80 1.1.1.1/53; do
+  timeout 5 bash -c "exec 3<>/dev/tcp/$d" 2>/dev/null && r="$r connected:$d"
+done
+bash -c 'exit 0' || r="$r no-bash"
+printf '%s' "$r" > /out/direct
+r=""
+getent hosts example.com >/dev/null 2>&1 && r="$r resolved:example.com"
+[ -e /etc/resolv.conf ] && r="$r resolv.conf"
+printf '%s' "$r" > /out/dns-direct
+cat /proc/$$/environ > /out/environ
+s="PROTOBOT-SANDBOX-"; s="${s}BROKER-TOKEN"
+grep -rlsF "$s" /workspace /task /tmp /etc /root /home /var /opt /srv /mnt /run /proc/self/environ > /out/hits 2>/dev/null
+true"#,
+    );
+    s
+}
+
+/// What the broker answered one probe request.
+struct Answer {
+    code: String,
+    body: String,
+    headers: String,
+}
+
+impl Answer {
+    fn of(o: &Outcome, name: &str) -> Answer {
+        Answer {
+            code: o
+                .text(&format!("{name}.code"))
+                .unwrap_or_else(|| "<none>".into()),
+            body: o.text(&format!("{name}.body")).unwrap_or_default(),
+            headers: o.text(&format!("{name}.headers")).unwrap_or_default(),
+        }
+    }
+
+    /// A 403 from the proxy with `reason`.
+    fn denied(&self, reason: &str) -> bool {
+        self.code == "403" && self.body.contains(&format!("\"reason\":\"{reason}\""))
+    }
+
+    fn describe(&self, name: &str) -> String {
+        let body: String = self.body.chars().take(160).collect();
+        format!("{name}: {} {body:?}", self.code)
+    }
+}
+
+/// The broker checks' (id, name, result), in contract order.
+async fn broker_checks<E: SandboxBackend>(
+    p: &mut Prober<'_, E>,
+    proxy_url: &str,
+) -> Vec<(&'static str, &'static str, CheckResult)> {
+    let listeners = match loopback_listeners() {
+        Ok(l) => l,
+        Err(e) => return vec![("SB-NET-001", "the broker probes could run", (false, e))],
+    };
+    let mut spec = p.spec("SB-NET", &broker_script(&listeners), probe_limits());
+    spec.egress_proxy = Some(proxy_url.to_owned());
+    let (_tx, rx) = watch::channel(false);
+    let outcome = match p.run_spec(spec, rx).await {
+        Ok(o) => o,
+        Err(e) => {
+            let why = format!("the probe run with egress through {proxy_url} failed: {e}");
+            return vec![("SB-NET-001", "approved request allowed", (false, why))];
+        }
+    };
+    let o = &outcome;
+    let a = |n: &str| Answer::of(o, n);
+    let sentinel = BROKER_TOKEN_SENTINEL;
+    let mut checks = Vec::new();
+
+    let allowed = a("allowed");
+    let ok_payload = protobot_egress::probe::OK_PAYLOAD;
+    checks.push((
+        "SB-NET-001",
+        "approved request allowed through the proxy",
+        (
+            allowed.code == "200"
+                && allowed.body.contains(ok_payload)
+                && !allowed.body.contains(sentinel),
+            format!("{}; {}", allowed.describe("allowed"), o.describe()),
+        ),
+    ));
+    let digest = a("digest");
+    checks.push((
+        "SB-NET-002",
+        "an executable identity the broker cannot verify is denied",
+        (
+            digest.denied("executable-attestation-invalid"),
+            digest.describe("unattested digest"),
+        ),
+    ));
+    let unapproved = a("unapproved");
+    checks.push((
+        "SB-NET-003",
+        "unapproved destination denied",
+        (
+            unapproved.denied("no-matching-rule"),
+            unapproved.describe("evil.example.invalid"),
+        ),
+    ));
+    let direct = o.text("direct").unwrap_or_else(|| "<missing>".into());
+    let accepted = accepted_any(&listeners);
+    let ips: Vec<Answer> = ["ip4", "ip6", "short"].iter().map(|n| a(n)).collect();
+    checks.push((
+        "SB-NET-004",
+        "direct IPs denied by the proxy and unreachable from the sandbox",
+        (
+            ips.iter().all(|x| x.denied("direct-ip")) && direct.is_empty() && !accepted,
+            format!(
+                "{}; {}; {}; direct connections made: {direct:?}; host listener accepted one: {accepted}",
+                ips[0].describe("127.0.0.1"),
+                ips[1].describe("[::1]"),
+                ips[2].describe("127.1")
+            ),
+        ),
+    ));
+    let dns = a("dns");
+    let dns_direct = o.text("dns-direct").unwrap_or_else(|| "<missing>".into());
+    checks.push((
+        "SB-NET-005",
+        "DNS tunnelling denied; no resolver in the sandbox",
+        (
+            dns.denied("dns") && dns_direct.is_empty(),
+            format!(
+                "{}; in the sandbox: {dns_direct:?}",
+                dns.describe("dns-tunnel.invalid")
+            ),
+        ),
+    ));
+    let redirect = a("redirect");
+    checks.push((
+        "SB-NET-006",
+        "upstream redirects are denials",
+        (
+            redirect.denied("upstream-redirect")
+                && !redirect.headers.to_ascii_lowercase().contains("location:"),
+            redirect.describe("/v2/redirect"),
+        ),
+    ));
+    let raw = a("raw");
+    checks.push((
+        "SB-NET-007",
+        "raw sockets denied",
+        (
+            raw.denied("raw-socket") && direct.is_empty(),
+            format!(
+                "{}; direct connections made: {direct:?}",
+                raw.describe("tcp://")
+            ),
+        ),
+    ));
+    let port = a("port");
+    checks.push((
+        "SB-NET-008",
+        "alternate port denied",
+        (port.denied("alternate-port"), port.describe(":8443")),
+    ));
+    let (plain, bypass) = (a("plain"), a("bypass"));
+    checks.push((
+        "SB-NET-009",
+        "plaintext and TLS bypass denied",
+        (
+            plain.denied("plaintext-http") && bypass.denied("tls-bypass"),
+            format!(
+                "{}; {}",
+                plain.describe("http://"),
+                bypass.describe("/tls-bypass")
+            ),
+        ),
+    ));
+    let post = a("post");
+    checks.push((
+        "SB-NET-010",
+        "default deny: a method no rule allows",
+        (post.denied("no-matching-rule"), post.describe("POST")),
+    ));
+
+    let raw_env = o.files.get("environ").cloned().unwrap_or_default();
+    let vars: Vec<String> = raw_env
+        .split(|b| *b == 0)
+        .filter(|kv| !kv.is_empty())
+        .map(|kv| String::from_utf8_lossy(kv).into_owned())
+        .collect();
+    let names: BTreeSet<String> = vars
+        .iter()
+        .map(|kv| kv.split('=').next().unwrap_or("").to_owned())
+        .collect();
+    let extra: Vec<&String> = names
+        .iter()
+        .filter(|n| {
+            !n.starts_with("PROTOBOT_")
+                && !["PATH", "HOME", "PWD", "HOSTNAME", "TMPDIR", "SHLVL", "_"]
+                    .contains(&n.as_str())
+        })
+        .collect();
+    let leaked = vars.iter().any(|kv| kv.contains(sentinel));
+    checks.push((
+        "SB-CRED-001",
+        "environment holds no credential, only allowlisted names",
+        (
+            names.contains("PROTOBOT_EGRESS_SESSION_TOKEN_FILE") && extra.is_empty() && !leaked,
+            format!("env names {names:?}; not allowlisted {extra:?}; credential inside: {leaked}"),
+        ),
+    ));
+    let hits = o.text("hits").unwrap_or_else(|| "<missing>".into());
+    checks.push((
+        "SB-CRED-002",
+        "the broker's credential is in no file of the sandbox",
+        (hits.is_empty(), format!("files holding it: {hits:?}")),
+    ));
+    checks.push((
+        "SB-CRED-003",
+        "a sentinel in arguments or environment is refused before execution",
+        cred_003(p).await,
+    ));
+    // The upstream echoes the Authorization it received; the broker must scrub it.
+    let scrubbed = allowed.body.contains("[redacted]");
+    checks.push((
+        "SB-CRED-004",
+        "the injected credential is stripped from responses",
+        (
+            allowed.code == "200"
+                && scrubbed
+                && !allowed.body.contains(sentinel)
+                && !allowed.headers.contains(sentinel),
+            format!(
+                "{}; credential echoed and redacted: {scrubbed}",
+                allowed.describe("allowed")
+            ),
+        ),
+    ));
+    let audit_text = serde_json::to_string(&o.output.audit).unwrap_or_default();
+    checks.push((
+        "SB-CRED-005",
+        "the credential is in no audit event",
+        (
+            !o.output.audit.is_empty() && !audit_text.contains(sentinel),
+            format!(
+                "{} events; credential inside: {}",
+                o.output.audit.len(),
+                audit_text.contains(sentinel)
+            ),
+        ),
+    ));
+    let (unauth, ownauth) = (a("unauth"), a("ownauth"));
+    checks.push((
+        "SB-CRED-006",
+        "the credential is injected only after authorization",
+        (
+            unauth.code == "401" && ownauth.denied("caller-authorization") && allowed.code == "200",
+            format!(
+                "{}; {}; {}",
+                unauth.describe("no session token"),
+                ownauth.describe("own Authorization"),
+                allowed.describe("authorized")
+            ),
+        ),
+    ));
+    let everywhere: Vec<&String> = o
+        .files
+        .iter()
+        .filter(|(_, body)| {
+            body.windows(sentinel.len())
+                .any(|w| w == sentinel.as_bytes())
+        })
+        .map(|(name, _)| name)
+        .collect();
+    checks.push((
+        "SB-CRED-007",
+        "the credential is in no output or log of the run",
+        (
+            everywhere.is_empty() && !o.output.stderr_tail.contains(sentinel),
+            format!(
+                "/out files holding it: {everywhere:?}; in the log: {}",
+                o.output.stderr_tail.contains(sentinel)
+            ),
+        ),
+    ));
+    checks
+}
+
+/// Runs only the credential-broker checks through `executor` with egress
+/// through `proxy_url`: for a report whose other probes could not run (a
+/// missing capability), so it still says what the broker does.
+pub async fn run_broker_checks<E: SandboxBackend>(
+    executor: &E,
+    proxy_url: &str,
+) -> Vec<ConformanceCheck> {
+    let fixture = match Fixture::create(executor.scratch_root()) {
+        Ok(f) => f,
+        Err(e) => {
+            return vec![ConformanceCheck {
+                id: "SB-NET-001".into(),
+                name: "the broker probes could run".into(),
+                passed: false,
+                skipped: false,
+                detail: Some(e),
+            }];
+        }
+    };
+    let mut p = Prober {
+        executor,
+        fixture: &fixture,
+        run_ids: Vec::new(),
+    };
+    broker_checks(&mut p, proxy_url)
+        .await
+        .into_iter()
+        .map(|(id, name, (passed, detail))| ConformanceCheck {
+            id: id.into(),
+            name: name.into(),
+            passed,
+            skipped: false,
+            detail: Some(detail),
+        })
+        .collect()
 }

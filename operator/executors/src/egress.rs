@@ -18,22 +18,19 @@
 //! `PROTOBOT_EGRESS_SESSION_TOKEN_FILE`, pointing at a signed session token
 //! (`protobot_egress::issue_session_token`) that expires with the run.
 //!
-//! Pure: [`ProxyAddress::parse`], [`session_for`], [`token_expiry`]. Edges:
+//! Pure: [`ProxyAddress::parse`], [`session_for`], [`token_expiry`]. Edges,
+//! shared with the simulated kubelet through `protobot_egress::netns`:
 //! [`NetNs`] (runs `ip`), [`bind_inside`] (`setns` on a short-lived thread),
 //! [`Relay`] (tokio sockets).
 
 use std::{
-    fs::File,
-    os::fd::AsFd,
-    path::{Path, PathBuf},
-    process::Command,
-    sync::Arc,
+    net::{IpAddr, Ipv4Addr},
+    path::Path,
     time::Duration,
 };
 
 use protobot_egress::{Session, SessionSecret};
 use protobot_jobsite::executor::RunSpec;
-use tokio::{net::TcpStream, sync::Semaphore, task::JoinSet};
 
 /// The port the proxy listens on inside the sandbox's namespace (the
 /// cluster's proxy port, so harness configuration carries over).
@@ -44,10 +41,6 @@ pub const ENV_EGRESS_PROXY: &str = "PROTOBOT_EGRESS_PROXY";
 pub const ENV_EGRESS_TOKEN_FILE: &str = "PROTOBOT_EGRESS_SESSION_TOKEN_FILE";
 /// The token's file name under `/task`.
 pub const TOKEN_FILE: &str = "egress-session-token";
-/// Most relayed connections of one run at once.
-const MAX_RELAYED: usize = 64;
-/// How long connecting to the proxy may take.
-const PROXY_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// What an executor needs to give runs proxied egress.
 #[derive(Clone, Debug)]
@@ -97,16 +90,6 @@ pub enum EgressError {
         tool: &'static str,
         /// Its Debian package.
         package: &'static str,
-    },
-    /// `ip` failed.
-    #[error("failed to {what} with `ip {args}`: {message}")]
-    Ip {
-        /// What was being done.
-        what: &'static str,
-        /// The arguments.
-        args: String,
-        /// stderr or the spawn error.
-        message: String,
     },
     /// Binding the listener inside the namespace failed.
     #[error("failed to bind 127.0.0.1:{SANDBOX_PROXY_PORT} inside the network namespace {netns}")]
@@ -222,157 +205,27 @@ pub fn sandbox_env() -> [(String, String); 2] {
     ]
 }
 
-/// A named network namespace (`/run/netns/<name>`) with `lo` up, deleted on drop.
-#[derive(Debug)]
-pub struct NetNs {
-    ip: PathBuf,
-    name: String,
-}
+pub use protobot_egress::netns::NetNs;
 
-fn run_ip(ip: &Path, what: &'static str, args: &[&str]) -> Result<(), EgressError> {
-    let failed = |message: String| EgressError::Ip {
-        what,
-        args: args.join(" "),
-        message,
-    };
-    let out = Command::new(ip)
-        .args(args)
-        .env_clear()
-        .output()
-        .map_err(|e| failed(e.to_string()))?;
-    if out.status.success() {
-        Ok(())
-    } else {
-        Err(failed(
-            String::from_utf8_lossy(&out.stderr).trim().to_owned(),
-        ))
-    }
-}
-
-impl NetNs {
-    /// Creates the namespace `name` with only `lo`, up. Blocking.
-    pub fn create(ip: &Path, name: &str) -> Result<NetNs, EgressError> {
-        run_ip(
-            ip,
-            "create the run's network namespace",
-            &["netns", "add", name],
-        )?;
-        let ns = NetNs {
-            ip: ip.to_path_buf(),
-            name: name.to_owned(),
-        };
-        run_ip(
-            ip,
-            "bring up lo in the run's network namespace",
-            &["-n", name, "link", "set", "lo", "up"],
-        )?;
-        Ok(ns)
-    }
-
-    /// The namespace's name.
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-
-    /// The bind-mounted namespace file (`nsenter --net=` takes it).
-    pub fn path(&self) -> PathBuf {
-        Path::new("/run/netns").join(&self.name)
-    }
-}
-
-impl Drop for NetNs {
-    fn drop(&mut self) {
-        if let Err(e) = run_ip(
-            &self.ip,
-            "delete the run's network namespace",
-            &["netns", "delete", &self.name],
-        ) {
-            tracing::error!(netns = %self.name, "{e}; delete it with `ip netns delete`");
-        }
-    }
-}
-
-/// Binds `127.0.0.1:port` inside the namespace at `ns_path`: a new thread
-/// enters it with `setns`, binds, and exits, so no thread of the process
-/// stays in the sandbox's namespace. Blocking.
+/// Binds `127.0.0.1:port` inside the namespace at `ns_path`
+/// ([`protobot_egress::netns::bind_inside`]). Blocking.
 pub fn bind_inside(ns_path: &Path, port: u16) -> std::io::Result<std::net::TcpListener> {
-    let path = ns_path.to_path_buf();
-    std::thread::spawn(move || {
-        let ns = File::open(&path)?;
-        rustix::thread::move_into_link_name_space(
-            ns.as_fd(),
-            Some(rustix::thread::LinkNameSpaceType::Network),
-        )?;
-        let listener = std::net::TcpListener::bind(("127.0.0.1", port))?;
-        listener.set_nonblocking(true)?;
-        Ok(listener)
-    })
-    .join()
-    .map_err(|_| std::io::Error::other("the thread binding inside the namespace panicked"))?
+    protobot_egress::netns::bind_inside(ns_path, IpAddr::V4(Ipv4Addr::LOCALHOST), port)
 }
 
 /// Relays connections from the sandbox's listener to the proxy until dropped
 /// (dropping it ends every relayed connection too).
 #[derive(Debug)]
 pub struct Relay {
-    task: tokio::task::JoinHandle<()>,
+    _inner: protobot_egress::netns::Relay,
 }
 
 impl Relay {
     /// Starts relaying `listener` (bound inside the namespace) to `proxy`.
     pub fn start(listener: std::net::TcpListener, proxy: ProxyAddress) -> std::io::Result<Relay> {
-        let listener = tokio::net::TcpListener::from_std(listener)?;
-        let task = tokio::spawn(async move {
-            let slots = Arc::new(Semaphore::new(MAX_RELAYED));
-            let mut conns = JoinSet::new();
-            loop {
-                let accepted = tokio::select! {
-                    a = listener.accept() => a,
-                    // Reap finished connections so the set stays small.
-                    Some(_) = conns.join_next(), if !conns.is_empty() => continue,
-                };
-                let Ok((inside, _)) = accepted else {
-                    tokio::time::sleep(Duration::from_millis(20)).await;
-                    continue;
-                };
-                let Ok(slot) = slots.clone().try_acquire_owned() else {
-                    tracing::warn!(
-                        max = MAX_RELAYED,
-                        "egress relay: too many connections from one sandbox; closing one"
-                    );
-                    continue;
-                };
-                let proxy = proxy.clone();
-                conns.spawn(async move {
-                    let _slot = slot;
-                    relay_one(inside, &proxy).await;
-                });
-            }
-        });
-        Ok(Relay { task })
+        protobot_egress::netns::Relay::start(listener, proxy.host, proxy.port)
+            .map(|inner| Relay { _inner: inner })
     }
-}
-
-impl Drop for Relay {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
-
-async fn relay_one(mut inside: TcpStream, proxy: &ProxyAddress) {
-    let connect = TcpStream::connect((proxy.host.as_str(), proxy.port));
-    let mut outside = match tokio::time::timeout(PROXY_CONNECT_TIMEOUT, connect).await {
-        Ok(Ok(s)) => s,
-        Ok(Err(e)) => {
-            tracing::warn!(host = %proxy.host, port = proxy.port, "egress relay: failed to reach the proxy: {e}");
-            return;
-        }
-        Err(_) => {
-            tracing::warn!(host = %proxy.host, port = proxy.port, "egress relay: the proxy did not accept within {PROXY_CONNECT_TIMEOUT:?}");
-            return;
-        }
-    };
-    let _ = tokio::io::copy_bidirectional(&mut inside, &mut outside).await;
 }
 
 #[cfg(test)]
@@ -451,6 +304,15 @@ mod tests {
         let s = session_for(&spec(serde_json::json!({"work_item_id": 7})));
         assert_eq!(s.work_item, "wi-7-c1-worker-a-0");
         assert_eq!(s.source_commit, "");
+    }
+
+    #[test]
+    fn the_probe_credential_is_the_suites_sentinel() {
+        // The broker checks look for the sentinel where the probe credential must not be.
+        assert_eq!(
+            protobot_egress::probe::PROBE_CREDENTIAL_VALUE,
+            crate::BROKER_TOKEN_SENTINEL
+        );
     }
 
     #[test]

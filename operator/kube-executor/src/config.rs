@@ -70,6 +70,13 @@ pub struct KubeExecutorConfig {
     /// valid until its deadline (`protobot_egress::issue_session_token`).
     /// `None`: runs asking for egress are refused.
     pub egress_session_secret: Option<protobot_egress::SessionSecret>,
+    /// The egress proxy's base URL as sandboxes reach it (the operator's
+    /// `--egress-proxy-url`: the proxy Service's cluster IP, as the run's policy
+    /// denies DNS). With the
+    /// session secret and a profile that allows egress, the executor reports
+    /// `credential-broker` supported and the conformance suite's broker probes
+    /// run through this URL. `None`: the capability is reported unsupported.
+    pub egress_proxy_url: Option<String>,
     /// Owner reference put on every pod and NetworkPolicy (e.g. the
     /// `BuildWorkItem` or `InspectionRun`), so Kubernetes garbage-collects
     /// them with their owner. Set per executor with
@@ -116,6 +123,7 @@ impl KubeExecutorConfig {
             log_tail_bytes: 4096,
             staging_ownership: StagingOwnership::Auto,
             egress_session_secret: None,
+            egress_proxy_url: None,
             owner: None,
             work_item_owner: None,
             supervisor_image: None,

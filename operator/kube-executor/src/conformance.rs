@@ -9,6 +9,13 @@
 //! that names it, and no probe runs: the report fails, is stored, and every run stays refused
 //! (never a silent fallback to a weaker profile).
 //!
+//! When the executor has the credential broker (the profile allows egress to its proxy, and
+//! the executor holds the proxy's URL and session secret), the NET and CRED checks are the
+//! broker's (SB-NET-001..010, SB-CRED-001..007): a probe pod with egress sends requests through
+//! the proxy to `protobot_egress::probe::PROBE_HOST`, so the proxy must hold
+//! `protobot_egress::probe::probe_policy`'s rules and reach the probe upstream for that host
+//! with the suite's sentinel as the credential.
+//!
 //! [`store_report`] writes the report into the ConfigMap the profile names
 //! (`spec.conformance`), where the operator watches it: storing a passing report admits runs,
 //! a failing one refuses them, without a restart.
@@ -23,7 +30,9 @@ use kube::{
     Api, Client,
     api::{Patch, PatchParams},
 };
-use protobot_executors::{ConformanceCheck, ConformanceReport, run_conformance};
+use protobot_executors::{
+    ConformanceCheck, ConformanceReport, SandboxBackend, run_broker_checks, run_conformance,
+};
 use serde_json::json;
 
 use crate::KubernetesExecutor;
@@ -248,7 +257,16 @@ pub async fn measure(client: &Client, executor: &KubernetesExecutor) -> Conforma
         .filter_map(|c| c.detail.clone())
         .collect();
     let mut report = if failed.is_empty() {
-        run_conformance(executor, &profile).await
+        let mut r = run_conformance(executor, &profile).await;
+        // A missing capability (say resource-limits without the supervisor) stops the suite
+        // before any probe; the broker's NET and CRED checks still run, so the report says
+        // what the egress path enforces. They do not make such a report pass.
+        if let Some(proxy) = executor.broker_probe_proxy()
+            && !r.checks.iter().any(|c| c.id == "SB-NET-001")
+        {
+            r.checks.extend(run_broker_checks(executor, &proxy).await);
+        }
+        r
     } else {
         // The same report shape the suite writes when it fails closed, with the
         // capabilities the backend claims (none of which was measured).

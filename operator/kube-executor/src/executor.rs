@@ -1071,10 +1071,15 @@ impl SandboxBackend for KubernetesExecutor {
                 "network-policy",
                 "one NetworkPolicy per run: all ingress denied, all egress (DNS included) denied except TCP to the profile's egress proxy; needs a CNI that enforces NetworkPolicy",
             ),
-            Capability::unsupported(
-                "credential-broker",
-                "runs with egress get a signed session token for the egress proxy and credential broker (protobot egress-proxy), which injects credentials after authorization; its probes are not run through pods yet, so the capability is reported unsupported",
-            ),
+            match self.broker() {
+                Ok(url) => Capability::supported(
+                    "credential-broker",
+                    format!(
+                        "runs with egress reach only the egress proxy and credential broker (protobot egress-proxy) at {url}, allowed by the run's NetworkPolicy, with a signed session token that expires with the run; the broker injects credentials after authorization and strips them from responses; measured by the SB-NET/SB-CRED probes as pods through it"
+                    ),
+                ),
+                Err(why) => Capability::unsupported("credential-broker", why),
+            },
             Capability::supported(
                 "lifecycle-cleanup",
                 "cancel and the deadline delete the pod; pod, NetworkPolicy and staged directory are removed after every run; collect_garbage removes leftovers by label",
@@ -1107,6 +1112,28 @@ impl SandboxBackend for KubernetesExecutor {
 
     fn scratch_root(&self) -> &std::path::Path {
         &self.inner.runs_dir
+    }
+
+    fn broker_probe_proxy(&self) -> Option<String> {
+        self.broker().ok()
+    }
+}
+
+impl KubernetesExecutor {
+    /// The egress proxy URL runs with egress are given, when this executor can
+    /// give them the broker; else why not (the `credential-broker` detail).
+    fn broker(&self) -> Result<String, String> {
+        let (profile, config) = (&self.inner.profile, &self.inner.config);
+        if profile.spec().egress.proxy.is_none() {
+            return Err(format!(
+                "profile {} allows no egress (spec.egress.proxy is empty), so runs never reach the egress proxy and credential broker",
+                profile.name()
+            ));
+        }
+        match (&config.egress_proxy_url, &config.egress_session_secret) {
+            (Some(url), Some(_)) if !url.is_empty() => Ok(url.clone()),
+            _ => Err("no egress proxy is configured for this executor: give it the proxy's URL and session secret (protobot operator / sandbox conformance --egress-proxy-url and --egress-session-secret; chart: egressProxy.enabled), so runs with egress get the credential broker and its probes can run".to_owned()),
+        }
     }
 }
 

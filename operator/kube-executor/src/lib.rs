@@ -68,12 +68,14 @@
 //! the run before any object or directory exists.
 //!
 //! The executor also implements `protobot_executors::SandboxBackend`, with an
-//! honest capability list: `credential-broker` and `resource-limits` (CPU
-//! time, processes, file size, open files) are unsupported today (each run's
-//! pod lifecycle is mapped onto a sandbox audit chain, so `audit-chain` is
-//! supported), so `run_conformance` through it fails closed and the executor stays
-//! refused until those exist or a report from a complete deployment is
-//! supplied.
+//! honest capability list: `credential-broker` is supported only when the
+//! profile allows egress and the executor holds the egress proxy's URL and
+//! session secret (the suite's SB-NET/SB-CRED checks then run as a pod through
+//! that proxy, see [`conformance`]); `resource-limits` (CPU time, processes,
+//! file size, open files) only with the in-guest supervisor (`spec.supervisor`).
+//! Each run's pod lifecycle is mapped onto a sandbox audit chain, so
+//! `audit-chain` is supported. Without them `run_conformance` through it fails
+//! closed and the executor stays refused.
 //!
 //! # Leftovers
 //!

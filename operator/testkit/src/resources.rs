@@ -116,7 +116,7 @@ impl ResourceType {
     }
 }
 
-/// The built-in kinds: Pod, Secret, ConfigMap, Event (core and events.k8s.io),
+/// The built-in kinds: Pod, Secret, ConfigMap, Service, Event (core and events.k8s.io),
 /// Namespace, NetworkPolicy, Lease, and CustomResourceDefinition itself.
 pub fn builtin_types() -> Vec<ResourceType> {
     vec![
@@ -128,6 +128,7 @@ pub fn builtin_types() -> Vec<ResourceType> {
             .with_short_names(&["po"]),
         ResourceType::builtin("", "v1", "Secret", "secrets", true),
         ResourceType::builtin("", "v1", "ConfigMap", "configmaps", true).with_short_names(&["cm"]),
+        ResourceType::builtin("", "v1", "Service", "services", true).with_short_names(&["svc"]),
         ResourceType::builtin("", "v1", "Event", "events", true).with_short_names(&["ev"]),
         ResourceType::builtin("events.k8s.io", "v1", "Event", "events", true)
             .with_short_names(&["ev"]),

@@ -159,6 +159,11 @@ impl ApiNode {
         })
     }
 
+    /// The client the node talks to the API server with.
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
     fn pods_in(&self, ns: &str) -> Api<Pod> {
         Api::namespaced(self.client.clone(), ns)
     }

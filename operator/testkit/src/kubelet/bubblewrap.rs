@@ -1,7 +1,9 @@
 //! A `ContainerExecutor` that runs each container in a bubblewrap sandbox, so
 //! pods the operator creates run isolated in tests as they would under a
 //! sandboxed runtime class: their own mount, PID, network, IPC and UTS
-//! namespaces (no route out), the host's `/usr` read-only, a private `/tmp`,
+//! namespaces (no route out; a pod whose NetworkPolicy lets it reach a
+//! Service joins the network namespace `network.rs` built for it instead,
+//! through `nsenter`), the host's `/usr` read-only, a private `/tmp`,
 //! each volume bind-mounted at its `mountPath` (read-only when the pod says
 //! so), a cleared environment with only the container's variables, and the
 //! whole sandbox killed with its process group.
@@ -34,24 +36,38 @@ impl BubblewrapContainerExecutor {
 
     /// The bwrap arguments for one container (everything before the argv).
     pub fn arguments(launch: &ContainerLaunch) -> Vec<String> {
-        let mut a: Vec<String> = [
-            "--unshare-all",
-            "--die-with-parent",
-            "--new-session",
-            "--ro-bind",
-            "/usr",
-            "/usr",
-            "--proc",
-            "/proc",
-            "--dev",
-            "/dev",
-            "--tmpfs",
-            "/tmp",
-            "--clearenv",
-        ]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
+        // A pod with egress joined its network namespace already (through
+        // `nsenter`): everything `--unshare-all` does but the network.
+        let unshare: &[&str] = if launch.network.is_some() {
+            &[
+                "--unshare-user-try",
+                "--unshare-ipc",
+                "--unshare-pid",
+                "--unshare-uts",
+                "--unshare-cgroup-try",
+            ]
+        } else {
+            &["--unshare-all"]
+        };
+        let mut a: Vec<String> = unshare.iter().map(|s| s.to_string()).collect();
+        a.extend(
+            [
+                "--die-with-parent",
+                "--new-session",
+                "--ro-bind",
+                "/usr",
+                "/usr",
+                "--proc",
+                "/proc",
+                "--dev",
+                "/dev",
+                "--tmpfs",
+                "/tmp",
+                "--clearenv",
+            ]
+            .iter()
+            .map(|s| s.to_string()),
+        );
         // Merged-/usr systems link /bin, /lib… into /usr; others get read-only binds.
         for dir in ["bin", "sbin", "lib", "lib32", "lib64"] {
             let host = Path::new("/").join(dir);
@@ -124,7 +140,23 @@ impl ContainerExecutor for BubblewrapContainerExecutor {
                 .open(&launch.log_path)
                 .map_err(spawn_err)?;
             let log2 = log.try_clone().map_err(spawn_err)?;
-            let wrapped = launch.confinement.wrap(bwrap.as_os_str());
+            // The pod's network first (entering a namespace needs root), then the node's
+            // confinement (which may drop to the container's user), then bubblewrap.
+            let mut wrapped: Vec<std::ffi::OsString> = Vec::new();
+            if let Some(net) = &launch.network {
+                let nsenter = super::network::find_on_path("nsenter").ok_or_else(|| {
+                    spawn_err(std::io::Error::new(
+                        std::io::ErrorKind::NotFound,
+                        "the pod has egress, but `nsenter` (util-linux) is not installed",
+                    ))
+                })?;
+                wrapped.extend([
+                    nsenter.into_os_string(),
+                    format!("--net={}", net.netns.display()).into(),
+                    "--".into(),
+                ]);
+            }
+            wrapped.extend(launch.confinement.wrap(bwrap.as_os_str()));
             let mut cmd = tokio::process::Command::new(&wrapped[0]);
             cmd.args(&wrapped[1..])
                 .args(Self::arguments(&launch))

@@ -45,6 +45,9 @@ pub struct ContainerLaunch {
     pub log_path: PathBuf,
     /// How the node confines the container beyond its mounts (none by default).
     pub confinement: Confinement,
+    /// The pod's network when a NetworkPolicy lets it reach a Service
+    /// (`None`: no network at all). [`ProcessExecutor`] ignores it.
+    pub network: Option<super::network::ContainerNetwork>,
 }
 
 /// What a node enforces of a container's security context and limits: the simulated

@@ -19,6 +19,7 @@ mod backend;
 mod env;
 mod executor;
 pub(crate) mod logs;
+mod network;
 mod pod;
 mod volumes;
 
@@ -42,6 +43,7 @@ pub use executor::{
     Confinement, ContainerExecutor, ContainerExit, ContainerLaunch, ExecFuture, ExecutorError,
     KillSignal, Mount, ProcessExecutor,
 };
+pub use network::{ContainerNetwork, Destination, NODE_ENDPOINT_ANNOTATION, allowed_destinations};
 pub use volumes::Images;
 
 use crate::{server::ApiServer, store::ObjectKey};

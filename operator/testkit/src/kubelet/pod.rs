@@ -41,6 +41,8 @@ struct PodRun {
     restart_policy: String,
     /// The ConfigMaps and Secrets the pod reads.
     lookup: Lookup,
+    /// The pod's network, when a NetworkPolicy lets it reach a Service.
+    network: Option<super::network::ContainerNetwork>,
 }
 
 /// Apply `f` to the pod's status if the pod (same uid) still exists.
@@ -171,6 +173,7 @@ impl PodRun {
                 read_only: m.get("readOnly").and_then(Value::as_bool).unwrap_or(false),
             });
         }
+        let network = self.network.clone();
         let name = c
             .get("name")
             .and_then(Value::as_str)
@@ -194,6 +197,7 @@ impl PodRun {
             } else {
                 Confinement::default()
             },
+            network,
         })
     }
 
@@ -418,6 +422,7 @@ pub(crate) async fn run_pod(
         log_dir: log_dir.clone(),
         restart_policy,
         lookup: ctx.backend.lookup(&pod).await,
+        network: None,
     };
     let prepared = std::fs::create_dir_all(&log_dir)
         .map_err(|e| format!("failed to create pod directory: {e}"))
@@ -429,6 +434,18 @@ pub(crate) async fn run_pod(
                 &ctx.root.join(super::CLAIMS_DIR),
             )
         });
+    // The pod's network namespace and relays live as long as this function.
+    let mut _network = None;
+    let prepared = match prepared {
+        Ok(v) => super::network::prepare(&ctx.backend, &pod, &run.uid)
+            .await
+            .map(|net| {
+                run.network = net.as_ref().map(super::network::PodNetwork::container);
+                _network = net;
+                v
+            }),
+        Err(e) => Err(e),
+    };
     match prepared {
         Ok(v) => run.volumes = v,
         Err(message) => {
