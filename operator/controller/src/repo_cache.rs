@@ -232,7 +232,7 @@ pub async fn read_secret(
 // === SecretResolver ===
 
 /// Reads credentials Secrets from the API server, once per git operation. Git runs
-/// on blocking threads (and the Job Site's engine inside a `block_on` of its own), so
+/// on blocking threads (the engine's git work runs on the blocking pool), so
 /// each read runs on a short-lived thread of its own driven by the runtime's handle.
 #[derive(Clone)]
 pub struct SecretResolver {

@@ -255,10 +255,13 @@ pub(crate) fn pod_dir(root: &std::path::Path, key: &ObjectKey, uid: &str) -> std
     root.join(format!("{}_{}_{uid}", key.namespace, key.name))
 }
 
-/// Removes a deleted pod's directory, as a node removes its `emptyDir`s and logs (claims and
-/// host paths live elsewhere and stay). Best effort: a leftover goes with the node's root.
+/// Removes a deleted pod's volumes (its `emptyDir`s, the copies of its configMaps and
+/// Secrets), as a node does; claims and host paths live elsewhere and stay. Its container logs
+/// stay until the node goes, as a node keeps a deleted pod's logs for a while: tests read them
+/// (e.g. to show a credential never reached a sandbox). Best effort: a leftover goes with the
+/// node's root.
 fn remove_pod_dir(root: &std::path::Path, key: &ObjectKey, uid: &str) {
-    let _ = std::fs::remove_dir_all(pod_dir(root, key, uid));
+    let _ = std::fs::remove_dir_all(pod_dir(root, key, uid).join("volumes"));
 }
 
 /// The node's directory, traversable by any user (containers of other users bind their

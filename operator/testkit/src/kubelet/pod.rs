@@ -651,7 +651,7 @@ mod tests {
             images: Images::new().with_file(IMAGE, TOOL_PATH, &tool),
             ..NodeSpec::default()
         };
-        let _kubelet = Kubelet::start_with_spec(&server, executor, "node", &spec).unwrap();
+        let kubelet = Kubelet::start_with_spec(&server, executor, "node", &spec).unwrap();
         let api: Api<Pod> = Api::default_namespaced(server.client());
 
         api.create(
@@ -670,6 +670,23 @@ mod tests {
         assert_eq!(
             std::fs::read_to_string(out.join("greeting")).unwrap(),
             "greetings from the image\n"
+        );
+        // Deleted, the pod's volumes go (the emptyDir holding the installed copy) and its
+        // container logs stay, as on a node.
+        let uid = done.metadata.uid.clone().unwrap();
+        let dir = kubelet.root_dir().join(format!("default_delivered_{uid}"));
+        assert!(dir.join("volumes").join("tools").join("tool").is_file());
+        api.delete("delivered", &Default::default()).await.unwrap();
+        let gone = tokio::time::timeout(Duration::from_secs(30), async {
+            while dir.join("volumes").exists() {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        })
+        .await;
+        assert!(gone.is_ok(), "the deleted pod's volumes stayed: {dir:?}");
+        assert!(
+            dir.join("logs").is_dir(),
+            "the deleted pod's logs went with its volumes"
         );
 
         api.create(
