@@ -585,6 +585,10 @@ async fn acceptance(transport: Transport, name: &str) {
         "the credential is in an object of the namespace"
     );
     let operator_log = operator.log();
+    assert!(
+        operator_log.contains("egress proxy URL is an IP address"),
+        "the operator gave pods the proxy's cluster IP as written: {operator_log}"
+    );
     assert!(operator_log.contains("DEBUG") || operator_log.contains("\"level\":\"DEBUG\""));
     assert!(
         !operator_log.contains(&credential),
