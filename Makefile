@@ -137,6 +137,19 @@ lint-helm: ## helm lint --strict the chart and render it with every optional par
 	$(HELM) template protobot charts/protobot --set egressProxy.enabled=true \
 	  --set egressProxy.credentialsSecret=egress-credentials \
 	  --set egressProxy.sessionSecret=egress-session > /dev/null
+	$(HELM) template protobot charts/protobot --set egressProxy.enabled=true \
+	  --set egressProxy.credentialsSecret=egress-credentials --set egressProxy.sessionSecret=egress-session \
+	  --show-only templates/conformance.yaml | grep -q -- '--egress-session-secret=/etc/protobot/egress/session-secret/secret' || { echo "egressProxy.enabled did not give the conformance Job the egress proxy's session secret" >&2; exit 1; }
+	$(HELM) template protobot charts/protobot --set egressProxy.enabled=true \
+	  --set egressProxy.credentialsSecret=egress-credentials --set egressProxy.sessionSecret=egress-session \
+	  --show-only templates/conformance.yaml | grep -q -- '--egress-proxy-url=http://protobot-protobot-egress-proxy\.' || { echo "egressProxy.enabled did not give the conformance Job the egress proxy's URL" >&2; exit 1; }
+	$(HELM) template protobot charts/protobot --set egressProxy.enabled=true \
+	  --set egressProxy.credentialsSecret=egress-credentials --set egressProxy.sessionSecret=egress-session \
+	  --show-only templates/egress-proxy.yaml | grep -q -- '- --conformance-probe' || { echo "the egress proxy does not serve the conformance probes by default" >&2; exit 1; }
+	@! $(HELM) template protobot charts/protobot --set egressProxy.enabled=true \
+	  --set egressProxy.credentialsSecret=egress-credentials --set egressProxy.sessionSecret=egress-session \
+	  --set egressProxy.conformanceProbe=false --show-only templates/egress-proxy.yaml | grep -q -- '--conformance-probe' || { echo "egressProxy.conformanceProbe=false still served the conformance probes" >&2; exit 1; }
+	@! $(HELM) template protobot charts/protobot --show-only templates/conformance.yaml | grep -q -- '--egress-' || { echo "the conformance Job got egress arguments without egressProxy.enabled" >&2; exit 1; }
 
 .PHONY: validate-chart
 validate-chart: ## kubernetes-validate --strict every rendering of the chart, CRDs included, for each Kubernetes version it claims (installs kubernetes-validate into .tools/kv)

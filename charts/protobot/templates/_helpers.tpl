@@ -20,6 +20,14 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 
 {{- /*
+The egress proxy's Service URL, as the operator and the conformance Job are given it (each
+resolves the name to the Service's cluster IP at start-up; sandbox pods have no DNS).
+*/}}
+{{- define "protobot.egressProxyUrl" -}}
+http://{{ printf "%s-egress-proxy" (include "protobot.fullname" .) | trunc 63 | trimSuffix "-" }}.{{ .Release.Namespace }}.svc:{{ .Values.egressProxy.port }}
+{{- end -}}
+
+{{- /*
 The pod of the sandbox conformance Job and CronJob (templates/conformance.yaml): the operator's
 image running `protobot sandbox conformance` with the Job Site's profile, staging claim and
 sandbox namespace. Arguments: root (the chart context), name, sandboxNamespace.
@@ -73,6 +81,12 @@ spec:
         # A failing report is stored and shown on every Project's SandboxConformant
         # condition; it does not fail the release.
         - --succeed-when-stored
+        {{- if $values.egressProxy.enabled }}
+        # The credential-broker probes run as pods through the egress proxy (it serves them
+        # with egressProxy.conformanceProbe), with session tokens signed as the operator's.
+        - --egress-proxy-url={{ include "protobot.egressProxyUrl" $root }}
+        - --egress-session-secret=/etc/protobot/egress/session-secret/secret
+        {{- end }}
       securityContext:
         allowPrivilegeEscalation: false
         readOnlyRootFilesystem: true
@@ -90,6 +104,11 @@ spec:
           readOnly: true
         - name: tmp
           mountPath: /tmp
+        {{- if $values.egressProxy.enabled }}
+        - name: egress-session-secret
+          mountPath: /etc/protobot/egress/session-secret
+          readOnly: true
+        {{- end }}
   volumes:
     - name: work
       emptyDir: {}
@@ -101,4 +120,13 @@ spec:
     - name: sandbox-profiles
       configMap:
         name: {{ include "protobot.fullname" $root }}-sandbox-profiles
+    {{- if $values.egressProxy.enabled }}
+    - name: egress-session-secret
+      secret:
+        secretName: {{ required "egressProxy.sessionSecret must name a Secret whose key `secret` holds at least 32 random bytes (docs/egress-proxy.md)" $values.egressProxy.sessionSecret }}
+        defaultMode: 0440
+        items:
+          - key: secret
+            path: secret
+    {{- end }}
 {{- end -}}

@@ -210,3 +210,208 @@ async fn shutdown_signal() {
         () = terminate => {}
     }
 }
+
+/// An egress proxy URL (`--egress-proxy-url`) taken apart where its host is, so that the
+/// operator can hand sandbox pods an address they reach without DNS (their NetworkPolicy
+/// denies it): `scheme://[userinfo@]host[:port][/rest]`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProxyUrl<'a> {
+    /// Everything before the host (`http://`, `user@` included).
+    prefix: &'a str,
+    /// The host as written (an IPv6 literal keeps its brackets).
+    host: &'a str,
+    /// Everything after the host (`:port`, path).
+    suffix: &'a str,
+    /// The port pods connect to (explicit, or the scheme's).
+    port: u16,
+}
+
+/// Why a `--egress-proxy-url` cannot be taken apart.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ProxyUrlError {
+    /// Not `http://` or `https://`.
+    #[error("{0:?} is not an http:// or https:// URL")]
+    Scheme(String),
+    /// No host after the scheme.
+    #[error("{0:?} names no host")]
+    NoHost(String),
+    /// The port is not a number from 1 to 65535.
+    #[error("{0:?} has an invalid port")]
+    Port(String),
+}
+
+impl<'a> ProxyUrl<'a> {
+    /// Takes `url` apart (pure).
+    pub fn parse(url: &'a str) -> Result<Self, ProxyUrlError> {
+        let (scheme_len, default_port) = if url
+            .get(..7)
+            .is_some_and(|s| s.eq_ignore_ascii_case("http://"))
+        {
+            (7, 80)
+        } else if url
+            .get(..8)
+            .is_some_and(|s| s.eq_ignore_ascii_case("https://"))
+        {
+            (8, 443)
+        } else {
+            return Err(ProxyUrlError::Scheme(url.to_owned()));
+        };
+        let rest = &url[scheme_len..];
+        let authority_len = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+        let authority = &rest[..authority_len];
+        let host_start = authority.rfind('@').map_or(0, |at| at + 1);
+        let host_port = &authority[host_start..];
+        let (host, port) = if host_port.starts_with('[') {
+            let end = host_port
+                .find(']')
+                .ok_or_else(|| ProxyUrlError::NoHost(url.to_owned()))?;
+            (&host_port[..=end], &host_port[end + 1..])
+        } else {
+            match host_port.rfind(':') {
+                Some(colon) => (&host_port[..colon], &host_port[colon..]),
+                None => (host_port, ""),
+            }
+        };
+        if host.is_empty() || host == "[]" {
+            return Err(ProxyUrlError::NoHost(url.to_owned()));
+        }
+        let port = match port {
+            "" => default_port,
+            p => p
+                .strip_prefix(':')
+                .and_then(|p| p.parse::<u16>().ok())
+                .filter(|p| *p != 0)
+                .ok_or_else(|| ProxyUrlError::Port(url.to_owned()))?,
+        };
+        let host_at = scheme_len + host_start;
+        Ok(ProxyUrl {
+            prefix: &url[..host_at],
+            host,
+            suffix: &url[host_at + host.len()..],
+            port,
+        })
+    }
+
+    /// The name to resolve and the port to resolve it for, or `None` when the host is
+    /// already an IP address (pods reach it as written).
+    pub fn name_to_resolve(&self) -> Option<(&'a str, u16)> {
+        let bare = self.host.trim_start_matches('[').trim_end_matches(']');
+        match bare.parse::<std::net::IpAddr>() {
+            Ok(_) => None,
+            Err(_) => Some((self.host, self.port)),
+        }
+    }
+
+    /// The URL with `ip` in place of the host (everything else as written).
+    pub fn with_ip(&self, ip: std::net::IpAddr) -> String {
+        let host = match ip {
+            std::net::IpAddr::V4(v4) => v4.to_string(),
+            std::net::IpAddr::V6(v6) => format!("[{v6}]"),
+        };
+        format!("{}{host}{}", self.prefix, self.suffix)
+    }
+}
+
+/// The address of the resolved ones pods are given: the first IPv4 one (a Service's
+/// cluster IP in a single-stack or IPv4-first cluster), else the first.
+pub fn pick_address(addrs: impl IntoIterator<Item = std::net::IpAddr>) -> Option<std::net::IpAddr> {
+    let addrs: Vec<_> = addrs.into_iter().collect();
+    addrs
+        .iter()
+        .find(|a| a.is_ipv4())
+        .or_else(|| addrs.first())
+        .copied()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::IpAddr;
+
+    use super::{ProxyUrl, ProxyUrlError, pick_address};
+
+    #[test]
+    fn a_service_name_is_resolved_and_replaced_by_the_address() {
+        let url = ProxyUrl::parse("http://protobot-egress-proxy.protobot-system.svc:3128").unwrap();
+        assert_eq!(
+            url.name_to_resolve(),
+            Some(("protobot-egress-proxy.protobot-system.svc", 3128))
+        );
+        assert_eq!(
+            url.with_ip("10.96.12.34".parse().unwrap()),
+            "http://10.96.12.34:3128"
+        );
+    }
+
+    #[test]
+    fn the_rest_of_the_url_is_kept_and_the_port_defaults_to_the_schemes() {
+        let url = ProxyUrl::parse("HTTP://user@proxy.svc/base?x=1").unwrap();
+        assert_eq!(url.name_to_resolve(), Some(("proxy.svc", 80)));
+        assert_eq!(
+            url.with_ip("10.0.0.7".parse().unwrap()),
+            "HTTP://user@10.0.0.7/base?x=1"
+        );
+        let tls = ProxyUrl::parse("https://proxy.svc").unwrap();
+        assert_eq!(tls.name_to_resolve(), Some(("proxy.svc", 443)));
+        let v6: IpAddr = "fd00::10".parse().unwrap();
+        assert_eq!(tls.with_ip(v6), "https://[fd00::10]");
+    }
+
+    #[test]
+    fn an_ip_url_needs_no_resolution() {
+        for url in [
+            "http://10.96.0.5:3128",
+            "http://[fd00::5]:3128/",
+            "http://127.0.0.1",
+        ] {
+            assert_eq!(
+                ProxyUrl::parse(url).unwrap().name_to_resolve(),
+                None,
+                "{url}"
+            );
+        }
+    }
+
+    #[test]
+    fn urls_that_cannot_be_taken_apart_are_refused() {
+        assert!(matches!(
+            ProxyUrl::parse("proxy.svc:3128"),
+            Err(ProxyUrlError::Scheme(_))
+        ));
+        assert!(matches!(
+            ProxyUrl::parse("socks5://proxy:1080"),
+            Err(ProxyUrlError::Scheme(_))
+        ));
+        assert!(matches!(
+            ProxyUrl::parse("http://:3128"),
+            Err(ProxyUrlError::NoHost(_))
+        ));
+        assert!(matches!(
+            ProxyUrl::parse("http://"),
+            Err(ProxyUrlError::NoHost(_))
+        ));
+        assert!(matches!(
+            ProxyUrl::parse("http://[fd00::5"),
+            Err(ProxyUrlError::NoHost(_))
+        ));
+        for bad in [
+            "http://proxy:port",
+            "http://proxy:0",
+            "http://proxy:70000",
+            "http://proxy:",
+        ] {
+            assert!(
+                matches!(ProxyUrl::parse(bad), Err(ProxyUrlError::Port(_))),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn pods_get_an_ipv4_address_when_there_is_one() {
+        let v6: IpAddr = "fd00::1".parse().unwrap();
+        let v4: IpAddr = "10.96.0.9".parse().unwrap();
+        assert_eq!(pick_address([v6, v4]), Some(v4));
+        assert_eq!(pick_address([v6]), Some(v6));
+        assert_eq!(pick_address([]), None);
+    }
+}

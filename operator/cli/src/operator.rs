@@ -100,8 +100,9 @@ pub struct SandboxArgs {
     /// to runs whose worker class asks for egress. With the session secret and a profile that
     /// allows egress, `credential-broker` is supported and `sandbox conformance` runs its
     /// probes (SB-NET, SB-CRED) as pods through it; the proxy must then hold the probe rules
-    /// (`protobot egress-proxy --conformance-probe`, docs/egress-proxy.md). Needs
-    /// --egress-session-secret.
+    /// (`protobot egress-proxy --conformance-probe`, docs/egress-proxy.md). A host name (the
+    /// chart's `<svc>.<ns>.svc`) is resolved once at start-up to the Service's cluster IP,
+    /// since pods have no DNS. Needs --egress-session-secret.
     #[arg(long, requires = "egress_session_secret")]
     pub egress_proxy_url: Option<String>,
     /// File with the egress proxy's session secret (the same Secret the proxy mounts): each run
@@ -112,9 +113,10 @@ pub struct SandboxArgs {
 
 impl SandboxArgs {
     /// The Kubernetes executor's configuration these flags describe, collecting sandbox
-    /// output into `collected` under the work directory (outside the staging volume).
-    /// Fails when the egress proxy's session secret cannot be read.
-    pub fn executor_config(
+    /// output into `collected` under the work directory (outside the staging volume), with
+    /// the egress proxy's URL as pods reach it ([`proxy_url_for_pods`]). Fails when the
+    /// egress proxy's session secret cannot be read.
+    pub async fn executor_config(
         &self,
         collected: &str,
     ) -> Result<KubeExecutorConfig, protobot_egress::session::SessionError> {
@@ -131,9 +133,69 @@ impl SandboxArgs {
         config.staging_ownership = self.staging_ownership.into();
         if let Some(path) = &self.egress_session_secret {
             config.egress_session_secret = Some(protobot_egress::SessionSecret::load(path)?);
-            config.egress_proxy_url = self.egress_proxy_url.clone();
+            config.egress_proxy_url = match &self.egress_proxy_url {
+                Some(url) => Some(proxy_url_for_pods(url).await),
+                None => None,
+            };
         }
         Ok(config)
+    }
+}
+
+/// The egress proxy's URL as sandbox pods are given it. Their NetworkPolicy denies DNS, so a
+/// host name (the chart passes the Service's `<svc>.<ns>.svc` name) is resolved here, once,
+/// in this process (which has DNS), to the Service's cluster IP; an IP URL is kept as
+/// written. When the name cannot be resolved, pods get it unchanged and a warning says that
+/// their egress will fail.
+pub async fn proxy_url_for_pods(url: &str) -> String {
+    let parsed = match crate::egress::ProxyUrl::parse(url) {
+        Ok(parsed) => parsed,
+        Err(error) => {
+            tracing::warn!(
+                url,
+                error = %error,
+                "cannot read the egress proxy URL's host; sandbox pods get it as written, and their egress fails unless they can reach it without DNS"
+            );
+            return url.to_owned();
+        }
+    };
+    let Some((host, port)) = parsed.name_to_resolve() else {
+        tracing::info!(
+            url,
+            "egress proxy URL is an IP address; sandbox pods get it as written"
+        );
+        return url.to_owned();
+    };
+    let looked_up = tokio::net::lookup_host((host, port))
+        .await
+        .map(|addrs| crate::egress::pick_address(addrs.map(|a| a.ip())));
+    match looked_up {
+        Ok(Some(ip)) => {
+            let resolved = parsed.with_ip(ip);
+            tracing::info!(
+                url,
+                resolved = %resolved,
+                "resolved the egress proxy's host for sandbox pods (they have no DNS)"
+            );
+            resolved
+        }
+        Ok(None) => {
+            tracing::warn!(
+                url,
+                host,
+                "the egress proxy's host resolved to no address; sandbox pods get the name, cannot resolve it (their NetworkPolicy denies DNS), and their egress will fail"
+            );
+            url.to_owned()
+        }
+        Err(error) => {
+            tracing::warn!(
+                url,
+                host,
+                error = %error,
+                "cannot resolve the egress proxy's host; sandbox pods get the name, cannot resolve it either (their NetworkPolicy denies DNS), and their egress will fail: check the Service and this pod's DNS"
+            );
+            url.to_owned()
+        }
     }
 }
 
@@ -184,6 +246,7 @@ async fn job_site(
     let mut config = args
         .sandbox
         .executor_config("collected")
+        .await
         .map_err(|e| e.to_string())?;
     config.instance = identity.clone();
     // Sandbox objects of an item in the sandbox namespace go with the item. An owner
@@ -352,6 +415,26 @@ fn owners_in_sandbox_namespace(watched: Option<&str>, sandbox_namespace: &str) -
 
 #[cfg(test)]
 mod tests {
+    /// The edge: a name is looked up (`localhost`, from the hosts file), an IP URL is not, and
+    /// a name that resolves nowhere is passed on as written (with the warning).
+    #[tokio::test]
+    async fn pods_get_the_proxy_by_address() {
+        assert_eq!(
+            super::proxy_url_for_pods("http://localhost:3128/").await,
+            "http://127.0.0.1:3128/"
+        );
+        assert_eq!(
+            super::proxy_url_for_pods("http://10.96.0.10:3128").await,
+            "http://10.96.0.10:3128"
+        );
+        for unresolved in [
+            "http://protobot-egress-proxy.example.invalid:3128",
+            "proxy:3128",
+        ] {
+            assert_eq!(super::proxy_url_for_pods(unresolved).await, unresolved);
+        }
+    }
+
     #[test]
     fn pods_are_owned_by_their_item_only_where_an_item_can_be() {
         assert!(super::owners_in_sandbox_namespace(None, "protobot-system"));

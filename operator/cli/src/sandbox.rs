@@ -256,6 +256,7 @@ async fn cluster_conformance(
     let mut config = args
         .sandbox
         .executor_config("conformance-collected")
+        .await
         .map_err(|e| refused(crate::one_line(&e)))?;
     // Probe pods carry an instance of their own: an operator replica's garbage collection
     // never touches them, nor this one an operator's.

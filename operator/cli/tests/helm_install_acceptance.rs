@@ -11,20 +11,24 @@
 //!    credentials in a Secret, and a ChangeSet;
 //! 3. `protobot operator` with the arguments of the chart's Deployment, authenticated as the
 //!    chart's operator ServiceAccount, reading the profile from the rendered ConfigMap;
-//! 4. the conformance Job's rendered command run as the Job's ServiceAccount: the profile's
+//! 4. the egress proxy as the chart's Deployment runs it (`protobot egress-proxy` with its
+//!    rendered arguments, `--conformance-probe` included, on loopback), reached by pods
+//!    through its Service's cluster IP (the simulated node relays it), and given, as in the
+//!    chart, to the operator and the conformance Job (`--egress-proxy-url`,
+//!    `--egress-session-secret`; the rendered `<svc>.<ns>.svc` name becomes the cluster IP
+//!    the operator would resolve it to, since this machine has no cluster DNS);
+//! 5. the conformance Job's rendered command run as the Job's ServiceAccount: the profile's
 //!    probes as pods (the supervisor's init container copies this build's binary from the
-//!    operator's image on the node), the report stored in the profile's ConfigMap;
-//! 5. the operator, watching that ConfigMap, admits runs: the item is `completed` and its
+//!    operator's image on the node; the credential-broker probes through the proxy), a
+//!    passing report stored in the profile's ConfigMap;
+//! 6. the operator, watching that ConfigMap, admits runs: the item is `completed` and its
 //!    merge is on the served repository's `main`;
-//! 6. the credential is in no log line (debug level), Event, object or status of the
-//!    namespace, file the operator or the node wrote, nor in what the Job printed.
+//! 7. the credential is in no log line (debug level) of the operator or the proxy, Event,
+//!    object or status of the namespace, file the operator, the proxy or the node wrote, nor
+//!    in what the Job printed.
 //!
-//! Step 5 needs a passing report. Until the credential-broker probes run through pods and
-//! the egress proxy (issue 21), the measured report fails closed on `credential-broker`
-//! alone: the scenario then checks that exactly that is missing, that the operator refuses
-//! runs and says so on the Project (never a fallback), and everything else above; any
-//! other missing capability or failed check fails it. Once the report passes, step 5 runs
-//! with no change here.
+//! The chart is rendered with `egressProxy.enabled`; the sandbox profile's proxy selector
+//! names the scenario namespace (where the proxy's Service is) instead of `protobot-system`.
 
 use std::{process::Child, time::Duration};
 
@@ -74,6 +78,162 @@ impl Operator {
     }
 }
 
+/// The egress proxy process (killed on drop), its log, and what pods and the operator are
+/// given to reach it.
+struct Proxy {
+    child: Child,
+    log: std::path::PathBuf,
+    /// `--egress-proxy-url` as pods reach it: the Service's cluster IP.
+    url: String,
+    /// The session secret's file (the chart's mounted Secret key).
+    session_secret: std::path::PathBuf,
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Proxy {
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// `args` (the operator's or the Job's, as rendered) with the egress proxy's URL and
+    /// session secret as this machine has them; both must be there.
+    fn map_args(&self, args: &[String]) -> Vec<String> {
+        let url = args
+            .iter()
+            .find_map(|a| a.strip_prefix("--egress-proxy-url="))
+            .unwrap_or_else(|| panic!("the chart gives no --egress-proxy-url: {args:?}"));
+        assert!(
+            url.starts_with("http://protobot-protobot-egress-proxy.") && url.ends_with(":3128"),
+            "the rendered URL names the proxy's Service: {url}"
+        );
+        assert!(
+            args.contains(&format!("--egress-session-secret={SESSION_SECRET_MOUNT}")),
+            "{args:?}"
+        );
+        args.iter()
+            .map(|a| {
+                if a.starts_with("--egress-proxy-url=") {
+                    format!("--egress-proxy-url={}", self.url)
+                } else if a.starts_with("--egress-session-secret=") {
+                    format!("--egress-session-secret={}", self.session_secret.display())
+                } else {
+                    a.clone()
+                }
+            })
+            .collect()
+    }
+}
+
+/// Where the chart mounts the session Secret's key in the operator's and the Job's pods.
+const SESSION_SECRET_MOUNT: &str = "/etc/protobot/egress/session-secret/secret";
+
+/// The chart values of this scenario: the egress proxy on, with its Secrets named.
+fn egress_values() -> Vec<String> {
+    vec![
+        "egressProxy.enabled=true".into(),
+        "egressProxy.credentialsSecret=protobot-egress-credentials".into(),
+        "egressProxy.sessionSecret=protobot-egress-session".into(),
+    ]
+}
+
+/// Starts `protobot egress-proxy` with the chart's Deployment's arguments (this machine's
+/// files for its mounts: the rendered policy, an empty credentials Secret, the session
+/// secret; loopback listeners), waits for its `/healthz`, and points the proxy Service (in
+/// the scenario namespace, as the profile selects it) at it.
+async fn start_proxy(s: &Scenario) -> Proxy {
+    let dir = s.tmp.path().join("egress");
+    let (policy, credentials) = (dir.join("policy.yaml"), dir.join("credentials"));
+    let session_secret = dir.join("session-secret");
+    std::fs::create_dir_all(&credentials).unwrap();
+    let rendered_policy = s
+        .objects
+        .iter()
+        .find(|o| {
+            o["kind"] == "ConfigMap"
+                && o["metadata"]["name"] == "protobot-protobot-egress-proxy-policy"
+        })
+        .expect("the chart renders the egress policy")["data"]["policy.yaml"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    std::fs::write(&policy, rendered_policy).unwrap();
+    let mut secret = [0u8; 48];
+    for (i, b) in secret.iter_mut().enumerate() {
+        *b = (i as u8).wrapping_mul(37).wrapping_add(11);
+    }
+    std::fs::write(&session_secret, secret).unwrap();
+    let rendered =
+        conformance_job::rendered_args(&s.objects, "Deployment", "protobot-protobot-egress-proxy");
+    assert!(
+        rendered.contains(&"--conformance-probe".to_owned()),
+        "the deployed proxy serves the broker probes: {rendered:?}"
+    );
+    let (listen, admin) = (
+        format!("127.0.0.1:{}", free_port()),
+        format!("127.0.0.1:{}", free_port()),
+    );
+    let args: Vec<String> = rendered
+        .into_iter()
+        .map(|a| {
+            if a.starts_with("--listen=") {
+                format!("--listen={listen}")
+            } else if a.starts_with("--admin-listen=") {
+                format!("--admin-listen={admin}")
+            } else if a.starts_with("--policy=") {
+                format!("--policy={}", policy.display())
+            } else if a.starts_with("--credentials-dir=") {
+                format!("--credentials-dir={}", credentials.display())
+            } else if a.starts_with("--session-secret=") {
+                format!("--session-secret={}", session_secret.display())
+            } else {
+                a
+            }
+        })
+        .collect();
+    let log = s.tmp.path().join("egress-proxy.log");
+    let out = std::fs::File::create(&log).unwrap();
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_protobot"))
+        .args(&args)
+        // Every line the proxy's crate logs, for the credential grep.
+        .env("RUST_LOG", "info,protobot=debug")
+        .stdout(out.try_clone().unwrap())
+        .stderr(out)
+        .spawn()
+        .unwrap();
+    let addr: std::net::SocketAddr = listen.parse().unwrap();
+    let url = protobot_e2e::egress_proxy_service(&s.cluster, addr).await;
+    let mut proxy = Proxy {
+        child,
+        log,
+        url,
+        session_secret,
+    };
+    let ready = tokio::time::timeout(Duration::from_secs(60), async {
+        loop {
+            if let Some((200, _)) = admin_http::get(&admin, "/healthz").await {
+                return;
+            }
+            if let Ok(Some(status)) = proxy.child.try_wait() {
+                panic!("the egress proxy exited ({status}): {}", proxy.log());
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await;
+    assert!(
+        ready.is_ok(),
+        "the egress proxy never served: {}",
+        proxy.log()
+    );
+    proxy
+}
+
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -104,10 +264,11 @@ fn deployment_args(objects: &[Value]) -> Vec<String> {
 
 /// Starts `protobot operator` with the Deployment's arguments, this machine's paths in place
 /// of the pod's mounts, watching the scenario namespace, as the chart's operator account.
-async fn start_operator(s: &Scenario) -> Operator {
+async fn start_operator(s: &Scenario, proxy: &Proxy) -> Operator {
     let admin = format!("127.0.0.1:{}", free_port());
     let work = s.tmp.path().join("operator-work");
-    let args: Vec<String> = deployment_args(&s.objects)
+    let args: Vec<String> = proxy
+        .map_args(&deployment_args(&s.objects))
         .into_iter()
         .map(|a| {
             if a.starts_with("--admin-addr=") {
@@ -218,7 +379,10 @@ async fn acceptance(transport: Transport, name: &str) {
     let Some(servers) = GitServers::start() else {
         return;
     };
-    let s = Scenario::prepare(name, Node::Bubblewrap(bwrap), |p| p).await;
+    let s = Scenario::prepare_with(name, Node::Bubblewrap(bwrap), &egress_values(), |p, ns| {
+        protobot_e2e::profile_with_proxy_in(&p, ns)
+    })
+    .await;
     let (client, ns) = (s.client().clone(), s.ns.clone());
 
     // 1. The chart's manifests as rendered: everything namespaced that `helm install` creates
@@ -241,10 +405,15 @@ async fn acceptance(transport: Transport, name: &str) {
     .get(profiles["metadata"]["name"].as_str().unwrap())
     .await
     .unwrap();
+    let served = served.data.unwrap()[&format!("{PROFILE}.yaml")].clone();
+    assert_ne!(
+        served, s.profile,
+        "the profile's proxy moved to the scenario namespace"
+    );
     assert_eq!(
-        served.data.unwrap().get(&format!("{PROFILE}.yaml")),
-        Some(&s.profile),
-        "the mounted profile is the rendered ConfigMap's"
+        protobot_e2e::profile_with_proxy_in(&served, &ns),
+        s.profile,
+        "the mounted profile is the rendered ConfigMap's, its proxy in the scenario namespace"
     );
 
     // 2. The Project on the served repository, its Secret, its worker classes.
@@ -303,7 +472,9 @@ async fn acceptance(transport: Transport, name: &str) {
     .await;
 
     // 3. The operator as the chart's Deployment runs it; no report yet, so it refuses runs.
-    let operator = start_operator(&s).await;
+    // 4. The egress proxy, before both: they take its address.
+    let proxy = start_proxy(&s).await;
+    let operator = start_operator(&s, &proxy).await;
     let projects: Api<Project> = Api::namespaced(client.clone(), &ns);
     until_condition(
         &projects,
@@ -314,8 +485,9 @@ async fn acceptance(transport: Transport, name: &str) {
     )
     .await;
 
-    // 4. The conformance Job: the report measured in pods and stored.
-    let job = s.run_job(&s.args);
+    // 5. The conformance Job: the report measured in pods (the broker's through the proxy)
+    // and stored.
+    let job = s.run_job(&proxy.map_args(&s.args));
     let job_stderr = String::from_utf8_lossy(&job.stderr).into_owned();
     assert!(
         job.status.success(),
@@ -336,8 +508,15 @@ async fn acceptance(transport: Transport, name: &str) {
         .find(|c| c.name == "resource-limits")
         .unwrap();
     assert!(limits.supported, "the supervisor is in place: {limits:?}");
+    assert!(
+        report.passed(),
+        "the measured report fails (missing {:?}: {:?}); the Job said: {job_stderr}\nproxy log:\n{}",
+        report.missing_capabilities(),
+        report.fail_closed_reason,
+        proxy.log()
+    );
 
-    // 5. The ChangeSet: admitted, built in pods, inspected, merged on the served main.
+    // 6. The ChangeSet: admitted, built in pods, inspected, merged on the served main.
     create_object(
         &Api::<ChangeSet>::namespaced(client.clone(), &ns),
         json!({
@@ -366,69 +545,36 @@ async fn acceptance(transport: Transport, name: &str) {
         ),
     };
     let items: Api<BuildWorkItem> = Api::namespaced(client.clone(), &ns);
-    let missing = report.missing_capabilities();
-    if report.passed() {
-        let completed = protobot_testkit::wait::until(
-            &items,
-            &item_name,
-            timeout() * 6,
-            |i: Option<&BuildWorkItem>| {
-                i.and_then(|i| i.status.as_ref())
-                    .is_some_and(|s| s.state == LifecycleState::Completed)
-            },
-        )
-        .await;
-        let completed = match completed {
-            Ok(Some(item)) => item,
-            other => panic!(
-                "{item_name} did not complete ({other:?}); its status: {:#?}\noperator log:\n{}",
-                items.get(&item_name).await.ok().and_then(|i| i.status),
-                operator.log()
-            ),
-        };
-        let merged = completed
-            .status
-            .as_ref()
-            .and_then(|s| s.merge_commit.clone())
-            .expect("the completed item names its merge commit");
-        assert_eq!(servers.main_head().to_string(), merged);
-        assert_eq!(
-            protobot_e2e::work_item_trailers(&servers.bare),
-            std::slice::from_ref(&completed.spec.work_item_id),
-            "exactly one merge on the served main carries the item's trailer"
-        );
-    } else {
-        // Issue 21's part: the credential-broker probes do not run through pods yet, so the
-        // measured report fails closed on exactly that capability, and runs stay refused.
-        assert_eq!(
-            missing,
-            ["credential-broker"],
-            "the measured report fails on more than the broker: {:?}",
-            report.fail_closed_reason
-        );
-        let message = until_condition(
-            &projects,
-            "SandboxConformant",
-            ConditionStatus::False,
-            |m| m.contains("credential-broker"),
-            &operator,
-        )
-        .await;
-        let item = items.get(&item_name).await.unwrap();
-        let state = item.status.as_ref().map(|s| s.state);
-        assert!(
-            !matches!(
-                state,
-                Some(LifecycleState::Building | LifecycleState::Completed)
-            ),
-            "an item was built on a profile whose report fails: {state:?}"
-        );
-        eprintln!(
-            "PENDING (issue 21): the measured report fails closed on credential-broker alone, so runs are refused ({message}); the item {item_name} waits in {state:?}"
-        );
-    }
-
-    // 6. The credential went nowhere.
+    let completed = protobot_testkit::wait::until(
+        &items,
+        &item_name,
+        timeout() * 6,
+        |i: Option<&BuildWorkItem>| {
+            i.and_then(|i| i.status.as_ref())
+                .is_some_and(|s| s.state == LifecycleState::Completed)
+        },
+    )
+    .await;
+    let completed = match completed {
+        Ok(Some(item)) => item,
+        other => panic!(
+            "{item_name} did not complete ({other:?}); its status: {:#?}\noperator log:\n{}",
+            items.get(&item_name).await.ok().and_then(|i| i.status),
+            operator.log()
+        ),
+    };
+    let merged = completed
+        .status
+        .as_ref()
+        .and_then(|s| s.merge_commit.clone())
+        .expect("the completed item names its merge commit");
+    assert_eq!(servers.main_head().to_string(), merged);
+    assert_eq!(
+        protobot_e2e::work_item_trailers(&servers.bare),
+        std::slice::from_ref(&completed.spec.work_item_id),
+        "exactly one merge on the served main carries the item's trailer"
+    );
+    // 7. The credential went nowhere.
     let needle = credential.as_bytes();
     let objects = protobot_e2e::readable_objects(&client, &ns).await;
     assert!(
@@ -439,10 +585,24 @@ async fn acceptance(transport: Transport, name: &str) {
         "the credential is in an object of the namespace"
     );
     let operator_log = operator.log();
+    assert!(
+        operator_log.contains("egress proxy URL is an IP address"),
+        "the operator gave pods the proxy's cluster IP as written: {operator_log}"
+    );
     assert!(operator_log.contains("DEBUG") || operator_log.contains("\"level\":\"DEBUG\""));
     assert!(
         !operator_log.contains(&credential),
         "the credential is in the operator's log"
+    );
+    let proxy_log = proxy.log();
+    assert!(
+        proxy_log.contains("egress proxy started")
+            && proxy_log.contains("\"conformance_probe\":true"),
+        "the proxy served the probes, as the chart runs it: {proxy_log}"
+    );
+    assert!(
+        !proxy_log.contains(&credential),
+        "the credential is in the egress proxy's log"
     );
     for (what, bytes) in [("stdout", &job.stdout), ("stderr", &job.stderr)] {
         assert!(
@@ -453,7 +613,7 @@ async fn acceptance(transport: Transport, name: &str) {
     let on_disk = files_containing(tmp, needle);
     assert!(
         on_disk.is_empty(),
-        "the credential is in files the operator or the Job wrote: {on_disk:?}"
+        "the credential is in files the operator, the proxy or the Job wrote: {on_disk:?}"
     );
     if let Some(kubelet) = &s.kubelet {
         // Pods' logs and volumes, claims; not the unpacked images (this build's binary).
@@ -469,6 +629,7 @@ async fn acceptance(transport: Transport, name: &str) {
         );
     }
     drop(operator);
+    drop(proxy);
     s.finish().await;
 }
 

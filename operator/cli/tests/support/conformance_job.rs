@@ -66,21 +66,39 @@ pub fn bubblewrap() -> Option<protobot_testkit::BubblewrapContainerExecutor> {
 
 /// The chart rendered for `ns` as the sandbox namespace, with the probe and operator images.
 pub fn rendering(ns: &str) -> Vec<Value> {
-    real::render_chart(
-        "protobot",
-        &[
-            format!("jobSite.sandboxNamespace={ns}"),
-            "jobSite.staging.create=false".into(),
-            format!("jobSite.conformance.image={PROBE_IMAGE}"),
-            format!("jobSite.sandboxImage={PROBE_IMAGE}"),
-            format!(
-                "image.repository={}",
-                OPERATOR_IMAGE.trim_end_matches(":e2e")
-            ),
-            "image.tag=e2e".into(),
-        ],
-    )
-    .unwrap()
+    rendering_with(ns, &[])
+}
+
+/// [`rendering`] with more `--set` values.
+pub fn rendering_with(ns: &str, sets: &[String]) -> Vec<Value> {
+    let mut all = vec![
+        format!("jobSite.sandboxNamespace={ns}"),
+        "jobSite.staging.create=false".into(),
+        format!("jobSite.conformance.image={PROBE_IMAGE}"),
+        format!("jobSite.sandboxImage={PROBE_IMAGE}"),
+        format!(
+            "image.repository={}",
+            OPERATOR_IMAGE.trim_end_matches(":e2e")
+        ),
+        "image.tag=e2e".into(),
+    ];
+    all.extend_from_slice(sets);
+    real::render_chart("protobot", &all).unwrap()
+}
+
+/// The arguments of the chart's container `container` of kind `kind` named `name`, as
+/// rendered.
+pub fn rendered_args(objects: &[Value], kind: &str, name: &str) -> Vec<String> {
+    let object = objects
+        .iter()
+        .find(|o| o["kind"] == kind && o["metadata"]["name"] == name)
+        .unwrap_or_else(|| panic!("the chart renders {kind} {name}"));
+    object["spec"]["template"]["spec"]["containers"][0]["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap().to_owned())
+        .collect()
 }
 
 /// The conformance Job's container arguments, as rendered.
@@ -175,6 +193,17 @@ impl Scenario {
         node: Node,
         edit_profile: impl FnOnce(String) -> String,
     ) -> Scenario {
+        Self::prepare_with(name, node, &[], |p, _| edit_profile(p)).await
+    }
+
+    /// [`Scenario::prepare`] with more chart values (`--set`), `edit_profile` also given the
+    /// scenario namespace.
+    pub async fn prepare_with(
+        name: &str,
+        node: Node,
+        sets: &[String],
+        edit_profile: impl FnOnce(String, &str) -> String,
+    ) -> Scenario {
         let cluster = Cluster::connect(name).await;
         let (client, ns) = (cluster.client.clone(), cluster.namespace.clone());
         protobot_e2e::sandbox_platform(&cluster, PROFILE).await;
@@ -188,7 +217,7 @@ impl Scenario {
         )
         .await;
         let tmp = tempfile::tempdir().unwrap();
-        let objects = rendering(&ns);
+        let objects = rendering_with(&ns, sets);
         let args = job_args(&objects);
         assert!(
             args.contains(&format!("--sandbox-namespace={ns}")),
@@ -198,7 +227,7 @@ impl Scenario {
             args.contains(&"--succeed-when-stored".to_owned()),
             "{args:?}"
         );
-        let profile = edit_profile(chart_profile(&objects, PROFILE));
+        let profile = edit_profile(chart_profile(&objects, PROFILE), &ns);
         let kubelet = match node {
             Node::None => None,
             Node::Bubblewrap(bwrap) => Some(
