@@ -46,6 +46,8 @@ use std::{
 };
 
 use git2::{Oid, Repository};
+
+use crate::repo_folder::RepoFolder;
 use protobot_lifecycle::{
     AttemptRecord, AuthorizationContext, Command, MergeEnvelope, ResultEnvelope, State,
     WorkItemRecord,
@@ -379,8 +381,11 @@ impl StopSignal {
     }
 }
 
-fn git_err(operation: &'static str) -> impl Fn(String) -> EngineError {
-    move |reason| EngineError::Git { operation, reason }
+fn git_err<E: std::fmt::Display>(operation: &'static str) -> impl Fn(E) -> EngineError {
+    move |e| EngineError::Git {
+        operation,
+        reason: e.to_string(),
+    }
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -443,14 +448,13 @@ pub fn read_trace(scratch: &Path, work_item_id: &str) -> Vec<TraceEvent> {
 pub fn scan_projection(dir: &Path, role: Role) -> Result<usize, EngineError> {
     use protobot_repo::manifest::PathClass;
     let record = ProjectionRecord::read(&record_path_for(dir))
-        .map_err(|e| git_err("read the projection record")(e.to_string()))?;
+        .map_err(git_err("read the projection record"))?;
     let mut stack = vec![dir.to_path_buf()];
     let mut scanned = 0;
     while let Some(d) = stack.pop() {
-        let entries =
-            std::fs::read_dir(&d).map_err(|e| git_err("scan a projection")(e.to_string()))?;
+        let entries = std::fs::read_dir(&d).map_err(git_err("scan a projection"))?;
         for entry in entries {
-            let entry = entry.map_err(|e| git_err("scan a projection")(e.to_string()))?;
+            let entry = entry.map_err(git_err("scan a projection"))?;
             let path = entry.path();
             if entry.file_name() == ".git" {
                 continue;
@@ -591,11 +595,49 @@ struct Item<'a> {
     id: &'a str,
     landing: &'a Landing,
     contract: &'a BuildContract,
-    repo: &'a Repository,
-    repo_dir: &'a Path,
+    /// The integration repository: every git operation runs through it, on the blocking
+    /// pool (no git handle lives across an await, so the build's future is `Send`).
+    repo: RepoFolder,
     wi: WorkItemRef,
     scope: ChangeScope,
     approved: BTreeSet<String>,
+}
+
+impl Item<'_> {
+    /// Runs `work` on the integration repository (blocking pool, one at a time per folder).
+    async fn git<T, F>(&self, work: F) -> Result<T, EngineError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Repository) -> Result<T, EngineError> + Send + 'static,
+    {
+        self.repo
+            .repo(work)
+            .await
+            .map_err(git_err("run git on the integration repository"))?
+    }
+
+    /// Exports the `role` projection of `at` into `dest` and scans it, off the runtime.
+    async fn export(
+        &self,
+        operation: &'static str,
+        at: &str,
+        role: Role,
+        dest: &Path,
+        scan: bool,
+    ) -> Result<usize, EngineError> {
+        let (at, dest, scope) = (at.to_string(), dest.to_path_buf(), self.scope.clone());
+        self.repo
+            .path(move |dir| {
+                projection_export(dir, &at, role, &dest, scope).map_err(git_err(operation))?;
+                if scan {
+                    scan_projection(&dest, role)
+                } else {
+                    Ok(0)
+                }
+            })
+            .await
+            .map_err(git_err(operation))?
+    }
 }
 
 impl<S: WorkStore, E: Executor> Engine<S, E> {
@@ -785,7 +827,9 @@ impl<S: WorkStore, E: Executor> Engine<S, E> {
             },
         };
         let started = Instant::now();
-        let out = self.executor.run(spec, claim.lost_signal()).await?;
+        // Boxed, like every stage below: no future nests another's whole state, so polling
+        // a build needs no more stack than a runtime thread has.
+        let out = Box::pin(self.executor.run(spec, claim.lost_signal())).await?;
         let failure = crate::triage::harness_failure(&out.termination, &out.stderr_tail);
         // The chain itself stays private; its head ties the session to this trace.
         self.trace(
@@ -842,15 +886,20 @@ impl<S: WorkStore, E: Executor> Engine<S, E> {
         self.boundary(item.id, &format!("after:attempt-{cycle}"))
     }
 
-    fn head(&self, item: &Item<'_>) -> Result<Oid, EngineError> {
-        item.repo
-            .refname_to_id(&item.wi.branch_ref())
-            .map_err(|e| git_err("read the work-item head")(e.to_string()))
+    async fn head(&self, item: &Item<'_>) -> Result<Oid, EngineError> {
+        let branch = item.wi.branch_ref();
+        item.git(move |repo| {
+            repo.refname_to_id(&branch)
+                .map_err(git_err("read the work-item head"))
+        })
+        .await
     }
 
-    fn digest(&self, item: &Item<'_>, commit: Oid) -> Result<String, EngineError> {
-        product_tree_digest(item.repo, commit)
-            .map_err(|e| git_err("compute the product tree digest")(e.to_string()))
+    async fn digest(&self, item: &Item<'_>, commit: Oid) -> Result<String, EngineError> {
+        item.git(move |repo| {
+            product_tree_digest(repo, commit).map_err(git_err("compute the product tree digest"))
+        })
+        .await
     }
 
     /// Builds (or resumes) a claimed item from its contract in the integration
@@ -875,18 +924,23 @@ impl<S: WorkStore, E: Executor> Engine<S, E> {
         landing: &Landing,
     ) -> Result<BuildReport, EngineError> {
         let id = contract.work_item_id.as_str();
-        let repo = Repository::open(repo_dir).map_err(|e| EngineError::Git {
-            operation: "open the integration repository",
-            reason: e.to_string(),
-        })?;
+        let repo = RepoFolder::new(repo_dir);
         let wi = WorkItemRef {
             id: id.to_string(),
             slug: protobot_lifecycle::BUILD_BRANCH_SLUG.into(),
         };
-        let source = Oid::from_str(&contract.spec_commit)
-            .map_err(|e| git_err("parse the spec commit")(e.to_string()))?;
-        ensure_work_item_branch(&repo, &wi, source)
-            .map_err(|e| git_err("create the work-item branch")(e.to_string()))?;
+        let source =
+            Oid::from_str(&contract.spec_commit).map_err(git_err("parse the spec commit"))?;
+        {
+            let wi = wi.clone();
+            repo.repo(move |repo| {
+                ensure_work_item_branch(repo, &wi, source)
+                    .map(drop)
+                    .map_err(git_err("create the work-item branch"))
+            })
+            .await
+            .map_err(git_err("open the integration repository"))??;
+        }
         // Added requirements have no prior tests to quarantine; only revisions do.
         let revised = if contract.change_type == "changes" {
             contract.changed_requirement_ids.iter().cloned().collect()
@@ -897,8 +951,7 @@ impl<S: WorkStore, E: Executor> Engine<S, E> {
             id,
             landing,
             contract,
-            repo: &repo,
-            repo_dir,
+            repo,
             wi,
             scope: ChangeScope {
                 revised,
@@ -933,12 +986,17 @@ impl<S: WorkStore, E: Executor> Engine<S, E> {
                 });
             }
             match record.state {
-                State::Building => self.building(claim, &item, &record, &mut progress).await?,
-                State::Inspecting => {
-                    self.inspecting(claim, &item, &record, &mut progress)
-                        .await?
+                // Each stage's future is boxed: the build's own future stays small, and so
+                // does the stack a runtime thread needs to poll it.
+                State::Building => {
+                    Box::pin(self.building(claim, &item, &record, &mut progress)).await?
                 }
-                State::Merging => self.merging(claim, &item, &record, &mut progress).await?,
+                State::Inspecting => {
+                    Box::pin(self.inspecting(claim, &item, &record, &mut progress)).await?
+                }
+                State::Merging => {
+                    Box::pin(self.merging(claim, &item, &record, &mut progress)).await?
+                }
                 State::Completed | State::Blocked => {
                     return Ok(BuildReport {
                         work_item_id: id.into(),
@@ -1019,13 +1077,23 @@ impl<S: WorkStore, E: Executor> Engine<S, E> {
         progress: &mut Progress,
     ) -> Result<(), EngineError> {
         let attempts = &record.attempts;
-        let head = self.head(item)?;
+        let head = self.head(item).await?;
         // Resume: the last cycle passed and the product is unchanged since (a crash
         // before tests-pass, or a landing race that sent the item back).
-        if let Some(last) = attempts.last().filter(|a| a.outcome == "passed")
-            && let Ok(candidate) = Oid::from_str(&last.candidate_commit)
-            && self.digest(item, candidate).ok() == Some(self.digest(item, head)?)
-        {
+        let passed = attempts.last().filter(|a| a.outcome == "passed");
+        let unchanged = match passed.and_then(|a| Oid::from_str(&a.candidate_commit).ok()) {
+            Some(candidate) => {
+                item.git(move |repo| {
+                    let before = product_tree_digest(repo, candidate).ok();
+                    let now = product_tree_digest(repo, head)
+                        .map_err(git_err("compute the product tree digest"))?;
+                    Ok(before == Some(now))
+                })
+                .await?
+            }
+            None => false,
+        };
+        if let Some(last) = passed.filter(|_| unchanged) {
             self.stage(&format!(
                 "building: cycle {} already passed on this candidate; resuming at tests-pass",
                 last.cycle
@@ -1077,10 +1145,7 @@ impl<S: WorkStore, E: Executor> Engine<S, E> {
         let tier = escalation.current_tier();
         let started = Instant::now();
         let attempt_started = self.clock.now();
-        match self
-            .cycle(claim, item, cycle, tier, genuine as u32, &feedback)
-            .await
-        {
+        match Box::pin(self.cycle(claim, item, cycle, tier, genuine as u32, &feedback)).await {
             Ok((gate, scanned)) => {
                 let label = label_of(&gate.decision);
                 self.trace(
@@ -1103,7 +1168,7 @@ impl<S: WorkStore, E: Executor> Engine<S, E> {
                     projection_files_scanned: scanned,
                     tier,
                 });
-                let candidate = self.head(item)?.to_string();
+                let candidate = self.head(item).await?.to_string();
                 self.record_attempt(
                     claim,
                     item,
@@ -1203,16 +1268,29 @@ impl<S: WorkStore, E: Executor> Engine<S, E> {
             "building: cycle {cycle} (tier {}): exporting projections, running Worker A and Worker B in sandboxes",
             tier_label(tier)
         ));
-        let head = self.head(item)?.to_string();
+        let head = self.head(item).await?.to_string();
         let dir = self.config.scratch.join(format!("{id}-c{cycle}"));
         // A rerun of this cycle (after a crash) starts from clean projections.
         let _ = std::fs::remove_dir_all(&dir);
         let (pa, pb) = (dir.join("projection-a"), dir.join("projection-b"));
-        projection_export(item.repo_dir, &head, Role::WorkerA, &pa, item.scope.clone())
-            .map_err(|e| git_err("export the Worker A projection")(e.to_string()))?;
-        projection_export(item.repo_dir, &head, Role::WorkerB, &pb, item.scope.clone())
-            .map_err(|e| git_err("export the Worker B projection")(e.to_string()))?;
-        let scanned = scan_projection(&pa, Role::WorkerA)? + scan_projection(&pb, Role::WorkerB)?;
+        let scanned = item
+            .export(
+                "export the Worker A projection",
+                &head,
+                Role::WorkerA,
+                &pa,
+                true,
+            )
+            .await?
+            + item
+                .export(
+                    "export the Worker B projection",
+                    &head,
+                    Role::WorkerB,
+                    &pb,
+                    true,
+                )
+                .await?;
         let budget = self.config.max_cycles.saturating_sub(genuine_so_far + 1);
         let task = |side: Side| {
             let class = match side {
@@ -1256,7 +1334,7 @@ impl<S: WorkStore, E: Executor> Engine<S, E> {
             (Side::Implementation, Role::WorkerB, &pb, out_b),
         ] {
             let record = ProjectionRecord::read(&record_path_for(proj))
-                .map_err(|e| git_err("read the projection record")(e.to_string()))?;
+                .map_err(git_err("read the projection record"))?;
             let worker_repo = out.out_dir.join("worker");
             // Worker output is untrusted: a refusal or failure anywhere on the import path
             // (collection, apply, merge) ends this cycle for that Worker with a sanitized
@@ -1292,12 +1370,18 @@ impl<S: WorkStore, E: Executor> Engine<S, E> {
                         when: self.now_secs(),
                     };
                     claim.check()?;
-                    let imported = apply_bundle(item.repo, &accepted, &item.wi, &info)
-                        .map_err(|e| ("apply-failed", e.category(), e.to_string()))
-                        .and_then(|applied| {
-                            merge_into_work_item(item.repo, &item.wi, &applied, &accepted, &info)
-                                .map_err(|e| ("merge-failed", e.category(), e.to_string()))
-                        });
+                    let wi = item.wi.clone();
+                    let imported = item
+                        .git(move |repo| {
+                            Ok(apply_bundle(repo, &accepted, &wi, &info)
+                                .map_err(|e| ("apply-failed", e.category(), e.to_string()))
+                                .and_then(|applied| {
+                                    merge_into_work_item(repo, &wi, &applied, &accepted, &info)
+                                        .map(drop)
+                                        .map_err(|e| ("merge-failed", e.category(), e.to_string()))
+                                }))
+                        })
+                        .await?;
                     if let Err((stage, category, error)) = imported {
                         // A lost lease is not the Worker's fault.
                         claim.check()?;
@@ -1360,7 +1444,7 @@ impl<S: WorkStore, E: Executor> Engine<S, E> {
                 }
             }
         }
-        let gate = self.gate(claim, item, cycle, &dir, budget, raw_for).await?;
+        let gate = Box::pin(self.gate(claim, item, cycle, &dir, budget, raw_for)).await?;
         Ok((gate, scanned))
     }
 
@@ -1380,19 +1464,19 @@ impl<S: WorkStore, E: Executor> Engine<S, E> {
             "building: cycle {cycle}: integration run on the candidate"
         ));
         let started = Instant::now();
-        let candidate = self.head(item)?.to_string();
+        let candidate = self.head(item).await?.to_string();
         let pi = dir.join("integration");
         let _ = std::fs::remove_dir_all(&pi);
-        projection_export(
-            item.repo_dir,
+        item.export(
+            "export the integration tree",
             &candidate,
             Role::Inspector,
             &pi,
-            item.scope.clone(),
+            false,
         )
-        .map_err(|e| git_err("export the integration tree")(e.to_string()))?;
+        .await?;
         let manifest = ProjectionRecord::read(&record_path_for(&pi))
-            .map_err(|e| git_err("read the projection record")(e.to_string()))?
+            .map_err(git_err("read the projection record"))?
             .manifest;
         let out = self
             .run_role(
@@ -1543,10 +1627,16 @@ impl<S: WorkStore, E: Executor> Engine<S, E> {
         // moved, every gate reruns on the refreshed candidate.
         let started = Instant::now();
         let remote_ref = format!("refs/heads/{}", self.config.target_branch);
-        let main = fetch_remote_branch(item.repo, &self.config.remote, &remote_ref)
-            .map_err(|e| git_err("fetch the default branch")(e.to_string()))?;
-        if let Some(main) = main {
-            match refresh_work_item(item.repo, &item.wi, main, self.now_secs()) {
+        let (remote, wi, now) = (self.config.remote.clone(), item.wi.clone(), self.now_secs());
+        let refreshed = item
+            .git(move |repo| {
+                let main = fetch_remote_branch(repo, &remote, &remote_ref)
+                    .map_err(git_err("fetch the default branch"))?;
+                Ok(main.map(|main| (main, refresh_work_item(repo, &wi, main, now))))
+            })
+            .await?;
+        if let Some((main, refreshed)) = refreshed {
+            match refreshed {
                 Ok(refresh) => {
                     self.trace(
                         id,
@@ -1564,9 +1654,9 @@ impl<S: WorkStore, E: Executor> Engine<S, E> {
                             .config
                             .scratch
                             .join(format!("{id}-revalidate-{}", progress.revalidations));
-                        let gate = self
-                            .gate(claim, item, next_cycle, &dir, budget, Vec::new())
-                            .await?;
+                        let gate =
+                            Box::pin(self.gate(claim, item, next_cycle, &dir, budget, Vec::new()))
+                                .await?;
                         if gate.decision != Decision::Pass {
                             let label = label_of(&gate.decision);
                             progress.cycles.push(CycleReport {
@@ -1584,7 +1674,7 @@ impl<S: WorkStore, E: Executor> Engine<S, E> {
                                     cycle: next_cycle,
                                     tier: tier_label(tier),
                                     outcome: label,
-                                    candidate_commit: self.head(item)?.to_string(),
+                                    candidate_commit: self.head(item).await?.to_string(),
                                     feedback: serde_json::to_value(&gate.feedback)
                                         .unwrap_or_default(),
                                     started_at: Some(attempt_started),
@@ -1617,7 +1707,7 @@ impl<S: WorkStore, E: Executor> Engine<S, E> {
             }
         }
         // The Inspection Run on the (possibly refreshed) candidate.
-        let head = self.head(item)?;
+        let head = self.head(item).await?;
         let candidate = head.to_string();
         let run_id = format!("{id}-ir-{}", &candidate[..12.min(candidate.len())]);
         self.stage(&format!(
@@ -1630,15 +1720,14 @@ impl<S: WorkStore, E: Executor> Engine<S, E> {
             let dir = self.config.scratch.join(&run_id);
             let pi = dir.join("inspector");
             let _ = std::fs::remove_dir_all(&pi);
-            projection_export(
-                item.repo_dir,
+            item.export(
+                "export the Inspector projection",
                 &candidate,
                 Role::Inspector,
                 &pi,
-                item.scope.clone(),
+                true,
             )
-            .map_err(|e| git_err("export the Inspector projection")(e.to_string()))?;
-            scan_projection(&pi, Role::Inspector)?;
+            .await?;
             for producer in &self.config.producers {
                 let (role, file) = match producer.kind {
                     ProducerKind::Inspector => (SandboxRole::Inspector, "findings.jsonl"),
@@ -1674,7 +1763,7 @@ impl<S: WorkStore, E: Executor> Engine<S, E> {
         }
         let prior = std::mem::take(&mut progress.prior_findings);
         let sequence_at_start = progress.ledger.sequence;
-        let candidate_digest = self.digest(item, head)?;
+        let candidate_digest = self.digest(item, head).await?;
         let verdict = record_run(&mut progress.ledger, &run_id, &candidate, &reports, &prior)
             .map_err(|e| EngineError::Output {
                 role: "inspection",
@@ -1712,11 +1801,11 @@ impl<S: WorkStore, E: Executor> Engine<S, E> {
                     )
                     .await?;
                 self.boundary(id, "after:observe-inspection")?;
-                self.attest_and_begin_merge(claim, item, &run_id, watermark, progress)
+                Box::pin(self.attest_and_begin_merge(claim, item, &run_id, watermark, progress))
                     .await
             }
             Verdict::Rework { routed } => {
-                let (feedback, redactions) = self.finding_feedback(item, &routed, budget)?;
+                let (feedback, redactions) = self.finding_feedback(item, &routed, budget).await?;
                 self.stage(&format!(
                     "inspecting: {} finding(s) routed back to the Workers ({redactions} redactions)",
                     routed.len()
@@ -1757,24 +1846,25 @@ impl<S: WorkStore, E: Executor> Engine<S, E> {
     }
 
     /// Worker feedback for routed findings, through the sanitizer.
-    fn finding_feedback(
+    async fn finding_feedback(
         &self,
         item: &Item<'_>,
         routed: &[RoutedFinding],
         budget: u32,
     ) -> Result<(Vec<SanitizedFeedback>, usize), EngineError> {
-        let head = self.head(item)?;
-        let listed = {
-            let tree = item
-                .repo
-                .find_commit(head)
-                .and_then(|c| c.tree())
-                .map_err(|e| git_err("read the candidate tree")(e.to_string()))?;
-            protobot_repo::tree::list_files(item.repo, &tree)
-                .map_err(|e| git_err("list the candidate tree")(e.to_string()))?
-        };
-        let manifest = protobot_repo::export::load_manifest(item.repo, &listed)
-            .map_err(|e| git_err("read the projection manifest")(e.to_string()))?;
+        let head = self.head(item).await?;
+        let manifest = item
+            .git(move |repo| {
+                let tree = repo
+                    .find_commit(head)
+                    .and_then(|c| c.tree())
+                    .map_err(git_err("read the candidate tree"))?;
+                let listed = protobot_repo::tree::list_files(repo, &tree)
+                    .map_err(git_err("list the candidate tree"))?;
+                protobot_repo::export::load_manifest(repo, &listed)
+                    .map_err(git_err("read the projection manifest"))
+            })
+            .await?;
         let mut out = Vec::new();
         let mut redactions = 0;
         for side in [Side::Tests, Side::Implementation] {
@@ -1832,14 +1922,22 @@ impl<S: WorkStore, E: Executor> Engine<S, E> {
         progress: &mut Progress,
     ) -> Result<(), EngineError> {
         let id = item.id;
-        let head = self.head(item)?;
-        let digest = self.digest(item, head)?;
-        // Idempotent: a resumed Job Site finds its own attestation commit at the head.
-        let already = item.repo.find_commit(head).ok().is_some_and(|c| {
-            let found = trailers::parse(&String::from_utf8_lossy(c.message_bytes()));
-            trailers::value(&found, trailers::WORK_ITEM) == Some(id)
-                && trailers::value(&found, trailers::PRODUCT_TREE_DIGEST) == Some(digest.as_str())
-        });
+        let head = self.head(item).await?;
+        let owned_id = id.to_string();
+        let (digest, already) = item
+            .git(move |repo| {
+                let digest = product_tree_digest(repo, head)
+                    .map_err(git_err("compute the product tree digest"))?;
+                // Idempotent: a resumed Job Site finds its own attestation commit at the head.
+                let already = repo.find_commit(head).ok().is_some_and(|c| {
+                    let found = trailers::parse(&String::from_utf8_lossy(c.message_bytes()));
+                    trailers::value(&found, trailers::WORK_ITEM) == Some(owned_id.as_str())
+                        && trailers::value(&found, trailers::PRODUCT_TREE_DIGEST)
+                            == Some(digest.as_str())
+                });
+                Ok((digest, already))
+            })
+            .await?;
         let attested = if already {
             head.to_string()
         } else {
@@ -1856,9 +1954,13 @@ impl<S: WorkStore, E: Executor> Engine<S, E> {
                     .into_bytes(),
                 },
             ];
-            let attested =
-                commit_attestation(item.repo, &item.wi, &files, &digest, self.now_secs())
-                    .map_err(|e| git_err("commit the attestation snapshot")(e.to_string()))?;
+            let (wi, sealed, now) = (item.wi.clone(), digest.clone(), self.now_secs());
+            let attested = item
+                .git(move |repo| {
+                    commit_attestation(repo, &wi, &files, &sealed, now)
+                        .map_err(git_err("commit the attestation snapshot"))
+                })
+                .await?;
             self.boundary(id, "after:attestation")?;
             attested.commit
         };
@@ -1903,18 +2005,25 @@ impl<S: WorkStore, E: Executor> Engine<S, E> {
         claim.check()?;
         self.boundary(id, "before:land")?;
         if let Landing::PullRequest(forge) = item.landing {
-            return self
-                .land_through_pull_request(claim, item, envelope, progress, forge.as_ref())
-                .await;
+            return Box::pin(self.land_through_pull_request(
+                claim,
+                item,
+                envelope,
+                progress,
+                forge.as_ref(),
+            ))
+            .await;
         }
         let started = Instant::now();
-        let landed = land_tested_work_item(
-            item.repo,
-            &item.wi,
-            &self.config.remote,
-            &self.config.target_branch,
+        let (wi, remote, target, now) = (
+            item.wi.clone(),
+            self.config.remote.clone(),
+            self.config.target_branch.clone(),
             self.now_secs(),
         );
+        let landed = item
+            .git(move |repo| Ok(land_tested_work_item(repo, &wi, &remote, &target, now)))
+            .await?;
         self.trace(
             id,
             "land",
@@ -1955,7 +2064,7 @@ impl<S: WorkStore, E: Executor> Engine<S, E> {
                     reason: e.to_string(),
                 })
             }
-            Err(e) => Err(git_err("land the work item")(e.to_string())),
+            Err(e) => Err(git_err("land the work item")(e)),
         }
     }
 
@@ -1975,40 +2084,53 @@ impl<S: WorkStore, E: Executor> Engine<S, E> {
         let id = item.id;
         let remote = self.config.remote.as_str();
         let target_ref = format!("refs/heads/{}", self.config.target_branch);
-        let land = |operation: &'static str| move |e: LandError| git_err(operation)(e.to_string());
         let started = Instant::now();
-        let remote_main = fetch_remote_branch(item.repo, remote, &target_ref)
-            .map_err(land("fetch the default branch"))?
-            .ok_or_else(|| {
-                git_err("fetch the default branch")(format!("{remote} has no {target_ref}"))
-            })?;
-        if let Some(existing) = find_merge_by_trailer(item.repo, remote_main, id)
-            .map_err(land("look for an existing merge of the work item"))?
-        {
+        let (remote_main, existing) = {
+            let (remote, target_ref, id) = (remote.to_string(), target_ref.clone(), id.to_string());
+            item.git(move |repo| {
+                let main = fetch_remote_branch(repo, &remote, &target_ref)
+                    .map_err(git_err("fetch the default branch"))?
+                    .ok_or_else(|| {
+                        git_err("fetch the default branch")(format!("{remote} has no {target_ref}"))
+                    })?;
+                let existing = find_merge_by_trailer(repo, main, &id)
+                    .map_err(git_err("look for an existing merge of the work item"))?;
+                Ok((main, existing))
+            })
+            .await?
+        };
+        if let Some(existing) = existing {
             self.stage("merging: the default branch already holds this work item's merge");
             return self
                 .record_landed(claim, &mut envelope, existing.to_string(), progress)
                 .await;
         }
-        let head = self.head(item)?;
+        let head = self.head(item).await?;
         let contains_main = head == remote_main
             || item
-                .repo
-                .graph_descendant_of(head, remote_main)
-                .map_err(|e| {
-                    git_err("compare the candidate with the default branch")(e.to_string())
-                })?;
+                .git(move |repo| {
+                    repo.graph_descendant_of(head, remote_main)
+                        .map_err(git_err("compare the candidate with the default branch"))
+                })
+                .await?;
         if !contains_main {
             return self
                 .revalidate(claim, "the default branch moved past the tested candidate")
                 .await;
         }
         let wi_ref = item.wi.branch_ref();
-        let pushed = remote_head(item.repo, remote, &wi_ref)
-            .map_err(land("read the remote work-item branch"))?;
-        if pushed != Some(head) {
-            push_with_guard(item.repo, remote, &wi_ref, &wi_ref, pushed)
-                .map_err(land("push the work-item branch"))?;
+        {
+            let (remote, wi_ref) = (remote.to_string(), wi_ref.clone());
+            item.git(move |repo| {
+                let pushed = remote_head(repo, &remote, &wi_ref)
+                    .map_err(git_err("read the remote work-item branch"))?;
+                if pushed != Some(head) {
+                    push_with_guard(repo, &remote, &wi_ref, &wi_ref, pushed)
+                        .map_err(git_err("push the work-item branch"))?;
+                }
+                Ok(())
+            })
+            .await?;
         }
         self.boundary(id, "after:push-work-item-branch")?;
         let request = PullRequestMerge {
@@ -2065,11 +2187,13 @@ impl<S: WorkStore, E: Executor> Engine<S, E> {
         match answer {
             Ok(merged) => {
                 self.boundary(id, "after:land")?;
-                let verified = Oid::from_str(&merged.merge_commit)
-                    .ok()
-                    .map(|merge| self.verify_pull_request_merge(item, &target_ref, merge, head))
-                    .transpose()?
-                    .unwrap_or(false);
+                let verified = match Oid::from_str(&merged.merge_commit).ok() {
+                    Some(merge) => {
+                        self.verify_pull_request_merge(item, &target_ref, merge, head)
+                            .await?
+                    }
+                    None => false,
+                };
                 if !verified {
                     tracing::error!(work_item = id, merge_commit = %merged.merge_commit, "pull-request merge not verified");
                     return Err(EngineError::MergeNotVerified {
@@ -2110,21 +2234,24 @@ impl<S: WorkStore, E: Executor> Engine<S, E> {
 
     /// Whether `target_ref`, fetched now, contains `merge` and `merge` is a merge of the
     /// tested `head` (its second parent): the forge's "merged" is never trusted alone.
-    fn verify_pull_request_merge(
+    async fn verify_pull_request_merge(
         &self,
         item: &Item<'_>,
         target_ref: &str,
         merge: Oid,
         head: Oid,
     ) -> Result<bool, EngineError> {
-        let contains = verify_remote_contains(item.repo, &self.config.remote, target_ref, merge)
-            .map_err(|e| git_err("verify the default branch")(e.to_string()))?;
-        let merges_head = item
-            .repo
-            .find_commit(merge)
-            .ok()
-            .is_some_and(|c| c.parent_count() == 2 && c.parent_id(1).ok() == Some(head));
-        Ok(contains && merges_head)
+        let (remote, target_ref) = (self.config.remote.clone(), target_ref.to_string());
+        item.git(move |repo| {
+            let contains = verify_remote_contains(repo, &remote, &target_ref, merge)
+                .map_err(git_err("verify the default branch"))?;
+            let merges_head = repo
+                .find_commit(merge)
+                .ok()
+                .is_some_and(|c| c.parent_count() == 2 && c.parent_id(1).ok() == Some(head));
+            Ok(contains && merges_head)
+        })
+        .await
     }
 
     /// Back to building (a fresh fence): the passed cycle is reused and revalidated against
@@ -2154,6 +2281,17 @@ impl<S: WorkStore, E: Executor> Engine<S, E> {
         self.stage("completed: merged, verified on the default branch and recorded");
         Ok(())
     }
+}
+
+/// Compile-time check: a build is a `Send` future (it runs as a task of its own).
+fn _a_build_is_send<S: WorkStore + 'static, E: Executor + 'static>(
+    engine: &Engine<S, E>,
+    claim: &Claim,
+    contract: &BuildContract,
+    repo_dir: &Path,
+) {
+    fn send<T: Send>(_: &T) {}
+    send(&engine.build(claim, contract, repo_dir));
 }
 
 #[cfg(test)]

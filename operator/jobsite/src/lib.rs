@@ -26,6 +26,7 @@ pub mod landing;
 pub mod lease;
 pub mod ledger;
 pub mod materializer;
+pub mod repo_folder;
 pub mod sandbox_audit;
 pub mod sanitizer;
 #[cfg(feature = "test-support")]

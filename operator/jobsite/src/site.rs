@@ -33,6 +33,7 @@ use crate::{
     engine::{BuildReport, Engine, EngineError},
     executor::Executor,
     lease::{Claim, Held},
+    repo_folder::RepoFolder,
 };
 
 /// Every lifecycle command a Job Site sends (its trusted context's allowed actions).
@@ -613,7 +614,7 @@ impl<S: WorkStore + 'static, E: Executor> JobSite<S, E> {
             lease,
             stop_rx,
         ));
-        let built = self.engine.build(claim, &contract, &self.repo_dir).await;
+        let built = Box::pin(self.engine.build(claim, &contract, &self.repo_dir)).await;
         let _ = stop_tx.send(true);
         let _ = keeper.await;
         match built {
@@ -721,17 +722,21 @@ impl<S: WorkStore + 'static, E: Executor> JobSite<S, E> {
                 },
             ),
             State::Merging => {
-                let repo = git2::Repository::open(&self.repo_dir)
-                    .map_err(|e| SiteError::Git(e.to_string()))?;
                 let config = &self.engine.config;
                 let remote_ref = format!("refs/heads/{}", config.target_branch);
-                let head = fetch_remote_branch(&repo, &config.remote, &remote_ref)
-                    .map_err(|e| SiteError::Git(e.to_string()))?;
-                let merged = match head {
-                    Some(h) => find_merge_by_trailer(&repo, h, &id)
-                        .map_err(|e| SiteError::Git(e.to_string()))?,
-                    None => None,
-                };
+                let (remote, item) = (config.remote.clone(), id.clone());
+                let merged = RepoFolder::new(&self.repo_dir)
+                    .repo(move |repo| {
+                        let head = fetch_remote_branch(repo, &remote, &remote_ref)
+                            .map_err(|e| SiteError::Git(e.to_string()))?;
+                        match head {
+                            Some(h) => find_merge_by_trailer(repo, h, &item)
+                                .map_err(|e| SiteError::Git(e.to_string())),
+                            None => Ok(None),
+                        }
+                    })
+                    .await
+                    .map_err(|e| SiteError::Git(e.to_string()))??;
                 match (merged, record.expected_merge.clone()) {
                     (Some(merge), Some(mut envelope)) => {
                         envelope.merge_commit = merge.to_string();
@@ -878,6 +883,14 @@ pub async fn refresh_dependencies<S: WorkStore>(
         }
     }
     Ok(actions)
+}
+
+/// Compile-time check: a Job Site pass (and so every build in it) is a `Send` future, so
+/// it runs as a task of its own on any runtime thread.
+fn _a_pass_is_send<S: WorkStore + 'static, E: Executor + 'static>(site: &JobSite<S, E>) {
+    fn send<T: Send>(_: &T) {}
+    send(&site.run_once());
+    send(&site.run_until_idle());
 }
 
 /// Convenience: whether an engine error means "another actor owns the item now".
