@@ -30,7 +30,7 @@ use serde::{Deserialize, Serialize};
 use crate::{
     contract::BuildContract,
     dispatch::{Footprint, Priority, plan},
-    engine::{BuildReport, Engine, EngineError},
+    engine::{BuildReport, Engine, EngineError, GitError},
     executor::Executor,
     lease::{Claim, Held},
     repo_folder::RepoFolder,
@@ -356,7 +356,7 @@ pub enum SiteError {
     Store(#[from] StoreError),
     /// Git failed while gathering reconciliation evidence.
     #[error("failed to read reconciliation evidence from Git: {0}")]
-    Git(String),
+    Git(#[source] GitError),
 }
 
 /// One Job Site.
@@ -726,17 +726,15 @@ impl<S: WorkStore + 'static, E: Executor> JobSite<S, E> {
                 let remote_ref = format!("refs/heads/{}", config.target_branch);
                 let (remote, item) = (config.remote.clone(), id.clone());
                 let merged = RepoFolder::new(&self.repo_dir)
-                    .repo(move |repo| {
-                        let head = fetch_remote_branch(repo, &remote, &remote_ref)
-                            .map_err(|e| SiteError::Git(e.to_string()))?;
-                        match head {
-                            Some(h) => find_merge_by_trailer(repo, h, &item)
-                                .map_err(|e| SiteError::Git(e.to_string())),
+                    .repo(
+                        move |repo| match fetch_remote_branch(repo, &remote, &remote_ref)? {
+                            Some(head) => find_merge_by_trailer(repo, head, &item),
                             None => Ok(None),
-                        }
-                    })
+                        },
+                    )
                     .await
-                    .map_err(|e| SiteError::Git(e.to_string()))??;
+                    .map_err(|e| SiteError::Git(e.into()))?
+                    .map_err(|e| SiteError::Git(e.into()))?;
                 match (merged, record.expected_merge.clone()) {
                     (Some(merge), Some(mut envelope)) => {
                         envelope.merge_commit = merge.to_string();

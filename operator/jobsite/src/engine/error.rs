@@ -2,7 +2,11 @@
 
 use protobot_lifecycle::State;
 
-use crate::landing::ForgeRefusal;
+use protobot_repo::{
+    digest::DigestError, export::ExportError, integrate::IntegrateError, land::LandError,
+};
+
+use crate::{landing::ForgeRefusal, repo_folder::FolderError};
 
 /// Why a build stopped abnormally (a rejected command is a lost claim).
 #[derive(Debug, thiserror::Error)]
@@ -24,12 +28,13 @@ pub enum EngineError {
     #[error("work store failed: {0}")]
     Store(#[from] protobot_stores::StoreError),
     /// Git failed.
-    #[error("failed to {operation}: {reason}")]
+    #[error("failed to {operation}: {source}")]
     Git {
         /// What.
         operation: &'static str,
-        /// Why.
-        reason: String,
+        /// Why: the repository layer's typed error (boxed: it is large).
+        #[source]
+        source: Box<GitError>,
     },
     /// The sandbox failed (not the command in it).
     #[error(transparent)]
@@ -104,9 +109,82 @@ pub enum EngineError {
     },
 }
 
-pub(super) fn git_err<E: std::fmt::Display>(operation: &'static str) -> impl Fn(E) -> EngineError {
+pub(super) fn git_err<E: Into<GitError>>(operation: &'static str) -> impl Fn(E) -> EngineError {
     move |e| EngineError::Git {
         operation,
-        reason: e.to_string(),
+        source: Box::new(e.into()),
+    }
+}
+
+/// What failed in the engine's git work: the repository layer's typed error, kept whole
+/// (its `category()` and its own source chain), never flattened into text.
+#[derive(Debug, thiserror::Error)]
+pub enum GitError {
+    /// A libgit2 call (a ref, a commit, a tree).
+    #[error(transparent)]
+    Git(#[from] git2::Error),
+    /// The work-item branch: created, imported into, or refreshed from the default branch.
+    #[error(transparent)]
+    Integrate(#[from] IntegrateError),
+    /// Landing: fetches, pushes, the attestation commit, verification on the remote.
+    #[error(transparent)]
+    Land(#[from] LandError),
+    /// A projection export, its record or the projection manifest.
+    #[error(transparent)]
+    Export(#[from] ExportError),
+    /// The product-tree digest.
+    #[error(transparent)]
+    Digest(#[from] DigestError),
+    /// Reading an exported projection from disk.
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+    /// The git work could not run: the repository did not open, or its blocking task stopped.
+    #[error(transparent)]
+    Folder(#[from] FolderError),
+    /// The remote has no such branch.
+    #[error("{remote} has no {reference}")]
+    NoRemoteBranch {
+        /// The remote.
+        remote: String,
+        /// The branch's ref.
+        reference: String,
+    },
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::panic)]
+mod tests {
+    use std::error::Error as _;
+
+    use super::*;
+
+    #[test]
+    fn a_git_failure_keeps_the_repository_layer_error_as_its_typed_source() {
+        let failed = git_err("land the work item")(LandError::RefMoved {
+            reference: "refs/heads/main".into(),
+            expected: "abc".into(),
+        });
+        assert_eq!(
+            failed.to_string(),
+            "failed to land the work item: unable to update refs/heads/main: it is no longer at abc; reread and retry"
+        );
+        let source = failed.source().unwrap();
+        let typed = source.downcast_ref::<Box<GitError>>().unwrap();
+        assert!(
+            matches!(**typed, GitError::Land(LandError::RefMoved { .. })),
+            "{typed:?}"
+        );
+        let conflict = git_err("merge the default branch in")(IntegrateError::MergeConflict {
+            from: "main".into(),
+            into: "wi/1-build".into(),
+            paths: vec!["src/a.sh".into()],
+        });
+        let EngineError::Git { source, .. } = conflict else {
+            panic!("not a git error: {conflict:?}");
+        };
+        assert!(matches!(
+            *source,
+            GitError::Integrate(IntegrateError::MergeConflict { .. })
+        ));
     }
 }

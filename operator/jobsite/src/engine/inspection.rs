@@ -5,7 +5,9 @@
 use std::{collections::BTreeSet, time::Instant};
 
 use protobot_lifecycle::{AttemptRecord, Command, WorkItemRecord};
-use protobot_repo::{integrate::refresh_work_item, land::fetch_remote_branch, role::Role};
+use protobot_repo::{
+    integrate::IntegrateError, integrate::refresh_work_item, land::fetch_remote_branch, role::Role,
+};
 use protobot_stores::{Observation, WorkStore};
 use serde_json::json;
 
@@ -111,7 +113,7 @@ impl<S: WorkStore, E: Executor> Engine<S, E> {
                         }
                     }
                 }
-                Err(e) if e.category() == "merge-conflict" => {
+                Err(e @ IntegrateError::MergeConflict { .. }) => {
                     return self
                         .raise_question(
                             claim,
@@ -122,7 +124,7 @@ impl<S: WorkStore, E: Executor> Engine<S, E> {
                         )
                         .await;
                 }
-                Err(e) => return Err(git_err("merge the default branch in")(e.to_string())),
+                Err(e) => return Err(git_err("merge the default branch in")(e)),
             }
         }
         // The Inspection Run on the (possibly refreshed) candidate.

@@ -17,7 +17,7 @@ use serde_json::json;
 use super::{
     Engine,
     effects::Item,
-    error::{EngineError, git_err},
+    error::{EngineError, GitError, git_err},
     report::Progress,
 };
 use crate::{
@@ -204,7 +204,10 @@ impl<S: WorkStore, E: Executor> Engine<S, E> {
                 let main = fetch_remote_branch(repo, &remote, &target_ref)
                     .map_err(git_err("fetch the default branch"))?
                     .ok_or_else(|| {
-                        git_err("fetch the default branch")(format!("{remote} has no {target_ref}"))
+                        git_err("fetch the default branch")(GitError::NoRemoteBranch {
+                            remote: remote.clone(),
+                            reference: target_ref.clone(),
+                        })
                     })?;
                 let existing = find_merge_by_trailer(repo, main, &id)
                     .map_err(git_err("look for an existing merge of the work item"))?;

@@ -66,7 +66,7 @@ use protobot_stores::WorkStore;
 pub use self::{
     config::{EngineConfig, FaultHook, Producer, StageHook, StopSignal, WorkerClass, egress_for},
     effects::scan_projection,
-    error::EngineError,
+    error::{EngineError, GitError},
     history::{BLOCKED_OUTCOME, escalation_from, since_last_block},
     report::{BuildReport, CycleReport, InspectionReport, TraceEvent, read_trace},
 };
