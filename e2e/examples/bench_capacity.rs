@@ -56,9 +56,8 @@ fn main() {
                     ..SiteOptions::default()
                 },
             ));
-            let handle = tokio::runtime::Handle::current();
             let (cpu, started) = (cpu_seconds(), std::time::Instant::now());
-            tokio::task::spawn_blocking(move || handle.block_on(replica.run_until_idle()))
+            tokio::spawn(async move { replica.run_until_idle().await })
                 .await
                 .unwrap()
                 .unwrap();

@@ -45,10 +45,9 @@ async fn eight_build_slots_build_eight_items_at_once_and_all_sixteen_once() {
             ..SiteOptions::default()
         },
     ));
-    let handle = tokio::runtime::Handle::current();
     let first = {
-        let (site, handle) = (replica.clone(), handle.clone());
-        tokio::task::spawn_blocking(move || handle.block_on(site.run_once()))
+        let site = replica.clone();
+        tokio::spawn(async move { site.run_once().await })
             .await
             .unwrap()
             .unwrap()
@@ -68,8 +67,8 @@ async fn eight_build_slots_build_eight_items_at_once_and_all_sixteen_once() {
     );
     assert_eq!(slots.available_permits(), SLOTS, "every slot came back");
     let rest = {
-        let (site, handle) = (replica.clone(), handle.clone());
-        tokio::task::spawn_blocking(move || handle.block_on(site.run_until_idle()))
+        let site = replica.clone();
+        tokio::spawn(async move { site.run_until_idle().await })
             .await
             .unwrap()
             .unwrap()
@@ -124,10 +123,9 @@ async fn a_replica_told_to_stop_mid_build_stops_at_a_boundary_and_another_comple
             ..SiteOptions::default()
         },
     ));
-    let handle = tokio::runtime::Handle::current();
     let pass = {
-        let (site, handle) = (stopping.clone(), handle.clone());
-        tokio::task::spawn_blocking(move || handle.block_on(site.run_once()))
+        let site = stopping.clone();
+        tokio::spawn(async move { site.run_once().await })
     };
     // SIGTERM while Worker A runs.
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
@@ -143,8 +141,8 @@ async fn a_replica_told_to_stop_mid_build_stops_at_a_boundary_and_another_comple
     assert!(stopped, "the build stopped at a boundary: {actions:?}");
     // A stopping Job Site claims nothing more.
     let again = {
-        let (site, handle) = (stopping.clone(), handle.clone());
-        tokio::task::spawn_blocking(move || handle.block_on(site.run_once()))
+        let site = stopping.clone();
+        tokio::spawn(async move { site.run_once().await })
             .await
             .unwrap()
             .unwrap()
@@ -172,8 +170,8 @@ async fn a_replica_told_to_stop_mid_build_stops_at_a_boundary_and_another_comple
         },
     ));
     let done = {
-        let (site, handle) = (other.clone(), handle.clone());
-        tokio::task::spawn_blocking(move || handle.block_on(site.run_until_idle()))
+        let site = other.clone();
+        tokio::spawn(async move { site.run_until_idle().await })
             .await
             .unwrap()
             .unwrap()

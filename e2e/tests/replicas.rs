@@ -60,11 +60,10 @@ async fn three_replicas_claim_and_merge_fifty_change_sets_once_and_survive_a_kil
             Arc::new(replica)
         })
         .collect();
-    let handle = tokio::runtime::Handle::current();
     // The killed replica: one pass, interrupted mid-build, then it is gone.
     let victim = {
-        let (site, handle) = (killed.clone(), handle.clone());
-        tokio::task::spawn_blocking(move || handle.block_on(site.run_once()))
+        let site = killed.clone();
+        tokio::spawn(async move { site.run_once().await })
     };
     let first = victim.await.unwrap().unwrap();
     let (victim_item, _) = first
@@ -90,35 +89,33 @@ async fn three_replicas_claim_and_merge_fifty_change_sets_once_and_survive_a_kil
         let handles: Vec<_> = survivors
             .iter()
             .map(|s| {
-                let (site, handle) = (s.clone(), handle.clone());
-                tokio::task::spawn_blocking(move || {
-                    handle.block_on(async {
-                        let mut completed = 0usize;
-                        for _ in 0..rounds {
-                            let actions = site.run_once().await.unwrap();
-                            let idle = actions.is_empty();
-                            for a in actions {
-                                match a {
-                                    SiteAction::Failed {
-                                        error,
-                                        work_item_id,
-                                    } => {
-                                        panic!("{work_item_id}: {error}")
-                                    }
-                                    SiteAction::Built { report }
-                                        if report.state == State::Completed =>
-                                    {
-                                        completed += 1
-                                    }
-                                    _ => {}
+                let site = s.clone();
+                tokio::spawn(async move {
+                    let mut completed = 0usize;
+                    for _ in 0..rounds {
+                        let actions = site.run_once().await.unwrap();
+                        let idle = actions.is_empty();
+                        for a in actions {
+                            match a {
+                                SiteAction::Failed {
+                                    error,
+                                    work_item_id,
+                                } => {
+                                    panic!("{work_item_id}: {error}")
                                 }
-                            }
-                            if idle {
-                                break;
+                                SiteAction::Built { report }
+                                    if report.state == State::Completed =>
+                                {
+                                    completed += 1
+                                }
+                                _ => {}
                             }
                         }
-                        completed
-                    })
+                        if idle {
+                            break;
+                        }
+                    }
+                    completed
                 })
             })
             .collect();
@@ -166,11 +163,9 @@ async fn three_replicas_claim_and_merge_fifty_change_sets_once_and_survive_a_kil
     let contract = w.contracts.0[&victim_item].clone();
     let repo = killed.repo_dir.clone();
     let engine = killed.engine.clone();
-    let resumed = tokio::task::spawn_blocking(move || {
-        handle.block_on(engine.build(&stale, &contract, &repo))
-    })
-    .await
-    .unwrap();
+    let resumed = tokio::spawn(async move { engine.build(&stale, &contract, &repo).await })
+        .await
+        .unwrap();
     assert!(resumed.is_err(), "{resumed:?}");
     let after = store.audit_events().await.unwrap();
     assert!(after[before..].iter().all(|e| e.outcome != "allowed"));

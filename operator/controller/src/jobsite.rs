@@ -458,28 +458,13 @@ async fn drive_project<E: Executor + 'static>(
         )),
         capacity: Some(Arc::clone(&settings.capacity)),
     };
-    // The engine holds git handles across awaits (not Send): it runs on a
-    // thread of its own, driving the store through this runtime. Its future is
-    // deep (engine stage, executor, watcher, a Pod being deserialized), deeper
-    // than a runtime thread's 2 MiB stack in debug builds: the thread gets
-    // ENGINE_STACK_BYTES (address space, committed only as used).
-    let handle = tokio::runtime::Handle::current();
-    let (done, result) = tokio::sync::oneshot::channel();
-    std::thread::Builder::new()
-        .name(format!("jobsite-{name}"))
-        .stack_size(ENGINE_STACK_BYTES)
-        .spawn(move || {
-            let _ = done.send(handle.block_on(site.run_once()));
-        })
+    // The pass is a task of its own: its builds run their git work on the blocking pool
+    // and everything else on any runtime thread.
+    let actions = tokio::spawn(async move { site.run_once().await })
+        .await
         .map_err(|e| ProjectError::Pass {
             project: name.clone(),
-            reason: format!("cannot start the build thread: {e}"),
-        })?;
-    let actions = result
-        .await
-        .map_err(|_| ProjectError::Pass {
-            project: name.clone(),
-            reason: "the build thread stopped before it answered".into(),
+            reason: format!("the pass stopped before it finished: {e}"),
         })?
         .map_err(|e| ProjectError::Pass {
             project: name.clone(),
@@ -744,9 +729,6 @@ async fn guard_unfinished(client: &Client, ns: &str, project: &str) {
         }
     }
 }
-
-/// The stack of the thread a project's Job Site pass runs on.
-const ENGINE_STACK_BYTES: usize = 32 * 1024 * 1024;
 
 /// The `InspectionRun` objects of a build (pure): one per run, owned by the item.
 pub fn inspection_runs(item: &BuildWorkItem, report: &BuildReport) -> Vec<serde_json::Value> {

@@ -12,12 +12,19 @@
 //! - [`sanitizer`]: the only Worker-facing boundary for feedback;
 //! - [`ledger`]: the Finding Ledger state machine and the Inspection Run seal;
 //! - [`landing`]: how `merging` lands (direct push, or a pull request on a forge).
+//!
+//! The engine itself is [`engine`] (one module per stage) over [`site`] (one pass: reconcile,
+//! resume, dispatch). The bundled `cli-sync` example and its authoring harness (`example`,
+//! `authoring`) shell out to git for `protobot demo`, `protobot eval` and tests: they are
+//! compiled only with the `demo` feature (and `test-support`), never into the engine's use.
 
+#[cfg(feature = "demo")]
 pub mod authoring;
 pub mod contract;
 pub mod dispatch;
 pub mod engine;
 pub mod escalation;
+#[cfg(feature = "demo")]
 pub mod example;
 pub mod executor;
 pub mod inspection;
@@ -26,6 +33,7 @@ pub mod landing;
 pub mod lease;
 pub mod ledger;
 pub mod materializer;
+pub mod repo_folder;
 pub mod sandbox_audit;
 pub mod sanitizer;
 #[cfg(feature = "test-support")]

@@ -30,9 +30,10 @@ use serde::{Deserialize, Serialize};
 use crate::{
     contract::BuildContract,
     dispatch::{Footprint, Priority, plan},
-    engine::{BuildReport, Engine, EngineError},
+    engine::{BuildReport, Engine, EngineError, GitError},
     executor::Executor,
     lease::{Claim, Held},
+    repo_folder::RepoFolder,
 };
 
 /// Every lifecycle command a Job Site sends (its trusted context's allowed actions).
@@ -355,7 +356,7 @@ pub enum SiteError {
     Store(#[from] StoreError),
     /// Git failed while gathering reconciliation evidence.
     #[error("failed to read reconciliation evidence from Git: {0}")]
-    Git(String),
+    Git(#[source] GitError),
 }
 
 /// One Job Site.
@@ -613,7 +614,7 @@ impl<S: WorkStore + 'static, E: Executor> JobSite<S, E> {
             lease,
             stop_rx,
         ));
-        let built = self.engine.build(claim, &contract, &self.repo_dir).await;
+        let built = Box::pin(self.engine.build(claim, &contract, &self.repo_dir)).await;
         let _ = stop_tx.send(true);
         let _ = keeper.await;
         match built {
@@ -721,17 +722,19 @@ impl<S: WorkStore + 'static, E: Executor> JobSite<S, E> {
                 },
             ),
             State::Merging => {
-                let repo = git2::Repository::open(&self.repo_dir)
-                    .map_err(|e| SiteError::Git(e.to_string()))?;
                 let config = &self.engine.config;
                 let remote_ref = format!("refs/heads/{}", config.target_branch);
-                let head = fetch_remote_branch(&repo, &config.remote, &remote_ref)
-                    .map_err(|e| SiteError::Git(e.to_string()))?;
-                let merged = match head {
-                    Some(h) => find_merge_by_trailer(&repo, h, &id)
-                        .map_err(|e| SiteError::Git(e.to_string()))?,
-                    None => None,
-                };
+                let (remote, item) = (config.remote.clone(), id.clone());
+                let merged = RepoFolder::new(&self.repo_dir)
+                    .repo(
+                        move |repo| match fetch_remote_branch(repo, &remote, &remote_ref)? {
+                            Some(head) => find_merge_by_trailer(repo, head, &item),
+                            None => Ok(None),
+                        },
+                    )
+                    .await
+                    .map_err(|e| SiteError::Git(e.into()))?
+                    .map_err(|e| SiteError::Git(e.into()))?;
                 match (merged, record.expected_merge.clone()) {
                     (Some(merge), Some(mut envelope)) => {
                         envelope.merge_commit = merge.to_string();
@@ -878,6 +881,14 @@ pub async fn refresh_dependencies<S: WorkStore>(
         }
     }
     Ok(actions)
+}
+
+/// Compile-time check: a Job Site pass (and so every build in it) is a `Send` future, so
+/// it runs as a task of its own on any runtime thread.
+fn _a_pass_is_send<S: WorkStore + 'static, E: Executor + 'static>(site: &JobSite<S, E>) {
+    fn send<T: Send>(_: &T) {}
+    send(&site.run_once());
+    send(&site.run_until_idle());
 }
 
 /// Convenience: whether an engine error means "another actor owns the item now".

@@ -744,3 +744,68 @@ async fn dispatch_counts_other_job_sites_against_the_wip_limit_and_prefers_old_u
         "the evaluator stamps each transition with the trusted clock: {since:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_work_item_branch_that_conflicts_with_the_default_branch_blocks_with_a_spec_question() {
+    let items = ids(1);
+    let id = &items[0];
+    let w = world(&items).await;
+    let home = w.root.join("js-conflict");
+    let first = site(
+        &w,
+        SiteOptions {
+            inspector: false,
+            faults: Some(Arc::new(|b: &str| b == "after:tests-pass")),
+            home: Some(home.clone()),
+            ..SiteOptions::default()
+        },
+    );
+    first.run_once().await.unwrap();
+    assert_eq!(record(&w, id).await.state, State::Inspecting);
+    // Meanwhile another implementation of the same file lands on the default branch.
+    let other = w.root.join("other");
+    git(
+        &w.root,
+        &[
+            "clone",
+            "-q",
+            w.origin.to_str().unwrap(),
+            other.to_str().unwrap(),
+        ],
+    );
+    std::fs::create_dir_all(other.join("src")).unwrap();
+    std::fs::write(other.join("src").join(format!("{id}.sh")), "echo bonjour\n").unwrap();
+    git(&other, &["add", "-A"]);
+    git(
+        &other,
+        &[
+            "-c",
+            "user.name=maintainer",
+            "-c",
+            "user.email=m@example.invalid",
+            "commit",
+            "-qm",
+            "another implementation",
+        ],
+    );
+    git(&other, &["push", "-q", "origin", "main"]);
+    // The Job Site resumes the item: merging the default branch in conflicts, which a
+    // person must resolve, so the item blocks with a spec question naming the branch.
+    let resumed = site(
+        &w,
+        SiteOptions {
+            inspector: false,
+            home: Some(home),
+            ..SiteOptions::default()
+        },
+    );
+    let actions = resumed.run_once().await.unwrap();
+    let blocked = record(&w, id).await;
+    assert_eq!(blocked.state, State::Blocked, "{actions:?}");
+    assert!(
+        blocked.block_reason.contains("conflicts with main"),
+        "{}",
+        blocked.block_reason
+    );
+    assert!(merges_on_main(&w.origin).is_empty());
+}

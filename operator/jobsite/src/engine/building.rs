@@ -1,0 +1,207 @@
+//! The `building` stage (the triage cycle): decides from the attempt history whether to reuse a
+//! passed cycle, block after too many genuine failures, or run the next cycle at the escalated
+//! tier; records each cycle's outcome as a fenced attempt and sends `tests-pass` on a pass.
+//! Transient executor failures retry at the same tier.
+
+use std::time::Instant;
+
+use git2::Oid;
+use protobot_lifecycle::{AttemptRecord, Command, WorkItemRecord};
+use protobot_repo::digest::product_tree_digest;
+use protobot_stores::WorkStore;
+use serde_json::json;
+
+use super::{
+    Engine,
+    effects::Item,
+    error::{EngineError, git_err},
+    history::{escalation_from, label_of, outcome_of, since_last_block, tier_label},
+    report::{CycleReport, Progress},
+};
+use crate::{executor::Executor, lease::Claim, sanitizer::SanitizedFeedback, triage::Decision};
+
+impl<S: WorkStore, E: Executor> Engine<S, E> {
+    pub(super) async fn building(
+        &self,
+        claim: &Claim,
+        item: &Item<'_>,
+        record: &WorkItemRecord,
+        progress: &mut Progress,
+    ) -> Result<(), EngineError> {
+        let attempts = &record.attempts;
+        let head = self.head(item).await?;
+        // Resume: the last cycle passed and the product is unchanged since (a crash
+        // before tests-pass, or a landing race that sent the item back).
+        let passed = attempts.last().filter(|a| a.outcome == "passed");
+        let unchanged = match passed.and_then(|a| Oid::from_str(&a.candidate_commit).ok()) {
+            Some(candidate) => {
+                item.git(move |repo| {
+                    let before = product_tree_digest(repo, candidate).ok();
+                    let now = product_tree_digest(repo, head)
+                        .map_err(git_err("compute the product tree digest"))?;
+                    Ok(before == Some(now))
+                })
+                .await?
+            }
+            None => false,
+        };
+        if let Some(last) = passed.filter(|_| unchanged) {
+            self.stage(&format!(
+                "building: cycle {} already passed on this candidate; resuming at tests-pass",
+                last.cycle
+            ));
+            self.command(
+                claim,
+                Command::TestsPass,
+                json!({"build_tests_passed": true}),
+            )
+            .await?;
+            return Ok(());
+        }
+        // Only the attempts since the item was last blocked count: a
+        // resolved block (`protobot retry`) starts a fresh budget.
+        let recent = since_last_block(attempts);
+        let genuine = recent
+            .iter()
+            .filter(|a| outcome_of(&a.outcome).is_genuine_failure())
+            .count();
+        if genuine >= self.config.max_cycles as usize {
+            let next = attempts.last().map_or(1, |a| a.cycle + 1);
+            self.record_block_marker(claim, item, next).await?;
+            return self
+                .raise_question(
+                    claim,
+                    format!(
+                        "no passing candidate after {genuine} cycles (the last triage found a {} fault); the Job Site traces say what failed in each cycle. Fix the cause (tests, implementation, harness or requirements) on the default branch, then run `protobot retry` (or `protobot abandon`)",
+                        attempts
+                            .iter()
+                            .rev()
+                            .find(|a| outcome_of(&a.outcome).is_genuine_failure())
+                            .map_or("build", |a| a.outcome.as_str())
+                    ),
+                )
+                .await;
+        }
+        let escalation = escalation_from(self.config.start_tier, recent);
+        let cycle = match attempts.last() {
+            Some(a) if a.outcome == "transient" => a.cycle,
+            Some(a) => a.cycle + 1,
+            None => 1,
+        };
+        let feedback: Vec<SanitizedFeedback> = attempts
+            .iter()
+            .rev()
+            .find(|a| a.outcome != "transient")
+            .and_then(|a| serde_json::from_value(a.feedback.clone()).ok())
+            .unwrap_or_default();
+        let tier = escalation.current_tier();
+        let started = Instant::now();
+        let attempt_started = self.clock.now();
+        match Box::pin(self.cycle(claim, item, cycle, tier, genuine as u32, &feedback)).await {
+            Ok((gate, scanned)) => {
+                let label = label_of(&gate.decision);
+                self.trace(
+                    item.id,
+                    "cycle",
+                    Some(cycle),
+                    json!({"tier": tier, "feedback_in": feedback.len()}),
+                    json!({"decision": label, "redactions": gate.redactions}),
+                    started,
+                );
+                progress.cycles.push(CycleReport {
+                    cycle,
+                    decision: if label == "passed" {
+                        "pass".into()
+                    } else {
+                        label.clone()
+                    },
+                    feedback: gate.feedback.clone(),
+                    redactions: gate.redactions,
+                    projection_files_scanned: scanned,
+                    tier,
+                });
+                let candidate = self.head(item).await?.to_string();
+                self.record_attempt(
+                    claim,
+                    item,
+                    AttemptRecord {
+                        cycle,
+                        tier: tier_label(tier),
+                        outcome: label.clone(),
+                        candidate_commit: candidate,
+                        feedback: serde_json::to_value(&gate.feedback).unwrap_or_default(),
+                        started_at: Some(attempt_started),
+                        finished_at: self.clock.now(),
+                    },
+                )
+                .await?;
+                if gate.decision == Decision::Pass {
+                    self.command(
+                        claim,
+                        Command::TestsPass,
+                        json!({"build_tests_passed": true}),
+                    )
+                    .await?;
+                } else {
+                    let _exclusive = claim.exclusive().await;
+                    crate::lease::renew_once(
+                        self.store.as_ref(),
+                        &self.context,
+                        claim,
+                        self.clock.as_ref(),
+                    )
+                    .await?;
+                }
+                Ok(())
+            }
+            Err(EngineError::PolicyGap { reason }) => {
+                self.record_block_marker(claim, item, cycle).await?;
+                self.raise_question(claim, reason).await
+            }
+            Err(EngineError::Executor(
+                e @ (crate::executor::ExecutorError::Start { .. }
+                | crate::executor::ExecutorError::Collect { .. }),
+            )) => {
+                // Transient: retried at the same tier, never escalated. (A
+                // non-conformant profile is not transient: it stops the build.)
+                progress.transient += 1;
+                tracing::warn!(work_item = item.id, cycle, error = %e, "transient executor failure");
+                self.trace(
+                    item.id,
+                    "cycle",
+                    Some(cycle),
+                    json!({"tier": tier}),
+                    json!({"decision": "transient", "error": e.to_string()}),
+                    started,
+                );
+                progress.cycles.push(CycleReport {
+                    cycle,
+                    decision: "transient".into(),
+                    feedback: feedback.clone(),
+                    redactions: 0,
+                    projection_files_scanned: 0,
+                    tier,
+                });
+                self.record_attempt(
+                    claim,
+                    item,
+                    AttemptRecord {
+                        cycle,
+                        tier: tier_label(tier),
+                        outcome: "transient".into(),
+                        candidate_commit: String::new(),
+                        feedback: serde_json::to_value(&feedback).unwrap_or_default(),
+                        started_at: Some(attempt_started),
+                        finished_at: self.clock.now(),
+                    },
+                )
+                .await?;
+                if progress.transient > self.config.transient_retries {
+                    return Err(EngineError::Executor(e));
+                }
+                Ok(())
+            }
+            Err(other) => Err(other),
+        }
+    }
+}

@@ -1,0 +1,177 @@
+//! What an engine is configured with: the worker classes (harnesses) of each role, the
+//! Inspection Run's producers, limits, paths, landing, and the hooks a caller may set (stage
+//! progress, fault injection, the shutdown signal). Data and one pure check (`egress_for`).
+
+use std::{path::PathBuf, sync::Arc};
+
+use serde::{Deserialize, Serialize};
+
+use crate::{
+    escalation::Tier, escalation::TierModels, executor::Limits, inspection::ProducerKind,
+    landing::Landing,
+};
+
+/// A progress callback: called with a one-line description of each stage.
+pub type StageHook = Arc<dyn Fn(&str) + Send + Sync>;
+
+/// Fault injection: called at every named effect boundary; returning true stops
+/// the engine right there, as if its process died ([`super::EngineError::Interrupted`]).
+pub type FaultHook = Arc<dyn Fn(&str) -> bool + Send + Sync>;
+
+/// A harness: the command a role runs in its sandbox.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkerClass {
+    /// argv.
+    pub command: Vec<String>,
+    /// Container image (Kubernetes only).
+    pub image: Option<String>,
+    /// Whether its runs may reach the egress proxy (and through it, as the
+    /// proxy's policy allows, a model API with a credential the broker adds).
+    /// Off by default: a run has no network at all.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub egress: bool,
+    /// The model each escalation tier runs (`{"t1": {"provider", "model"}, …}`); the task
+    /// carries the current tier's as `model`. Empty: the harness chooses its own.
+    #[serde(default, skip_serializing_if = "TierModels::is_empty")]
+    pub tiers: TierModels,
+}
+
+/// A finding producer of the Inspection Run: an Inspector or a mutation campaign
+/// (a project-configured command), run through the Executor on the Inspector
+/// projection of the candidate.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Producer {
+    /// Producer principal (unique within a run; independence is checked by it).
+    pub name: String,
+    /// What it writes.
+    pub kind: ProducerKind,
+    /// Its harness.
+    pub class: WorkerClass,
+}
+
+/// The egress proxy a run of `class` gets: none unless the class asks for
+/// egress, and then the configured proxy or a refusal that says what to set.
+pub fn egress_for(class: &WorkerClass, proxy: Option<&str>) -> Result<Option<String>, String> {
+    match (class.egress, proxy) {
+        (false, _) => Ok(None),
+        (true, Some(url)) => Ok(Some(url.to_owned())),
+        (true, None) => Err("its worker class asks for egress, but the Job Site has no egress proxy configured; set the proxy URL (protobot operator --egress-proxy-url) or remove \"egress\" from the class".into()),
+    }
+}
+
+/// Engine settings.
+#[derive(Clone, Debug)]
+pub struct EngineConfig {
+    /// Most genuine build cycles before raising a spec question.
+    pub max_cycles: u32,
+    /// Transient failures (executor errors) retried at the same tier, per build.
+    pub transient_retries: u32,
+    /// The WorkerClass's cheapest tier (escalation starts here).
+    pub start_tier: Tier,
+    /// Worker A (tests).
+    pub worker_a: WorkerClass,
+    /// Worker B (implementation).
+    pub worker_b: WorkerClass,
+    /// The integration runner.
+    pub integration: WorkerClass,
+    /// Inspection Run producers (none: the run seals on the gate alone).
+    pub producers: Vec<Producer>,
+    /// Sandbox limits per run.
+    pub limits: Limits,
+    /// Scratch directory for projections, outputs and trace files.
+    pub scratch: PathBuf,
+    /// Remote to land on.
+    pub remote: String,
+    /// Default branch.
+    pub target_branch: String,
+    /// Base URL of the egress proxy given to runs whose class asks for egress
+    /// (`None`: such runs are refused).
+    pub egress_proxy: Option<String>,
+    /// How [`super::Engine::build`] lands (the default: a direct push; a Project with a forge lands
+    /// through a pull request: `crate::landing`).
+    pub landing: Landing,
+}
+
+impl EngineConfig {
+    /// Settings with the defaults for everything but the harnesses and paths.
+    pub fn new(
+        worker_a: WorkerClass,
+        worker_b: WorkerClass,
+        integration: WorkerClass,
+        scratch: PathBuf,
+    ) -> EngineConfig {
+        EngineConfig {
+            max_cycles: 3,
+            transient_retries: 3,
+            start_tier: Tier::T1,
+            worker_a,
+            worker_b,
+            integration,
+            producers: Vec::new(),
+            limits: Limits::default(),
+            scratch,
+            remote: "origin".into(),
+            target_branch: "main".into(),
+            egress_proxy: None,
+            landing: Landing::DirectPush,
+        }
+    }
+}
+
+/// Raised when the process shuts down (SIGTERM, SIGINT): engines stop at their next effect
+/// boundary and Job Sites claim nothing more. Shared by every engine of a process.
+#[derive(Clone, Debug, Default)]
+pub struct StopSignal(Arc<std::sync::atomic::AtomicBool>);
+
+impl StopSignal {
+    /// A signal not raised yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Raises it (idempotent).
+    pub fn raise(&self) {
+        self.0.store(true, std::sync::atomic::Ordering::Release);
+    }
+
+    /// Whether it was raised.
+    pub fn is_raised(&self) -> bool {
+        self.0.load(std::sync::atomic::Ordering::Acquire)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn class(egress: bool) -> WorkerClass {
+        WorkerClass {
+            command: vec!["harness".into()],
+            image: None,
+            egress,
+            tiers: Default::default(),
+        }
+    }
+
+    #[test]
+    fn only_classes_that_ask_for_egress_get_the_proxy() {
+        let proxy = Some("http://egress:3128");
+        assert_eq!(egress_for(&class(false), proxy), Ok(None));
+        assert_eq!(
+            egress_for(&class(true), proxy),
+            Ok(Some("http://egress:3128".to_owned()))
+        );
+        let refused = egress_for(&class(true), None).unwrap_err();
+        assert!(refused.contains("--egress-proxy-url"), "{refused}");
+    }
+
+    #[test]
+    fn egress_is_off_unless_a_class_document_says_so() {
+        let plain: WorkerClass = serde_json::from_str(r#"{"command":["h"],"image":null}"#).unwrap();
+        assert!(!plain.egress);
+        assert!(!serde_json::to_string(&plain).unwrap().contains("egress"));
+        let asks: WorkerClass =
+            serde_json::from_str(r#"{"command":["h"],"image":null,"egress":true}"#).unwrap();
+        assert!(asks.egress);
+    }
+}
