@@ -390,6 +390,7 @@ async fn run(
             target_branch: "main".into(),
             egress_proxy: agents.as_ref().map(|a| a.proxy_url.clone()),
             landing: Default::default(),
+            model_retry_delay_cap: protobot_jobsite::engine::DEFAULT_MODEL_RETRY_DELAY_CAP,
         },
         on_stage: Some(recorder),
         faults: None,

@@ -326,6 +326,23 @@ impl TierModels {
     }
 }
 
+/// Attempt label: the model answered 429 (persisted; retried on the same tier).
+pub const MODEL_RATE_LIMIT: &str = "model-rate-limit";
+/// Attempt label: the model request timed out (or 408).
+pub const MODEL_TIMEOUT: &str = "model-timeout";
+/// Attempt label: the model was unreachable or answered 5xx.
+pub const MODEL_NETWORK: &str = "model-network";
+
+/// The escalation class of a persisted transient model attempt label (`None` for others).
+pub fn outcome_of_label(label: &str) -> Option<Outcome> {
+    match label {
+        MODEL_RATE_LIMIT => Some(Outcome::RateLimit),
+        MODEL_TIMEOUT => Some(Outcome::Timeout),
+        MODEL_NETWORK => Some(Outcome::Network),
+        _ => None,
+    }
+}
+
 /// How a model request of a run failed, as the harness or the proxy's audit
 /// reports it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -338,7 +355,87 @@ pub enum ModelFailure {
     Status(u16),
 }
 
+/// The file a Worker harness writes into `/out` when it stopped because its model request
+/// failed (docs/worker-harnesses.md): `{"status": 429}` for an HTTP answer, or
+/// `{"error": "timeout"}` / `{"error": "connection"}` when no answer came. The Job Site reads
+/// it only from a Worker that did not exit 0.
+pub const MODEL_FAILURE_FILE: &str = "model-failure.json";
+
+/// Longest model-failure report the Job Site reads (it comes from the sandbox).
+pub const MAX_MODEL_FAILURE_BYTES: u64 = 4096;
+
+/// Why a harness's model-failure report was not taken (the Worker's failure then counts as
+/// an ordinary harness failure).
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum ModelFailureReportError {
+    /// Longer than [`MAX_MODEL_FAILURE_BYTES`].
+    #[error(
+        "the model-failure report has {bytes} bytes, more than the {MAX_MODEL_FAILURE_BYTES} read"
+    )]
+    TooLarge {
+        /// Its size.
+        bytes: u64,
+    },
+    /// Not a JSON object of one of the two documented shapes.
+    #[error(
+        "the model-failure report is not {{\"status\": <100-599>}} or {{\"error\": \"timeout\"|\"connection\"}}: {reason}"
+    )]
+    Shape {
+        /// What is wrong.
+        reason: String,
+    },
+}
+
+impl std::fmt::Display for ModelFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ModelFailure::Timeout => f.write_str("timed out"),
+            ModelFailure::Connection => f.write_str("could not connect"),
+            ModelFailure::Status(s) => write!(f, "was answered with HTTP {s}"),
+        }
+    }
+}
+
 impl ModelFailure {
+    /// Reads a harness's model-failure report ([`MODEL_FAILURE_FILE`]); hostile input is an
+    /// error, never a panic.
+    pub fn from_report(bytes: &[u8]) -> Result<ModelFailure, ModelFailureReportError> {
+        let len = u64::try_from(bytes.len()).unwrap_or(u64::MAX);
+        if len > MAX_MODEL_FAILURE_BYTES {
+            return Err(ModelFailureReportError::TooLarge { bytes: len });
+        }
+        let shape = |reason: &str| ModelFailureReportError::Shape {
+            reason: reason.to_owned(),
+        };
+        let value: serde_json::Value =
+            serde_json::from_slice(bytes).map_err(|e| shape(&e.to_string()))?;
+        let object = value.as_object().ok_or_else(|| shape("not an object"))?;
+        match (object.get("status"), object.get("error"), object.len()) {
+            (Some(status), None, 1) => status
+                .as_u64()
+                .and_then(|s| u16::try_from(s).ok())
+                .filter(|s| (100..600).contains(s))
+                .map(ModelFailure::Status)
+                .ok_or_else(|| shape("status is not an HTTP status (100-599)")),
+            (None, Some(error), 1) => match error.as_str() {
+                Some("timeout") => Ok(ModelFailure::Timeout),
+                Some("connection") => Ok(ModelFailure::Connection),
+                _ => Err(shape("error is neither \"timeout\" nor \"connection\"")),
+            },
+            _ => Err(shape("it must hold exactly one of status and error")),
+        }
+    }
+
+    /// The label an attempt that ended on this failure is persisted under (`None` when it
+    /// is not transient); [`outcome_of_label`] reads it back.
+    pub fn attempt_label(self) -> Option<&'static str> {
+        self.outcome().map(|o| match o {
+            Outcome::RateLimit => MODEL_RATE_LIMIT,
+            Outcome::Timeout => MODEL_TIMEOUT,
+            _ => MODEL_NETWORK,
+        })
+    }
+
     /// The attempt outcome it means: timeouts and 408 are [`Outcome::Timeout`],
     /// 429 is [`Outcome::RateLimit`], 5xx and connection failures are
     /// [`Outcome::Network`]; all transient, retried on the same tier with
@@ -623,6 +720,80 @@ mod tests {
             e.current_tier(),
             Tier::T2,
             "transient failures never escalate"
+        );
+    }
+
+    #[test]
+    fn a_model_failure_report_is_read_in_its_two_shapes_and_refused_otherwise() {
+        let read = |t: &str| ModelFailure::from_report(t.as_bytes());
+        assert_eq!(read(r#"{"status": 429}"#), Ok(ModelFailure::Status(429)));
+        assert_eq!(read(r#"{"status":503}"#), Ok(ModelFailure::Status(503)));
+        assert_eq!(read(r#"{"error": "timeout"}"#), Ok(ModelFailure::Timeout));
+        assert_eq!(
+            read(r#"{"error": "connection"}"#),
+            Ok(ModelFailure::Connection)
+        );
+        for bad in [
+            "",
+            "429",
+            "[]",
+            "{}",
+            r#"{"status": 99}"#,
+            r#"{"status": 600}"#,
+            r#"{"status": 70000}"#,
+            r#"{"status": -1}"#,
+            r#"{"status": "429"}"#,
+            r#"{"status": 429, "error": "timeout"}"#,
+            r#"{"status": 429, "extra": 1}"#,
+            r#"{"error": "dns"}"#,
+            "\u{0}\u{ff}",
+        ] {
+            assert!(
+                matches!(read(bad), Err(ModelFailureReportError::Shape { .. })),
+                "{bad:?} was taken: {:?}",
+                read(bad)
+            );
+        }
+        let huge = format!(r#"{{"status": 429, "pad": "{}"}}"#, "x".repeat(5000));
+        assert!(matches!(
+            read(&huge),
+            Err(ModelFailureReportError::TooLarge { .. })
+        ));
+    }
+
+    #[test]
+    fn transient_model_failures_persist_under_labels_that_read_back_as_their_class() {
+        for (failure, label, outcome) in [
+            (
+                ModelFailure::Status(429),
+                MODEL_RATE_LIMIT,
+                Outcome::RateLimit,
+            ),
+            (ModelFailure::Timeout, MODEL_TIMEOUT, Outcome::Timeout),
+            (ModelFailure::Status(408), MODEL_TIMEOUT, Outcome::Timeout),
+            (ModelFailure::Connection, MODEL_NETWORK, Outcome::Network),
+            (ModelFailure::Status(502), MODEL_NETWORK, Outcome::Network),
+        ] {
+            assert_eq!(failure.attempt_label(), Some(label), "{failure:?}");
+            assert_eq!(outcome_of_label(label), Some(outcome));
+            assert!(!outcome.is_genuine_failure());
+        }
+        assert_eq!(ModelFailure::Status(401).attempt_label(), None);
+        assert_eq!(outcome_of_label("passed"), None);
+        // The budget of a class is counted from the persisted history: five 429s in a row
+        // are retried, the sixth gives up.
+        let mut e = Escalation::new(Tier::T2);
+        for _ in 0..5 {
+            assert!(matches!(
+                e.record(Outcome::RateLimit),
+                Next::Retry { tier: Tier::T2, .. }
+            ));
+        }
+        assert_eq!(
+            e.record(Outcome::RateLimit),
+            Next::GiveUp {
+                outcome: Outcome::RateLimit
+            }
         );
     }
 }

@@ -11,7 +11,7 @@ use protobot_executors::{BubblewrapConfig, BubblewrapExecutor};
 use protobot_jobsite::{
     contract::BuildContract,
     engine::{Engine, EngineConfig, WorkerClass},
-    executor::Limits,
+    executor::{Executor, ExecutorError, Limits, RunOutput, RunSpec, SandboxRole},
     lease::{Claim, Held, SystemClock},
     testing::git,
     triage::HeuristicTriage,
@@ -113,11 +113,17 @@ fn canonical(root: &Path) -> (std::path::PathBuf, String) {
     (work, head)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_work_item_is_built_through_a_triage_cycle_and_merged() {
-    if !bwrap() {
-        return;
-    }
+/// One claimed work item over the canonical repository, ready to build.
+struct Setup {
+    tmp: tempfile::TempDir,
+    work: std::path::PathBuf,
+    store: Arc<MemoryStore>,
+    claim: Claim,
+    contract: BuildContract,
+    context: AuthorizationContext,
+}
+
+async fn setup() -> Setup {
     let tmp = tempfile::tempdir().unwrap();
     let (work, spec_commit) = canonical(tmp.path());
     let store = Arc::new(MemoryStore::new(
@@ -188,13 +194,24 @@ async fn a_work_item_is_built_through_a_triage_cycle_and_merged() {
         scopes: vec![],
         paths: vec![],
     };
-    let ctx = context.clone();
-    let engine = Engine {
-        store: store.clone(),
-        executor: Arc::new(BubblewrapExecutor::new(BubblewrapConfig::default())),
+    Setup {
+        tmp,
+        work,
+        store,
+        claim,
+        contract,
+        context,
+    }
+}
+
+/// The engine over `s` with the scripted Workers, running them through `executor`.
+fn engine<E: Executor>(s: &Setup, executor: E) -> Engine<MemoryStore, E> {
+    Engine {
+        store: s.store.clone(),
+        executor: Arc::new(executor),
         clock: Arc::new(SystemClock),
         triage: Arc::new(HeuristicTriage),
-        context: ctx,
+        context: s.context.clone(),
         config: EngineConfig {
             max_cycles: 3,
             transient_retries: 3,
@@ -211,17 +228,29 @@ async fn a_work_item_is_built_through_a_triage_cycle_and_merged() {
             integration: sh(INTEGRATION),
             producers: Vec::new(),
             limits: Limits::default(),
-            scratch: tmp.path().join("scratch"),
+            scratch: s.tmp.path().join("scratch"),
             remote: "origin".into(),
             target_branch: "main".into(),
             egress_proxy: None,
             landing: Default::default(),
+            // Retries after a transient model failure do not wait in tests.
+            model_retry_delay_cap: std::time::Duration::ZERO,
         },
         on_stage: None,
         faults: None,
         stop: None,
-    };
-    let report = match engine.build(&claim, &contract, &work).await {
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_work_item_is_built_through_a_triage_cycle_and_merged() {
+    if !bwrap() {
+        return;
+    }
+    let s = setup().await;
+    let engine = engine(&s, BubblewrapExecutor::new(BubblewrapConfig::default()));
+    let (tmp, work, store, claim, contract) = (&s.tmp, &s.work, &s.store, &s.claim, &s.contract);
+    let report = match engine.build(claim, contract, work).await {
         Ok(r) => r,
         Err(e) => panic!("build failed: {e}"),
     };
@@ -291,4 +320,197 @@ fn a_projection_holding_a_forbidden_path_stops_the_build() {
         Err(EngineError::ProjectionLeak { path, .. }) => assert_eq!(path, "src/secret.sh"),
         other => panic!("expected a leak, got {other:?}"),
     }
+}
+
+/// The bubblewrap sandbox, where Worker B's harness runs as if its model were out: its first
+/// `outages` runs execute a script that writes `report` to `/out/model-failure.json` and
+/// exits 1 (what a harness does when its model request fails), later runs the real harness.
+struct ModelOutage {
+    sandbox: BubblewrapExecutor,
+    outages: std::sync::atomic::AtomicU32,
+    report: &'static str,
+}
+
+impl ModelOutage {
+    fn new(outages: u32, report: &'static str) -> Self {
+        Self {
+            sandbox: BubblewrapExecutor::new(BubblewrapConfig::default()),
+            outages: outages.into(),
+            report,
+        }
+    }
+}
+
+impl Executor for ModelOutage {
+    fn profile(&self) -> &str {
+        self.sandbox.profile()
+    }
+
+    async fn run(
+        &self,
+        mut spec: RunSpec,
+        cancel: tokio::sync::watch::Receiver<bool>,
+    ) -> Result<RunOutput, ExecutorError> {
+        use std::sync::atomic::Ordering::SeqCst;
+        let out = spec.role == SandboxRole::WorkerB
+            && self
+                .outages
+                .fetch_update(SeqCst, SeqCst, |n| n.checked_sub(1))
+                .is_ok();
+        if out {
+            spec.command = vec![
+                "sh".into(),
+                "-c".into(),
+                format!(
+                    "printf '%s' '{}' > /out/model-failure.json; echo 'model request failed' >&2; exit 1",
+                    self.report
+                ),
+            ];
+        }
+        self.sandbox.run(spec, cancel).await
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rate_limited_model_is_retried_on_the_same_tier_and_the_item_completes() {
+    if !bwrap() {
+        return;
+    }
+    let s = setup().await;
+    let rate_limited = engine(&s, ModelOutage::new(2, r#"{"status": 429}"#));
+    let report = match rate_limited.build(&s.claim, &s.contract, &s.work).await {
+        Ok(r) => r,
+        Err(e) => panic!("build failed: {e}"),
+    };
+    assert_eq!(
+        rate_limited
+            .executor
+            .outages
+            .load(std::sync::atomic::Ordering::SeqCst),
+        0,
+        "both outages were met"
+    );
+    assert_eq!(report.state, State::Completed, "{report:?}");
+    let decisions: Vec<&str> = report.cycles.iter().map(|c| c.decision.as_str()).collect();
+    assert_eq!(
+        decisions,
+        [
+            "model-rate-limit",
+            "model-rate-limit",
+            "implementation",
+            "pass"
+        ],
+        "two 429s retried within cycle 1, then the real triage cycle"
+    );
+    let record = s.store.get("wi-demo").await.unwrap().unwrap();
+    let attempts: Vec<(u32, &str, &str)> = record
+        .attempts
+        .iter()
+        .map(|a| (a.cycle, a.tier.as_str(), a.outcome.as_str()))
+        .collect();
+    assert_eq!(
+        attempts,
+        [(1, "t1", "implementation"), (2, "t1", "passed")],
+        "a cycle's retries after a model outage keep its cycle and tier (the store keeps its last attempt): a model outage never escalates"
+    );
+    // Worker B's class maps t1 to model-t1; its script checks every real attempt names it.
+    assert!(
+        report.cycles.iter().all(|c| c.tier.as_str() == "t1"),
+        "{report:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_model_that_keeps_timing_out_stops_the_build_after_its_class_budget() {
+    if !bwrap() {
+        return;
+    }
+    let s = setup().await;
+    let timing_out = engine(&s, ModelOutage::new(u32::MAX, r#"{"error": "timeout"}"#));
+    let err = timing_out
+        .build(&s.claim, &s.contract, &s.work)
+        .await
+        .expect_err("a model that never answers cannot complete a build");
+    assert!(
+        matches!(
+            err,
+            protobot_jobsite::engine::EngineError::Model {
+                role: "worker-b",
+                failure: protobot_jobsite::escalation::ModelFailure::Timeout,
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("protobot retry"), "{err}");
+    let runs = u32::MAX
+        - timing_out
+            .executor
+            .outages
+            .load(std::sync::atomic::Ordering::SeqCst);
+    assert_eq!(runs, 4, "one run and the timeout class's three retries");
+    let record = s.store.get("wi-demo").await.unwrap().unwrap();
+    let attempts: Vec<(u32, &str, &str)> = record
+        .attempts
+        .iter()
+        .map(|a| (a.cycle, a.tier.as_str(), a.outcome.as_str()))
+        .collect();
+    assert_eq!(
+        attempts,
+        [(1, "t1", "model-timeout")],
+        "the timeouts are persisted as cycle 1's transient attempt"
+    );
+    assert_eq!(record.state, State::Building, "the item is left to retry");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_model_request_stops_the_build_without_escalating_and_a_malformed_report_is_the_harness_s_failure()
+ {
+    if !bwrap() {
+        return;
+    }
+    let s = setup().await;
+    let refused = engine(&s, ModelOutage::new(1, r#"{"status": 401}"#));
+    let err = refused
+        .build(&s.claim, &s.contract, &s.work)
+        .await
+        .expect_err("a 401 from the model stops the build");
+    assert!(
+        matches!(
+            err,
+            protobot_jobsite::engine::EngineError::Model {
+                failure: protobot_jobsite::escalation::ModelFailure::Status(401),
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("not transient"), "{err}");
+    let record = s.store.get("wi-demo").await.unwrap().unwrap();
+    assert!(
+        record
+            .attempts
+            .iter()
+            .all(|a| !a.outcome.starts_with("model-")),
+        "a refusal is not recorded as a retryable attempt: {:?}",
+        record.attempts
+    );
+
+    // A report that is not one of the two shapes is not trusted: the Worker's failure is
+    // its harness's own.
+    let s = setup().await;
+    let malformed = engine(&s, ModelOutage::new(1, r#"{"status": "soon"}"#));
+    let err = malformed
+        .build(&s.claim, &s.contract, &s.work)
+        .await
+        .expect_err("a failed Worker without a readable report fails the build");
+    assert!(
+        matches!(
+            err,
+            protobot_jobsite::engine::EngineError::Output {
+                role: "worker-b",
+                ..
+            }
+        ),
+        "{err:?}"
+    );
 }

@@ -15,7 +15,10 @@ use super::{
     Engine,
     effects::Item,
     error::{EngineError, git_err},
-    history::{escalation_from, label_of, outcome_of, since_last_block, tier_label},
+    history::{
+        TRANSIENT, escalation_from, is_transient, label_of, outcome_of, since_last_block,
+        tier_label,
+    },
     report::{CycleReport, Progress},
 };
 use crate::{executor::Executor, lease::Claim, sanitizer::SanitizedFeedback, triage::Decision};
@@ -84,14 +87,14 @@ impl<S: WorkStore, E: Executor> Engine<S, E> {
         }
         let escalation = escalation_from(self.config.start_tier, recent);
         let cycle = match attempts.last() {
-            Some(a) if a.outcome == "transient" => a.cycle,
+            Some(a) if is_transient(&a.outcome) => a.cycle,
             Some(a) => a.cycle + 1,
             None => 1,
         };
         let feedback: Vec<SanitizedFeedback> = attempts
             .iter()
             .rev()
-            .find(|a| a.outcome != "transient")
+            .find(|a| !is_transient(&a.outcome))
             .and_then(|a| serde_json::from_value(a.feedback.clone()).ok())
             .unwrap_or_default();
         let tier = escalation.current_tier();
@@ -99,6 +102,7 @@ impl<S: WorkStore, E: Executor> Engine<S, E> {
         let attempt_started = self.clock.now();
         match Box::pin(self.cycle(claim, item, cycle, tier, genuine as u32, &feedback)).await {
             Ok((gate, scanned)) => {
+                progress.model_failures.clear();
                 let label = label_of(&gate.decision);
                 self.trace(
                     item.id,
@@ -166,42 +170,128 @@ impl<S: WorkStore, E: Executor> Engine<S, E> {
                 // non-conformant profile is not transient: it stops the build.)
                 progress.transient += 1;
                 tracing::warn!(work_item = item.id, cycle, error = %e, "transient executor failure");
-                self.trace(
-                    item.id,
-                    "cycle",
-                    Some(cycle),
-                    json!({"tier": tier}),
-                    json!({"decision": "transient", "error": e.to_string()}),
-                    started,
-                );
-                progress.cycles.push(CycleReport {
+                let transient = Transient {
                     cycle,
-                    decision: "transient".into(),
-                    feedback: feedback.clone(),
-                    redactions: 0,
-                    projection_files_scanned: 0,
                     tier,
-                });
-                self.record_attempt(
-                    claim,
-                    item,
-                    AttemptRecord {
-                        cycle,
-                        tier: tier_label(tier),
-                        outcome: "transient".into(),
-                        candidate_commit: String::new(),
-                        feedback: serde_json::to_value(&feedback).unwrap_or_default(),
-                        started_at: Some(attempt_started),
-                        finished_at: self.clock.now(),
-                    },
-                )
-                .await?;
+                    label: TRANSIENT,
+                    error: e.to_string(),
+                    started,
+                    attempt_started,
+                };
+                self.record_transient(claim, item, progress, &feedback, transient)
+                    .await?;
                 if progress.transient > self.config.transient_retries {
                     return Err(EngineError::Executor(e));
                 }
                 Ok(())
             }
+            Err(EngineError::Model { role, failure }) => {
+                // The model failed, not the agent: a transient failure (timeout, 429, 5xx,
+                // connection) is retried on the same tier after its class's backoff, its
+                // budget counted from the persisted attempts; any other answer stops the
+                // build without escalating.
+                let (Some(outcome), Some(label)) = (failure.outcome(), failure.attempt_label())
+                else {
+                    return Err(EngineError::Model { role, failure });
+                };
+                let mut next = crate::escalation::Escalation {
+                    start: tier,
+                    history: std::mem::take(&mut progress.model_failures),
+                };
+                let retry = next.record(outcome);
+                progress.model_failures = next.history;
+                let delay = match retry {
+                    crate::escalation::Next::Retry { after, .. } => after,
+                    _ => return Err(EngineError::Model { role, failure }),
+                };
+                tracing::warn!(work_item = item.id, cycle, role, %failure, ?delay, "transient model failure; retrying on the same tier");
+                let transient = Transient {
+                    cycle,
+                    tier,
+                    label,
+                    error: format!("the {role}'s model request {failure}"),
+                    started,
+                    attempt_started,
+                };
+                self.record_transient(claim, item, progress, &feedback, transient)
+                    .await?;
+                self.back_off(claim, delay.min(self.config.model_retry_delay_cap))
+                    .await?;
+                Ok(())
+            }
             Err(other) => Err(other),
         }
     }
+
+    /// Records a transient attempt (it keeps its cycle, tier and feedback) and traces it.
+    async fn record_transient(
+        &self,
+        claim: &Claim,
+        item: &Item<'_>,
+        progress: &mut Progress,
+        feedback: &[SanitizedFeedback],
+        t: Transient,
+    ) -> Result<(), EngineError> {
+        self.trace(
+            item.id,
+            "cycle",
+            Some(t.cycle),
+            json!({"tier": t.tier}),
+            json!({"decision": t.label, "error": t.error}),
+            t.started,
+        );
+        progress.cycles.push(CycleReport {
+            cycle: t.cycle,
+            decision: t.label.into(),
+            feedback: feedback.to_vec(),
+            redactions: 0,
+            projection_files_scanned: 0,
+            tier: t.tier,
+        });
+        self.record_attempt(
+            claim,
+            item,
+            AttemptRecord {
+                cycle: t.cycle,
+                tier: tier_label(t.tier),
+                outcome: t.label.into(),
+                candidate_commit: String::new(),
+                feedback: serde_json::to_value(feedback).unwrap_or_default(),
+                started_at: Some(t.attempt_started),
+                finished_at: self.clock.now(),
+            },
+        )
+        .await
+    }
+
+    /// Waits `delay` before a retry, ending early when the lease is lost (then an error) or
+    /// the Job Site is stopping (the next effect boundary stops the build).
+    async fn back_off(&self, claim: &Claim, delay: std::time::Duration) -> Result<(), EngineError> {
+        let deadline = tokio::time::Instant::now() + delay;
+        let mut lost = claim.lost_signal();
+        loop {
+            let now = tokio::time::Instant::now();
+            if now >= deadline || self.stop.as_ref().is_some_and(|s| s.is_raised()) {
+                break;
+            }
+            let step = (deadline - now).min(std::time::Duration::from_millis(250));
+            tokio::select! {
+                _ = tokio::time::sleep(step) => {}
+                changed = lost.changed() => if changed.is_err() { break },
+            }
+            claim.check()?;
+        }
+        claim.check()?;
+        Ok(())
+    }
+}
+
+/// A transient attempt to record.
+struct Transient {
+    cycle: u32,
+    tier: crate::escalation::Tier,
+    label: &'static str,
+    error: String,
+    started: Instant,
+    attempt_started: jiff::Timestamp,
 }

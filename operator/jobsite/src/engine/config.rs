@@ -59,6 +59,10 @@ pub fn egress_for(class: &WorkerClass, proxy: Option<&str>) -> Result<Option<Str
     }
 }
 
+/// Default of [`EngineConfig::model_retry_delay_cap`]: the classes' own backoff, whose longest
+/// delay is 60 s.
+pub const DEFAULT_MODEL_RETRY_DELAY_CAP: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// Engine settings.
 #[derive(Clone, Debug)]
 pub struct EngineConfig {
@@ -90,6 +94,10 @@ pub struct EngineConfig {
     /// How [`super::Engine::build`] lands (the default: a direct push; a Project with a forge lands
     /// through a pull request: `crate::landing`).
     pub landing: Landing,
+    /// Longest wait before retrying a Worker whose model failed transiently (the class's
+    /// backoff is used up to this: 60 s after a 429, 1 s doubling to 60 s after a timeout or
+    /// a 5xx). Tests set it to zero.
+    pub model_retry_delay_cap: std::time::Duration,
 }
 
 impl EngineConfig {
@@ -114,6 +122,7 @@ impl EngineConfig {
             target_branch: "main".into(),
             egress_proxy: None,
             landing: Landing::DirectPush,
+            model_retry_delay_cap: DEFAULT_MODEL_RETRY_DELAY_CAP,
         }
     }
 }

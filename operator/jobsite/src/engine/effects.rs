@@ -352,6 +352,13 @@ impl<S: WorkStore, E: Executor> Engine<S, E> {
         if let (Some(reason), SandboxRole::WorkerA | SandboxRole::WorkerB) = (failure, role) {
             // A run cancelled because the lease was lost reports that instead.
             claim.check()?;
+            // A harness that stopped because its model failed says so in /out.
+            if let Some(failure) = model_failure(&out.out_dir, &work_item, role) {
+                return Err(EngineError::Model {
+                    role: role.as_str(),
+                    failure,
+                });
+            }
             return Err(EngineError::Output {
                 role: role.as_str(),
                 reason,
@@ -402,5 +409,38 @@ impl<S: WorkStore, E: Executor> Engine<S, E> {
             product_tree_digest(repo, commit).map_err(git_err("compute the product tree digest"))
         })
         .await
+    }
+}
+
+/// The model failure a failed Worker's harness reported in `out_dir`
+/// (`escalation::MODEL_FAILURE_FILE`), if it wrote a readable one. The file comes from the
+/// sandbox: only a regular file (no link) of at most `MAX_MODEL_FAILURE_BYTES` is read, and a
+/// malformed one is logged and ignored (the failure then counts as the harness's own).
+fn model_failure(
+    out_dir: &Path,
+    work_item: &str,
+    role: SandboxRole,
+) -> Option<crate::escalation::ModelFailure> {
+    use crate::escalation::{MAX_MODEL_FAILURE_BYTES, MODEL_FAILURE_FILE, ModelFailure};
+    let path = out_dir.join(MODEL_FAILURE_FILE);
+    let meta = std::fs::symlink_metadata(&path).ok()?;
+    let report = if !meta.file_type().is_file() {
+        Err("it is not a regular file".to_owned())
+    } else if meta.len() > MAX_MODEL_FAILURE_BYTES {
+        Err(format!(
+            "it has {} bytes, more than the {MAX_MODEL_FAILURE_BYTES} read",
+            meta.len()
+        ))
+    } else {
+        std::fs::read(&path)
+            .map_err(|e| e.to_string())
+            .and_then(|bytes| ModelFailure::from_report(&bytes).map_err(|e| e.to_string()))
+    };
+    match report {
+        Ok(failure) => Some(failure),
+        Err(why) => {
+            tracing::warn!(work_item, role = role.as_str(), %why, "ignoring the harness's model-failure report");
+            None
+        }
     }
 }

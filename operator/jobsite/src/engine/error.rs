@@ -55,6 +55,17 @@ pub enum EngineError {
         /// Why.
         reason: String,
     },
+    /// A Worker stopped because its model request failed, as its harness reported
+    /// (`escalation::MODEL_FAILURE_FILE`). Transient failures (timeout, 408, 429, 5xx,
+    /// connection) are retried on the same tier with backoff until their class's budget is
+    /// spent; any other status stops the build: it is neither transient nor the agent's fault.
+    #[error("{}", model_failure_message(role, failure))]
+    Model {
+        /// Role.
+        role: &'static str,
+        /// How the model request failed.
+        failure: crate::escalation::ModelFailure,
+    },
     /// The work item is in a state this engine does not drive.
     #[error(
         "work item {work_item_id} is {state}; the Job Site drives only building, inspecting and merging items"
@@ -149,6 +160,17 @@ pub enum GitError {
         /// The branch's ref.
         reference: String,
     },
+}
+
+fn model_failure_message(role: &str, failure: &crate::escalation::ModelFailure) -> String {
+    match failure.outcome() {
+        Some(outcome) => format!(
+            "the {role}'s model request {failure} ({outcome:?}): transient, retried on the same tier with backoff; its retries are spent, so the build stops. Check the model provider's status and limits, then run `protobot retry`"
+        ),
+        None => format!(
+            "the {role}'s model request {failure}: not transient and not the agent's failure, so the build stops without escalating. Check the worker class's model id (its tiers) and the credential the egress proxy injects for the model host"
+        ),
+    }
 }
 
 #[cfg(test)]

@@ -17,14 +17,26 @@ pub fn since_last_block(attempts: &[AttemptRecord]) -> &[AttemptRecord] {
     }
 }
 
+/// The attempt label of a transient executor failure (retried at the same tier).
+pub(super) const TRANSIENT: &str = "transient";
+
 /// Maps a persisted attempt outcome to its escalation class.
 pub(super) fn outcome_of(label: &str) -> Outcome {
+    if let Some(model) = crate::escalation::outcome_of_label(label) {
+        return model;
+    }
     match label {
         "passed" => Outcome::Succeeded,
         "rejected-inspection" => Outcome::RejectedInspection,
-        "transient" => Outcome::ExecutorError,
+        TRANSIENT => Outcome::ExecutorError,
         _ => Outcome::FailedGate,
     }
+}
+
+/// Whether an attempt with this label was transient (an executor or model failure): the
+/// next attempt repeats its cycle at the same tier, with the feedback it had.
+pub(super) fn is_transient(label: &str) -> bool {
+    label == TRANSIENT || crate::escalation::outcome_of_label(label).is_some()
 }
 
 pub(super) fn tier_label(tier: Tier) -> String {

@@ -64,7 +64,10 @@ use protobot_lifecycle::AuthorizationContext;
 use protobot_stores::WorkStore;
 
 pub use self::{
-    config::{EngineConfig, FaultHook, Producer, StageHook, StopSignal, WorkerClass, egress_for},
+    config::{
+        DEFAULT_MODEL_RETRY_DELAY_CAP, EngineConfig, FaultHook, Producer, StageHook, StopSignal,
+        WorkerClass, egress_for,
+    },
     effects::scan_projection,
     error::{EngineError, GitError},
     history::{BLOCKED_OUTCOME, escalation_from, since_last_block},

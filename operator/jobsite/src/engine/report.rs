@@ -107,6 +107,10 @@ pub(super) struct Progress {
     pub(super) inspections: Vec<InspectionReport>,
     pub(super) revalidations: u32,
     pub(super) transient: u32,
+    /// The model failures of this call since its last completed cycle, oldest first: the
+    /// streak a class's retry budget is counted on (the store keeps one attempt per cycle,
+    /// so a restarted build counts afresh).
+    pub(super) model_failures: Vec<crate::escalation::Attempt>,
     pub(super) ledger: Ledger,
     pub(super) prior_findings: Vec<String>,
     pub(super) digest: Option<String>,
