@@ -7,7 +7,7 @@
 use std::{sync::Arc, time::Duration};
 
 use futures::StreamExt;
-use kube::{Api, api::PostParams, runtime::WatchStreamExt};
+use kube::{Api, runtime::WatchStreamExt};
 use protobot_api::{
     BuildWorkItem, ChangeSet, ConditionStatus, InspectionRun, LifecycleState, Project,
 };
@@ -61,29 +61,6 @@ fn git(dir: &std::path::Path, args: &[&str]) {
         "git {args:?}: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-}
-
-/// Creates Secret `name` with `data`.
-async fn create_secret(
-    client: &kube::Client,
-    ns: &str,
-    name: &str,
-    data: std::collections::BTreeMap<String, Vec<u8>>,
-) {
-    use k8s_openapi::{ByteString, api::core::v1::Secret};
-    let secret = Secret {
-        metadata: kube::api::ObjectMeta {
-            name: Some(name.into()),
-            namespace: Some(ns.into()),
-            ..Default::default()
-        },
-        data: Some(data.into_iter().map(|(k, v)| (k, ByteString(v))).collect()),
-        ..Default::default()
-    };
-    Api::<Secret>::namespaced(client.clone(), ns)
-        .create(&PostParams::default(), &secret)
-        .await
-        .unwrap();
 }
 
 /// Where a scenario's Project reads and lands: its `spec.repoUrl` and the Secret it
@@ -195,7 +172,7 @@ async fn scenario<E: protobot_jobsite::executor::Executor + 'static>(
                     servers.ssh_secret(&servers.known_hosts),
                 ),
             };
-            create_secret(&client, &ns, secret, data).await;
+            protobot_e2e::create_secret(&client, &ns, secret, data).await;
             (
                 ProjectRepo {
                     url,
@@ -1135,7 +1112,7 @@ async fn a_wrong_credential_is_reported_on_the_project_naming_its_secret() {
     let cluster = Cluster::connect("remote-wrong").await;
     let (client, ns) = (cluster.client.clone(), cluster.namespace.clone());
     let wrong = "not-the-password-0123456789";
-    create_secret(&client, &ns, "cli-sync-git", servers.https_secret(wrong)).await;
+    protobot_e2e::create_secret(&client, &ns, "cli-sync-git", servers.https_secret(wrong)).await;
     let repo = ProjectRepo {
         url: servers.https_url.clone(),
         secret: Some("cli-sync-git".into()),
