@@ -261,6 +261,47 @@ pub fn conformant_report(profile: &str) -> protobot_executors::ConformanceReport
     }
 }
 
+/// Waits until ChangeSet `change_set` in `namespace` names its work item (registration), then
+/// until that item is `completed` (six times [`timeout`]); returns it. Panics with the item's
+/// status when it does not complete.
+pub async fn registered_item_completes(
+    client: &Client,
+    namespace: &str,
+    change_set: &str,
+) -> protobot_api::BuildWorkItem {
+    use protobot_api::{BuildWorkItem, ChangeSet, LifecycleState};
+    let change_sets: Api<ChangeSet> = Api::namespaced(client.clone(), namespace);
+    let registered = protobot_testkit::wait::until(
+        &change_sets,
+        change_set,
+        timeout(),
+        |cs: Option<&ChangeSet>| {
+            cs.and_then(|c| c.status.as_ref())
+                .is_some_and(|s| s.work_item_ref.is_some())
+        },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("ChangeSet {namespace}/{change_set} was not registered: {e}"))
+    .and_then(|cs| cs.status)
+    .and_then(|s| s.work_item_ref)
+    .unwrap_or_else(|| panic!("ChangeSet {namespace}/{change_set} names no work item"));
+    let name = registered.name;
+    let items: Api<BuildWorkItem> = Api::namespaced(client.clone(), namespace);
+    let completed =
+        protobot_testkit::wait::until(&items, &name, timeout() * 6, |i: Option<&BuildWorkItem>| {
+            i.and_then(|i| i.status.as_ref())
+                .is_some_and(|s| s.state == LifecycleState::Completed)
+        })
+        .await;
+    match completed {
+        Ok(Some(item)) => item,
+        other => {
+            let now = items.get(&name).await.ok().and_then(|i| i.status);
+            panic!("{name} did not complete ({other:?}); its status: {now:#?}")
+        }
+    }
+}
+
 /// Creates Secret `namespace/name` with `data`; panics when the API server refuses it.
 pub async fn create_secret(
     client: &Client,

@@ -246,34 +246,9 @@ async fn scenario<E: protobot_jobsite::executor::Executor + 'static>(
         executor,
     ));
     // Registration names the work item; then the Job Site takes it to completed.
-    let change_sets: Api<ChangeSet> = Api::namespaced(client.clone(), &ns);
-    let registered = protobot_testkit::wait::until(
-        &change_sets,
-        "cs-00001",
-        timeout(),
-        |cs: Option<&ChangeSet>| {
-            cs.and_then(|c| c.status.as_ref())
-                .is_some_and(|s| s.work_item_ref.is_some())
-        },
-    )
-    .await
-    .unwrap()
-    .unwrap();
-    let name = registered.status.unwrap().work_item_ref.unwrap().name;
+    let completed = protobot_e2e::registered_item_completes(&client, &ns, "cs-00001").await;
     let items: Api<BuildWorkItem> = Api::namespaced(client.clone(), &ns);
-    let completed =
-        protobot_testkit::wait::until(&items, &name, timeout() * 6, |i: Option<&BuildWorkItem>| {
-            i.and_then(|i| i.status.as_ref())
-                .is_some_and(|s| s.state == LifecycleState::Completed)
-        })
-        .await;
-    let completed = match completed {
-        Ok(Some(item)) => item,
-        other => {
-            let now = items.get(&name).await.ok().and_then(|i| i.status);
-            panic!("{name} did not complete ({other:?}); its status: {now:#?}")
-        }
-    };
+    let name = completed.metadata.name.clone().unwrap();
     assert_eq!(
         items.list(&Default::default()).await.unwrap().items.len(),
         1,

@@ -34,9 +34,9 @@ use k8s_openapi::api::{
     networking::v1::NetworkPolicy,
 };
 use kube::{Api, Client};
-use protobot_api::{BuildWorkItem, ChangeSet, InspectionRun, LifecycleState, Project};
+use protobot_api::{BuildWorkItem, ChangeSet, InspectionRun, Project};
 use protobot_controller::jobsite::{Settings, run};
-use protobot_e2e::{Cluster, create_object, timeout, worker_class};
+use protobot_e2e::{Cluster, create_object, worker_class};
 use protobot_egress::{
     Broker, Credential, CredentialStore, EgressMetrics, EgressPolicy, Limits, SessionRegistry,
     SessionSecret, Upstream, server::serve,
@@ -371,34 +371,7 @@ async fn a_worker_class_with_egress_reaches_its_model_only_through_the_proxy() {
         executor,
     ));
 
-    let change_sets: Api<ChangeSet> = Api::namespaced(client.clone(), &ns);
-    let registered = protobot_testkit::wait::until(
-        &change_sets,
-        "cs-00001",
-        timeout(),
-        |cs: Option<&ChangeSet>| {
-            cs.and_then(|c| c.status.as_ref())
-                .is_some_and(|s| s.work_item_ref.is_some())
-        },
-    )
-    .await
-    .unwrap()
-    .unwrap();
-    let name = registered.status.unwrap().work_item_ref.unwrap().name;
-    let items: Api<BuildWorkItem> = Api::namespaced(client.clone(), &ns);
-    let completed =
-        protobot_testkit::wait::until(&items, &name, timeout() * 6, |i: Option<&BuildWorkItem>| {
-            i.and_then(|i| i.status.as_ref())
-                .is_some_and(|s| s.state == LifecycleState::Completed)
-        })
-        .await;
-    let item = match completed {
-        Ok(Some(item)) => item,
-        other => {
-            let now = items.get(&name).await.ok().and_then(|i| i.status);
-            panic!("{name} did not complete ({other:?}); its status: {now:#?}")
-        }
-    };
+    let item = protobot_e2e::registered_item_completes(&client, &ns, "cs-00001").await;
     for task in [job_site, registration, inspection_runs, projects] {
         task.abort();
     }
