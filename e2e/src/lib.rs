@@ -302,6 +302,37 @@ pub async fn registered_item_completes(
     }
 }
 
+/// True (after saying why) when a scenario whose sandbox pods need egress cannot run: it needs
+/// a real API server (`KUBECONFIG`), and pod egress on the simulated node needs root and
+/// bubblewrap. Panics instead when `PROTOBOT_E2E_REQUIRE_CLUSTER` or `PROTOBOT_REQUIRE_EGRESS`
+/// says the missing part must be there.
+pub fn skip_without_pod_egress(scenario: &str) -> bool {
+    if std::env::var_os("KUBECONFIG").is_none() {
+        assert!(
+            std::env::var_os("PROTOBOT_E2E_REQUIRE_CLUSTER").is_none(),
+            "PROTOBOT_E2E_REQUIRE_CLUSTER is set but KUBECONFIG is not"
+        );
+        eprintln!("skipping: the {scenario} scenario runs against a real API server (KUBECONFIG)");
+        return true;
+    }
+    let root = std::fs::read_to_string("/proc/self/status")
+        .unwrap_or_default()
+        .lines()
+        .find(|l| l.starts_with("Uid:"))
+        .and_then(|l| l.split_whitespace().nth(2).map(str::to_owned))
+        == Some("0".into());
+    let bwrap = protobot_testkit::BubblewrapContainerExecutor::from_path().is_some();
+    if !root || !bwrap {
+        assert!(
+            std::env::var_os("PROTOBOT_REQUIRE_EGRESS").is_none(),
+            "PROTOBOT_REQUIRE_EGRESS is set, but pod egress on the simulated node needs root and bubblewrap"
+        );
+        eprintln!("skipping: pod egress on the simulated node needs root and bubblewrap");
+        return true;
+    }
+    false
+}
+
 /// Creates Secret `namespace/name` with `data`; panics when the API server refuses it.
 pub async fn create_secret(
     client: &Client,

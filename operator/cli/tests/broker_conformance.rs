@@ -37,30 +37,7 @@ use tokio::net::TcpListener;
 const SECRET: &[u8] = b"protobot-broker-conformance-secret-0123456789";
 
 fn skip() -> bool {
-    if std::env::var_os("KUBECONFIG").is_none() {
-        assert!(
-            std::env::var_os("PROTOBOT_E2E_REQUIRE_CLUSTER").is_none(),
-            "PROTOBOT_E2E_REQUIRE_CLUSTER is set but KUBECONFIG is not"
-        );
-        eprintln!("skipping: the broker scenario runs against a real API server (KUBECONFIG)");
-        return true;
-    }
-    let root = std::fs::read_to_string("/proc/self/status")
-        .unwrap_or_default()
-        .lines()
-        .find(|l| l.starts_with("Uid:"))
-        .and_then(|l| l.split_whitespace().nth(2).map(str::to_owned))
-        == Some("0".into());
-    let bwrap = protobot_testkit::BubblewrapContainerExecutor::from_path().is_some();
-    if !root || !bwrap {
-        assert!(
-            std::env::var_os("PROTOBOT_REQUIRE_EGRESS").is_none(),
-            "PROTOBOT_REQUIRE_EGRESS is set, but pod egress on the simulated node needs root and bubblewrap"
-        );
-        eprintln!("skipping: pod egress on the simulated node needs root and bubblewrap");
-        return true;
-    }
-    false
+    protobot_e2e::skip_without_pod_egress("broker")
 }
 
 /// A real broker deciding by `policy`.
