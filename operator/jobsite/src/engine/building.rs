@@ -267,19 +267,16 @@ impl<S: WorkStore, E: Executor> Engine<S, E> {
     /// Waits `delay` before a retry, ending early when the lease is lost (then an error) or
     /// the Job Site is stopping (the next effect boundary stops the build).
     async fn back_off(&self, claim: &Claim, delay: std::time::Duration) -> Result<(), EngineError> {
-        let deadline = tokio::time::Instant::now() + delay;
+        let mut left = delay;
         let mut lost = claim.lost_signal();
-        loop {
-            let now = tokio::time::Instant::now();
-            if now >= deadline || self.stop.as_ref().is_some_and(|s| s.is_raised()) {
-                break;
-            }
-            let step = (deadline - now).min(std::time::Duration::from_millis(250));
+        while !left.is_zero() && !self.stop.as_ref().is_some_and(|s| s.is_raised()) {
+            let step = left.min(std::time::Duration::from_millis(250));
             tokio::select! {
                 _ = tokio::time::sleep(step) => {}
                 changed = lost.changed() => if changed.is_err() { break },
             }
             claim.check()?;
+            left = left.saturating_sub(step);
         }
         claim.check()?;
         Ok(())
