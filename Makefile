@@ -122,34 +122,34 @@ lint-helm: ## helm lint --strict the chart and render it with every optional par
 	@# A sandbox namespace cannot share a claim the chart creates in another namespace: refused.
 	@! $(HELM) template protobot charts/protobot --set jobSite.sandboxNamespace=sb > /dev/null 2>&1 || { echo "the chart rendered a staging claim the operator cannot mount" >&2; exit 1; }
 	$(HELM) template protobot charts/protobot --set watchNamespace=team-a --set jobSite.sandboxNamespace=sb \
-	  --set jobSite.staging.create=false | grep -q 'name: protobot-protobot-sandboxes' || { echo "no sandbox Role in the sandbox namespace" >&2; exit 1; }
+	  --set jobSite.staging.create=false | scripts/expect-rendered has 'name: protobot-protobot-sandboxes' "no sandbox Role in the sandbox namespace"
 	@# The values schema refuses a wrong type.
 	@! $(HELM) lint --strict charts/protobot --set replicaCount=two > /dev/null 2>&1 || { echo "values.schema.json accepted replicaCount=two" >&2; exit 1; }
 	$(HELM) template protobot charts/protobot --set jobSite.enabled=false > /dev/null
 	@# The sandbox conformance Job runs on install and upgrade, and only when enabled.
 	$(HELM) template protobot charts/protobot --show-only templates/conformance.yaml \
-	  | grep -q 'helm.sh/hook: post-install,post-upgrade' || { echo "no conformance Job hook on install and upgrade" >&2; exit 1; }
-	@! $(HELM) template protobot charts/protobot --set jobSite.conformance.enabled=false | grep -q 'kind: CronJob' || { echo "jobSite.conformance.enabled=false still rendered the conformance Job" >&2; exit 1; }
+	  | scripts/expect-rendered has 'helm.sh/hook: post-install,post-upgrade' "no conformance Job hook on install and upgrade"
+	$(HELM) template protobot charts/protobot --set jobSite.conformance.enabled=false | scripts/expect-rendered lacks 'kind: CronJob' "jobSite.conformance.enabled=false still rendered the conformance Job"
 	@! $(HELM) template protobot charts/protobot --set jobSite.sandboxProfile=absent > /dev/null 2>&1 || { echo "a profile the chart does not ship rendered" >&2; exit 1; }
 	$(HELM) template protobot charts/protobot --set wmsApi.enabled=true --set networkPolicy.enabled=true > /dev/null
 	$(HELM) template protobot charts/protobot --set wmsApi.enabled=true --set wmsApi.tls.secretName=wms-api-tls \
-	  | grep -q -- '--wms-api-tls-cert=/etc/protobot/wms-api-tls/tls.crt' || { echo "wmsApi.tls.secretName did not reach the operator's arguments" >&2; exit 1; }
+	  | scripts/expect-rendered has '--wms-api-tls-cert=/etc/protobot/wms-api-tls/tls.crt' "wmsApi.tls.secretName did not reach the operator's arguments"
 	$(HELM) template protobot charts/protobot --set egressProxy.enabled=true \
 	  --set egressProxy.credentialsSecret=egress-credentials \
 	  --set egressProxy.sessionSecret=egress-session > /dev/null
 	$(HELM) template protobot charts/protobot --set egressProxy.enabled=true \
 	  --set egressProxy.credentialsSecret=egress-credentials --set egressProxy.sessionSecret=egress-session \
-	  --show-only templates/conformance.yaml | grep -q -- '--egress-session-secret=/etc/protobot/egress/session-secret/secret' || { echo "egressProxy.enabled did not give the conformance Job the egress proxy's session secret" >&2; exit 1; }
+	  --show-only templates/conformance.yaml | scripts/expect-rendered has '--egress-session-secret=/etc/protobot/egress/session-secret/secret' "egressProxy.enabled did not give the conformance Job the egress proxy's session secret"
 	$(HELM) template protobot charts/protobot --set egressProxy.enabled=true \
 	  --set egressProxy.credentialsSecret=egress-credentials --set egressProxy.sessionSecret=egress-session \
-	  --show-only templates/conformance.yaml | grep -q -- '--egress-proxy-url=http://protobot-protobot-egress-proxy\.' || { echo "egressProxy.enabled did not give the conformance Job the egress proxy's URL" >&2; exit 1; }
+	  --show-only templates/conformance.yaml | scripts/expect-rendered has '--egress-proxy-url=http://protobot-protobot-egress-proxy\.' "egressProxy.enabled did not give the conformance Job the egress proxy's URL"
 	$(HELM) template protobot charts/protobot --set egressProxy.enabled=true \
 	  --set egressProxy.credentialsSecret=egress-credentials --set egressProxy.sessionSecret=egress-session \
-	  --show-only templates/egress-proxy.yaml | grep -q -- '- --conformance-probe' || { echo "the egress proxy does not serve the conformance probes by default" >&2; exit 1; }
-	@! $(HELM) template protobot charts/protobot --set egressProxy.enabled=true \
+	  --show-only templates/egress-proxy.yaml | scripts/expect-rendered has '- --conformance-probe' "the egress proxy does not serve the conformance probes by default"
+	$(HELM) template protobot charts/protobot --set egressProxy.enabled=true \
 	  --set egressProxy.credentialsSecret=egress-credentials --set egressProxy.sessionSecret=egress-session \
-	  --set egressProxy.conformanceProbe=false --show-only templates/egress-proxy.yaml | grep -q -- '--conformance-probe' || { echo "egressProxy.conformanceProbe=false still served the conformance probes" >&2; exit 1; }
-	@! $(HELM) template protobot charts/protobot --show-only templates/conformance.yaml | grep -q -- '--egress-' || { echo "the conformance Job got egress arguments without egressProxy.enabled" >&2; exit 1; }
+	  --set egressProxy.conformanceProbe=false --show-only templates/egress-proxy.yaml | scripts/expect-rendered lacks '--conformance-probe' "egressProxy.conformanceProbe=false still served the conformance probes"
+	$(HELM) template protobot charts/protobot --show-only templates/conformance.yaml | scripts/expect-rendered lacks '--egress-' "the conformance Job got egress arguments without egressProxy.enabled"
 
 .PHONY: validate-chart
 validate-chart: ## kubernetes-validate --strict every rendering of the chart, CRDs included, for each Kubernetes version it claims (installs kubernetes-validate into .tools/kv)
