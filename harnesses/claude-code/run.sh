@@ -20,6 +20,10 @@
 #   PROTOBOT_MODEL            model id (required unless /task/task.json has {"model": {"model": …}},
 #                             which wins: the model of the attempt's tier)
 #   PROTOBOT_MODEL_BASE_PATH  path prefix on that host before /v1/messages (default: none)
+#   PROTOBOT_MODEL_TIMEOUT_MS how long one model request may take (default: Claude Code's own)
+#   PROTOBOT_MODEL_RETRIES    how often Claude Code retries a failed model request before it
+#                             stops (default: its own, 10); the Job Site retries the run after
+#                             a backoff of its own when the harness reports the failure
 #   PROTOBOT_CLAUDE           the claude binary (default: claude on PATH)
 set -eu
 
@@ -48,6 +52,14 @@ command -v jq >/dev/null 2>&1 || fail "jq is missing from the image"
 command -v git >/dev/null 2>&1 || fail "git is missing from the image"
 command -v "$claude" >/dev/null 2>&1 || fail "claude ($claude) is missing from the image; see scripts/install-agents.sh"
 base_path=${PROTOBOT_MODEL_BASE_PATH:-}
+timeout_ms=${PROTOBOT_MODEL_TIMEOUT_MS:-}
+case "$timeout_ms" in
+'' | *[!0-9]*) [ -z "$timeout_ms" ] || fail "PROTOBOT_MODEL_TIMEOUT_MS is not a number of milliseconds: $timeout_ms" ;;
+esac
+retries=${PROTOBOT_MODEL_RETRIES:-}
+case "$retries" in
+'' | *[!0-9]*) [ -z "$retries" ] || fail "PROTOBOT_MODEL_RETRIES is not a number: $retries" ;;
+esac
 
 role=$(jq -r .role "$task")
 work_item=$(jq -r '.work_item_id // "unknown"' "$task")
@@ -94,6 +106,8 @@ export CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1 DISABLE_TELEMETRY=1 DISABLE_ER
     CLAUDE_CODE_DISABLE_FEEDBACK_SURVEY=1 CLAUDE_CODE_IDE_SKIP_AUTO_INSTALL=1
 export ANTHROPIC_BASE_URL="${PROTOBOT_EGRESS_PROXY%/}/$PROTOBOT_MODEL_HOST$base_path"
 export ANTHROPIC_API_KEY="$PLACEHOLDER_KEY"
+[ -z "$timeout_ms" ] || export API_TIMEOUT_MS="$timeout_ms"
+[ -z "$retries" ] || export CLAUDE_CODE_MAX_RETRIES="$retries"
 ANTHROPIC_CUSTOM_HEADERS="X-Sandbox-Session-Token: $(cat "$PROTOBOT_EGRESS_SESSION_TOKEN_FILE")"
 export ANTHROPIC_CUSTOM_HEADERS
 # The sandbox, not Claude Code, is the boundary: only /workspace, /out and the private /tmp are
@@ -124,6 +138,21 @@ rc=0
 if [ "$rc" -ne 0 ] || ! jq -e '.is_error == false' "$state/claude.json" >/dev/null 2>&1; then
     tail -n 40 "$state/claude.log" >&2
     head -c 4000 "$state/claude.json" >&2
+    # Claude Code retries a failing model request itself (CLAUDE_CODE_MAX_RETRIES, honouring
+    # retry-after) before it stops. When it stopped on the model API (an HTTP error, a timeout,
+    # no connection), say so in $out/model-failure.json: the Job Site then retries on the same
+    # tier after a backoff (429, 408, 5xx, 529, timeouts, connections) or stops the build naming
+    # the status (401, 404…) instead of escalating the agent (docs/worker-harnesses.md).
+    failure=$(jq -c '
+        select(type == "object" and .terminal_reason == "api_error")
+        | if (.api_error_status | type) == "number" then {status: .api_error_status}
+          elif ((.result // "") | test("timed? ?out|ETIMEDOUT"; "i")) then {error: "timeout"}
+          elif ((.result // "") | test("connect|ECONN|socket|network"; "i")) then {error: "connection"}
+          else empty end' "$state/claude.json" 2>/dev/null || true)
+    if [ -n "$failure" ]; then
+        printf '%s\n' "$failure" > "$out/model-failure.json"
+        fail "claude exited with $rc: its model request failed ($failure)"
+    fi
     fail "claude exited with $rc or reported an error"
 fi
 jq -r '.result // ""' "$state/claude.json" | tail -n 5

@@ -17,6 +17,7 @@
 #   PROTOBOT_MODEL_HOST       host of an OpenAI-compatible chat-completions API (required)
 #   PROTOBOT_MODEL            model id (required)
 #   PROTOBOT_MODEL_BASE_PATH  API path prefix on that host (default /v1)
+#   PROTOBOT_MODEL_TIMEOUT_MS how long one model request may take (default: OpenCode's own)
 #   PROTOBOT_OPENCODE         the opencode binary (default: opencode on PATH)
 set -eu
 
@@ -43,6 +44,10 @@ command -v jq >/dev/null 2>&1 || fail "jq is missing from the image"
 command -v git >/dev/null 2>&1 || fail "git is missing from the image"
 command -v "$opencode" >/dev/null 2>&1 || fail "opencode ($opencode) is missing from the image; see scripts/install-agents.sh"
 base_path=${PROTOBOT_MODEL_BASE_PATH:-/v1}
+timeout_ms=${PROTOBOT_MODEL_TIMEOUT_MS:-}
+case "$timeout_ms" in
+'' | *[!0-9]*) [ -z "$timeout_ms" ] || fail "PROTOBOT_MODEL_TIMEOUT_MS is not a number of milliseconds: $timeout_ms" ;;
+esac
 
 role=$(jq -r .role "$task")
 work_item=$(jq -r '.work_item_id // "unknown"' "$task")
@@ -91,6 +96,7 @@ jq -n \
     --arg base "${PROTOBOT_EGRESS_PROXY%/}/$PROTOBOT_MODEL_HOST$base_path" \
     --arg token "{file:$PROTOBOT_EGRESS_SESSION_TOKEN_FILE}" \
     --arg model "$PROTOBOT_MODEL" \
+    --arg timeout "$timeout_ms" \
     '{
       "$schema": "https://opencode.ai/config.json",
       autoupdate: false,
@@ -100,7 +106,8 @@ jq -n \
       provider: {protobot: {
         npm: "@ai-sdk/openai-compatible",
         name: "protobot (through the egress proxy)",
-        options: {baseURL: $base, headers: {"X-Sandbox-Session-Token": $token}},
+        options: ({baseURL: $base, headers: {"X-Sandbox-Session-Token": $token}}
+                  + (if $timeout == "" then {} else {timeout: ($timeout | tonumber)} end)),
         models: {($model): {name: $model, tool_call: true}}
       }},
       model: ("protobot/" + $model),
@@ -109,12 +116,30 @@ jq -n \
     }' > "$OPENCODE_CONFIG"
 
 cd "$workspace"
-"$opencode" run --print-logs "$prompt" > "$state/opencode.out" 2> "$state/opencode.log" || {
+# --format json: one JSON event per line on stdout; an error event keeps the model API's answer
+# (statusCode), which the plain output and the logs do not.
+"$opencode" run --print-logs --format json "$prompt" > "$state/opencode.out" 2> "$state/opencode.log" || {
     rc=$?
     tail -n 40 "$state/opencode.log" >&2
+    # OpenCode retries a failing model request itself (honouring retry-after) before it stops.
+    # When it stopped on the model API (an HTTP error, a timeout, no connection), say so in
+    # $out/model-failure.json: the Job Site then retries on the same tier after a backoff
+    # (429, 408, 5xx, timeouts, connections) or stops the build naming the status (401, 404…)
+    # instead of escalating the agent (docs/worker-harnesses.md).
+    failure=$(jq -R -s -c '
+        [split("\n")[] | fromjson? | select(type == "object" and .type == "error") | .error] | last
+        | select(type == "object")
+        | if (.data.statusCode | type) == "number" then {status: .data.statusCode}
+          elif ((.data.message // "") | test("timed? ?out"; "i")) or .name == "TimeoutError" then {error: "timeout"}
+          elif .name == "APIError" and .data.isRetryable == true then {error: "connection"}
+          else empty end' "$state/opencode.out" 2>/dev/null || true)
+    if [ -n "$failure" ]; then
+        printf '%s\n' "$failure" > "$out/model-failure.json"
+        fail "opencode exited with $rc: its model request failed ($failure)"
+    fi
     fail "opencode exited with $rc"
 }
-tail -n 5 "$state/opencode.out"
+jq -R -r 'fromjson? | select(.type == "text") | .part.text // empty' "$state/opencode.out" | tail -n 5
 
 if [ "$role" = inspector ]; then
     # The findings must be in the ledger's shape: the Job Site refuses the whole report for

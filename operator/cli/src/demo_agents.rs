@@ -223,6 +223,7 @@ pub fn scripted_edits(script: &str) -> String {
 pub fn model_script_for(agent: Agent, work_item: &str) -> Script {
     let scenario = |role: &str, worker: &str| Scenario {
         marker: format!("{role} for {work_item}"),
+        failures: Vec::new(),
         steps: vec![
             Step::ToolCalls {
                 calls: vec![ToolCall {

@@ -23,23 +23,20 @@
 mod common;
 mod proxied;
 
-use std::{
-    path::{Path, PathBuf},
-    time::Duration,
-};
+use std::path::PathBuf;
 
-use protobot_executors::{BubblewrapConfig, BubblewrapExecutor, LocalEgress};
-use protobot_jobsite::executor::{Executor, Limits, SandboxRole, Termination};
+use protobot_jobsite::{
+    escalation::{MODEL_FAILURE_FILE, ModelFailure},
+    executor::Termination,
+};
 use protobot_model_double::{Scenario, Script, Step, ToolCall};
 use protobot_repo::{
     bundle::collect_bundle,
-    catalog::ChangeScope,
-    export::{ExportRequest, export_projection},
     role::Role,
     validate::{Limits as BundleLimits, accept_bundle},
 };
+use proxied::harness::{Harness, HarnessKind, files_containing, hex_of};
 use serde_json::json;
-use tokio::sync::watch;
 
 /// What the harness gives Claude Code as its key (harnesses/claude-code/run.sh).
 const PLACEHOLDER_KEY: &str = "protobot-placeholder-the-egress-broker-holds-the-key";
@@ -60,31 +57,9 @@ rules:
     credential: model
 "#;
 
-fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-/// The Claude Code binary (resolved through the install's symlink), or `None`
-/// after printing why the test is skipped.
+/// The Claude Code binary, or `None` after printing why the test is skipped.
 fn claude(test: &str) -> Option<PathBuf> {
-    let required = std::env::var_os("PROTOBOT_REQUIRE_AGENTS").is_some();
-    let candidate = std::env::var_os("PROTOBOT_CLAUDE")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| repo_root().join(".tools/agents/bin/claude"));
-    match std::fs::canonicalize(&candidate) {
-        Ok(path) if path.is_file() => Some(path),
-        _ if required => panic!(
-            "{test}: Claude Code is not installed at {} but PROTOBOT_REQUIRE_AGENTS is set; run scripts/install-agents.sh",
-            candidate.display()
-        ),
-        _ => {
-            eprintln!(
-                "SKIPPED {test}: Claude Code is not installed at {} (run scripts/install-agents.sh, or set PROTOBOT_CLAUDE); set PROTOBOT_REQUIRE_AGENTS=1 to make this a failure",
-                candidate.display()
-            );
-            None
-        }
-    }
+    proxied::harness::agent_cli(test, "Claude Code", "PROTOBOT_CLAUDE", "claude")
 }
 
 const WORK_ITEM: &str = "wi-claude-code";
@@ -106,6 +81,7 @@ fn script() -> Script {
     Script {
         scenarios: vec![Scenario {
             marker: format!("worker-b for {WORK_ITEM}"),
+            failures: Vec::new(),
             steps: vec![
                 Step::ToolCalls {
                     calls: vec![ToolCall {
@@ -127,140 +103,62 @@ fn script() -> Script {
     }
 }
 
-/// Every file under `dir` whose content contains `needle`.
-fn files_containing(dir: &Path, needle: &[u8]) -> Vec<PathBuf> {
-    let mut found = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for entry in std::fs::read_dir(&d).unwrap().flatten() {
-            let path = entry.path();
-            let kind = entry.file_type().unwrap();
-            if kind.is_dir() {
-                stack.push(path);
-            } else if kind.is_file() {
-                let bytes = std::fs::read(&path).unwrap();
-                if bytes.windows(needle.len()).any(|w| w == needle) {
-                    found.push(path);
-                }
-            }
-        }
-    }
-    found
-}
-
-/// One harness run: the proxy with `script` behind it, a projection of the
-/// canonical repository for `role`, and the harness in the sandbox. `None`
-/// when the test is skipped.
+/// One harness run that exited 0, with what it ran against.
 struct HarnessRun {
-    proxy: proxied::Proxied,
-    report: protobot_repo::export::ExportReport,
+    harness: Harness,
     out: protobot_jobsite::executor::RunOutput,
-    _tmp: tempfile::TempDir,
 }
 
+/// Claude Code as `role` with `script` behind the proxy (`None`: skipped).
 /// `task_model`: the model the task names (the tier's), which wins over the
 /// class's `PROTOBOT_MODEL=claude-scripted`.
+async fn prepare(
+    test: &str,
+    role: Role,
+    script: Script,
+    task_model: Option<&str>,
+) -> Option<Harness> {
+    prepare_with(test, role, script, task_model, Vec::new()).await
+}
+
+/// [`prepare`] with more `NAME=value` settings of the class's command.
+async fn prepare_with(
+    test: &str,
+    role: Role,
+    script: Script,
+    task_model: Option<&str>,
+    env: Vec<String>,
+) -> Option<Harness> {
+    let cli = claude(test)?;
+    let kind = HarnessKind {
+        test,
+        folder: "claude-code",
+        cli,
+        cli_env: "PROTOBOT_CLAUDE",
+        model: "claude-scripted",
+        policy: POLICY,
+        work_item: WORK_ITEM,
+        task_model: task_model.map(|m| ("anthropic", m)),
+        env,
+    };
+    proxied::harness::prepare(kind, role, script).await
+}
+
 async fn run_harness(
     test: &str,
     role: Role,
     script: Script,
     task_model: Option<&str>,
 ) -> Option<HarnessRun> {
-    let claude = claude(test)?;
-    let required = std::env::var_os("PROTOBOT_REQUIRE_AGENTS").is_some();
-    if !common::bwrap_available(test) {
-        assert!(
-            !required,
-            "{test}: PROTOBOT_REQUIRE_AGENTS is set but bubblewrap is unavailable"
-        );
-        return None;
-    }
-    if !proxied::egress_available(test) {
-        assert!(
-            !required,
-            "{test}: PROTOBOT_REQUIRE_AGENTS is set but proxied egress is unavailable"
-        );
-        return None;
-    }
-    let proxy = proxied::start_with_policy(script, POLICY).await;
-    let tmp = tempfile::tempdir().unwrap();
-    let repo = proxied::canonical(tmp.path());
-    let report = export_projection(&ExportRequest {
-        source_repo: repo.clone(),
-        at: "refs/heads/main".into(),
-        role,
-        dest: tmp.path().join("projection"),
-        scope: ChangeScope::default(),
-    })
-    .unwrap();
-
-    let harness = std::fs::canonicalize(repo_root().join("harnesses/claude-code")).unwrap();
-    let mut config = BubblewrapConfig::under(&tmp.path().join("sandbox"));
-    config.egress = Some(LocalEgress::new(proxy.secret.clone()));
-    config.extra_ro_binds = vec![harness.clone(), claude.parent().unwrap().to_path_buf()];
-    let ex = BubblewrapExecutor::new(config);
-
-    let mut spec = common::spec(&report.dest, "true");
-    spec.role = match role {
-        Role::WorkerA => SandboxRole::WorkerA,
-        _ => SandboxRole::WorkerB,
-    };
-    spec.task = json!({
-        "role": spec.role.as_str(),
-        "work_item_id": WORK_ITEM,
-        "cycle": 1,
-        "retry_budget": 3,
-        "requirement_ids": ["REQ-GREET-00001"],
-        "feedback": [],
-    });
-    if let Some(model) = task_model {
-        spec.task["model_tier"] = json!("t2");
-        spec.task["model"] = json!({"provider": "anthropic", "model": model});
-    }
-    spec.command = vec![
-        "env".into(),
-        format!("PROTOBOT_MODEL_HOST={}", proxied::MODEL_HOST),
-        "PROTOBOT_MODEL=claude-scripted".into(),
-        format!("PROTOBOT_CLAUDE={}", claude.display()),
-        "/bin/sh".into(),
-        harness.join("run.sh").display().to_string(),
-    ];
-    spec.egress_proxy = Some(proxy.proxy_url.clone());
-    // Claude Code is a Bun binary that reserves a large address space up
-    // front: the memory limit is an RLIMIT_AS, so it is generous here.
-    spec.limits = Limits {
-        wall_clock: Duration::from_secs(240),
-        cpu: Duration::from_secs(240),
-        memory_bytes: 64 << 30,
-        processes: 1024,
-        file_size_bytes: 256 << 20,
-        open_files: 4096,
-    };
-    let (_tx, rx) = watch::channel(false);
-    let out = ex.run(spec, rx).await.unwrap();
-    assert_eq!(
-        out.termination,
-        Termination::Exited { code: 0 },
-        "{}",
-        out.stderr_tail
-    );
-    Some(HarnessRun {
-        proxy,
-        report,
-        out,
-        _tmp: tmp,
-    })
+    let harness = prepare(test, role, script, task_model).await?;
+    let out = harness.run_ok().await;
+    Some(HarnessRun { harness, out })
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn claude_code_as_worker_b_reaches_the_model_only_through_the_proxy_and_never_holds_the_key()
 {
-    let Some(HarnessRun {
-        proxy,
-        report,
-        out,
-        _tmp,
-    }) = run_harness(
+    let Some(HarnessRun { harness, out }) = run_harness(
         "claude_code_harness_worker_b",
         Role::WorkerB,
         script(),
@@ -270,6 +168,7 @@ async fn claude_code_as_worker_b_reaches_the_model_only_through_the_proxy_and_ne
     else {
         return;
     };
+    let (proxy, report) = (&harness.proxy, &harness.report);
     let o = &out.out_dir;
 
     // Every model request reached the Messages endpoint with the broker's key,
@@ -385,6 +284,7 @@ async fn claude_code_as_worker_a_gets_the_test_instructions_and_the_tasks_model_
     let script = Script {
         scenarios: vec![Scenario {
             marker: format!("worker-a for {WORK_ITEM}"),
+            failures: Vec::new(),
             steps: vec![Step::ToolCalls {
                 calls: vec![ToolCall {
                     name: "Edit".into(),
@@ -393,12 +293,7 @@ async fn claude_code_as_worker_a_gets_the_test_instructions_and_the_tasks_model_
             }],
         }],
     };
-    let Some(HarnessRun {
-        proxy,
-        report,
-        out,
-        _tmp,
-    }) = run_harness(
+    let Some(HarnessRun { harness, out }) = run_harness(
         "claude_code_harness_worker_a",
         Role::WorkerA,
         script,
@@ -408,6 +303,7 @@ async fn claude_code_as_worker_a_gets_the_test_instructions_and_the_tasks_model_
     else {
         return;
     };
+    let (proxy, report) = (&harness.proxy, &harness.report);
     // The model the task named for its tier is the one asked for.
     let seen = proxy.double.requests();
     assert!(!seen.is_empty());
@@ -447,6 +343,108 @@ async fn claude_code_as_worker_a_gets_the_test_instructions_and_the_tasks_model_
     assert_eq!(paths, ["tests/greet_args.sh"]);
 }
 
-fn hex_of(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+/// A scenario that creates `src/greet.sh` and stops, after the model answers
+/// `failures` first.
+fn greet_with_outage(failures: Vec<u16>) -> Script {
+    Script {
+        scenarios: vec![Scenario {
+            marker: format!("worker-b for {WORK_ITEM}"),
+            failures,
+            steps: vec![
+                Step::ToolCalls {
+                    calls: vec![ToolCall {
+                        name: "Edit".into(),
+                        arguments: json!({"file_path": "/workspace/src/greet.sh", "old_string": "", "new_string": GREET}),
+                    }],
+                },
+                Step::Text {
+                    text: "Implemented REQ-GREET-00001 in src/greet.sh.".into(),
+                },
+            ],
+        }],
+    }
+}
+
+/// The paths a run's accepted bundle changes.
+fn bundle_paths(harness: &Harness, out: &protobot_jobsite::executor::RunOutput) -> Vec<String> {
+    let record = &harness.report.record;
+    let bundle = collect_bundle(
+        &out.out_dir.join("worker"),
+        record,
+        &BundleLimits::default(),
+    )
+    .unwrap();
+    let accepted = accept_bundle(bundle, record, &BundleLimits::default())
+        .unwrap_or_else(|r| panic!("the bundle was refused: {r:?}"));
+    accepted
+        .bundle()
+        .commits
+        .iter()
+        .flat_map(|c| c.changes.iter().map(|ch| ch.path.clone()))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claude_code_rides_out_a_brief_model_outage_with_its_own_retries() {
+    let test = "claude_code_harness_brief_outage";
+    let Some(harness) = prepare(test, Role::WorkerB, greet_with_outage(vec![529, 503]), None).await
+    else {
+        return;
+    };
+    let out = harness.run_ok().await;
+    assert_eq!(harness.proxy.double.failures_answered(), 2);
+    assert!(!out.out_dir.join(MODEL_FAILURE_FILE).exists());
+    assert_eq!(bundle_paths(&harness, &out), ["src/greet.sh"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claude_code_reports_an_outage_it_cannot_ride_out_and_the_job_sites_retry_succeeds() {
+    let test = "claude_code_harness_long_outage";
+    // Claude Code's own retries back off for minutes (10 by default); the
+    // class lets it retry twice, as a platform would that leaves retrying to
+    // the Job Site.
+    let Some(harness) = prepare_with(
+        test,
+        Role::WorkerB,
+        greet_with_outage(vec![503; 64]),
+        None,
+        vec!["PROTOBOT_MODEL_RETRIES=2".into()],
+    )
+    .await
+    else {
+        return;
+    };
+    let failed = harness.run().await;
+    assert_eq!(
+        failed.termination,
+        Termination::Exited { code: 2 },
+        "{}",
+        failed.stderr_tail
+    );
+    let answered = harness.proxy.double.failures_answered();
+    assert_eq!(
+        answered, 3,
+        "Claude Code tried once and retried twice (PROTOBOT_MODEL_RETRIES=2)"
+    );
+    // The harness said why, in the shape the Job Site reads: a 5xx, retried
+    // on the same tier after a backoff.
+    let report = std::fs::read(failed.out_dir.join(MODEL_FAILURE_FILE)).unwrap_or_else(|e| {
+        panic!(
+            "no {MODEL_FAILURE_FILE} ({e}); stderr: {}",
+            failed.stderr_tail
+        )
+    });
+    let failure = ModelFailure::from_report(&report).unwrap();
+    assert_eq!(failure, ModelFailure::Status(503));
+    assert_eq!(failure.attempt_label(), Some("model-network"));
+    assert!(
+        !failed.out_dir.join("worker").exists(),
+        "no bundle from a failed run"
+    );
+
+    // The model recovers; the Job Site's retry of the same cycle succeeds.
+    harness.proxy.double.end_outage();
+    let retried = harness.run_ok().await;
+    assert!(!retried.out_dir.join(MODEL_FAILURE_FILE).exists());
+    assert_eq!(bundle_paths(&harness, &retried), ["src/greet.sh"]);
 }

@@ -19,49 +19,24 @@
 mod common;
 mod proxied;
 
-use std::{
-    path::{Path, PathBuf},
-    time::Duration,
-};
+use std::path::PathBuf;
 
-use protobot_executors::{BubblewrapConfig, BubblewrapExecutor, LocalEgress};
-use protobot_jobsite::executor::{Executor, Limits, SandboxRole, Termination};
+use protobot_jobsite::{
+    escalation::{MODEL_FAILURE_FILE, ModelFailure},
+    executor::Termination,
+};
 use protobot_model_double::{Scenario, Script, Step, ToolCall};
 use protobot_repo::{
     bundle::collect_bundle,
-    catalog::ChangeScope,
-    export::{ExportRequest, export_projection},
     role::Role,
     validate::{Limits as BundleLimits, accept_bundle},
 };
+use proxied::harness::{Harness, HarnessKind, files_containing, hex_of};
 use serde_json::json;
-use tokio::sync::watch;
 
-fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-/// The OpenCode binary (resolved through the install's symlink), or `None`
-/// after printing why the test is skipped.
+/// The OpenCode binary, or `None` after printing why the test is skipped.
 fn opencode(test: &str) -> Option<PathBuf> {
-    let required = std::env::var_os("PROTOBOT_REQUIRE_AGENTS").is_some();
-    let candidate = std::env::var_os("PROTOBOT_OPENCODE")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| repo_root().join(".tools/agents/bin/opencode"));
-    match std::fs::canonicalize(&candidate) {
-        Ok(path) if path.is_file() => Some(path),
-        _ if required => panic!(
-            "{test}: OpenCode is not installed at {} but PROTOBOT_REQUIRE_AGENTS is set; run scripts/install-agents.sh",
-            candidate.display()
-        ),
-        _ => {
-            eprintln!(
-                "SKIPPED {test}: OpenCode is not installed at {} (run scripts/install-agents.sh, or set PROTOBOT_OPENCODE); set PROTOBOT_REQUIRE_AGENTS=1 to make this a failure",
-                candidate.display()
-            );
-            None
-        }
-    }
+    proxied::harness::agent_cli(test, "OpenCode", "PROTOBOT_OPENCODE", "opencode")
 }
 
 const WORK_ITEM: &str = "wi-opencode";
@@ -82,6 +57,7 @@ fn script() -> Script {
     Script {
         scenarios: vec![Scenario {
             marker: format!("worker-b for {WORK_ITEM}"),
+            failures: Vec::new(),
             steps: vec![
                 Step::ToolCalls {
                     calls: vec![ToolCall {
@@ -103,128 +79,44 @@ fn script() -> Script {
     }
 }
 
-/// Every file under `dir` whose content contains `needle`.
-fn files_containing(dir: &Path, needle: &[u8]) -> Vec<PathBuf> {
-    let mut found = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for entry in std::fs::read_dir(&d).unwrap().flatten() {
-            let path = entry.path();
-            let kind = entry.file_type().unwrap();
-            if kind.is_dir() {
-                stack.push(path);
-            } else if kind.is_file() {
-                let bytes = std::fs::read(&path).unwrap();
-                if bytes.windows(needle.len()).any(|w| w == needle) {
-                    found.push(path);
-                }
-            }
-        }
-    }
-    found
+/// One harness run that exited 0, with what it ran against. `None` when
+/// the test is skipped.
+struct HarnessRun {
+    harness: Harness,
+    out: protobot_jobsite::executor::RunOutput,
 }
 
-/// One harness run: the proxy with `script` behind it, a projection of the
-/// canonical repository for `role`, and the harness in the sandbox. `None`
-/// when the test is skipped.
-struct HarnessRun {
-    proxy: proxied::Proxied,
-    report: protobot_repo::export::ExportReport,
-    out: protobot_jobsite::executor::RunOutput,
-    _tmp: tempfile::TempDir,
+/// OpenCode as `role` with `script` behind the proxy (`None`: skipped).
+async fn prepare(test: &str, role: Role, script: Script) -> Option<Harness> {
+    let cli = opencode(test)?;
+    let kind = HarnessKind {
+        test,
+        folder: "opencode",
+        cli,
+        cli_env: "PROTOBOT_OPENCODE",
+        model: "scripted",
+        policy: proxied::POLICY,
+        work_item: WORK_ITEM,
+        task_model: None,
+        env: Vec::new(),
+    };
+    proxied::harness::prepare(kind, role, script).await
 }
 
 async fn run_harness(test: &str, role: Role, script: Script) -> Option<HarnessRun> {
-    let opencode = opencode(test)?;
-    let required = std::env::var_os("PROTOBOT_REQUIRE_AGENTS").is_some();
-    if !common::bwrap_available(test) {
-        return None;
-    }
-    if !proxied::egress_available(test) {
-        assert!(
-            !required,
-            "{test}: PROTOBOT_REQUIRE_AGENTS is set but proxied egress is unavailable"
-        );
-        return None;
-    }
-    let proxy = proxied::start(script).await;
-    let tmp = tempfile::tempdir().unwrap();
-    let repo = proxied::canonical(tmp.path());
-    let report = export_projection(&ExportRequest {
-        source_repo: repo.clone(),
-        at: "refs/heads/main".into(),
-        role,
-        dest: tmp.path().join("projection"),
-        scope: ChangeScope::default(),
-    })
-    .unwrap();
-
-    let harness = repo_root().join("harnesses/opencode");
-    let harness = std::fs::canonicalize(harness).unwrap();
-    let mut config = BubblewrapConfig::under(&tmp.path().join("sandbox"));
-    config.egress = Some(LocalEgress::new(proxy.secret.clone()));
-    config.extra_ro_binds = vec![harness.clone(), opencode.parent().unwrap().to_path_buf()];
-    let ex = BubblewrapExecutor::new(config);
-
-    let mut spec = common::spec(&report.dest, "true");
-    spec.role = match role {
-        Role::WorkerA => SandboxRole::WorkerA,
-        _ => SandboxRole::WorkerB,
-    };
-    spec.task = json!({
-        "role": spec.role.as_str(),
-        "work_item_id": WORK_ITEM,
-        "cycle": 1,
-        "retry_budget": 3,
-        "requirement_ids": ["REQ-GREET-00001"],
-        "feedback": [],
-    });
-    spec.command = vec![
-        "env".into(),
-        format!("PROTOBOT_MODEL_HOST={}", proxied::MODEL_HOST),
-        "PROTOBOT_MODEL=scripted".into(),
-        format!("PROTOBOT_OPENCODE={}", opencode.display()),
-        "/bin/sh".into(),
-        harness.join("run.sh").display().to_string(),
-    ];
-    spec.egress_proxy = Some(proxy.proxy_url.clone());
-    // Bun reserves a large address space up front: the memory limit is an
-    // RLIMIT_AS, so it is generous here.
-    spec.limits = Limits {
-        wall_clock: Duration::from_secs(240),
-        cpu: Duration::from_secs(240),
-        memory_bytes: 64 << 30,
-        processes: 1024,
-        file_size_bytes: 256 << 20,
-        open_files: 4096,
-    };
-    let (_tx, rx) = watch::channel(false);
-    let out = ex.run(spec, rx).await.unwrap();
-    assert_eq!(
-        out.termination,
-        Termination::Exited { code: 0 },
-        "{}",
-        out.stderr_tail
-    );
-    Some(HarnessRun {
-        proxy,
-        report,
-        out,
-        _tmp: tmp,
-    })
+    let harness = prepare(test, role, script).await?;
+    let out = harness.run_ok().await;
+    Some(HarnessRun { harness, out })
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn opencode_as_worker_b_reaches_the_model_only_through_the_proxy_and_never_holds_the_key() {
-    let Some(HarnessRun {
-        proxy,
-        report,
-        out,
-        _tmp,
-    }) = run_harness("opencode_harness_worker_b", Role::WorkerB, script()).await
+    let Some(HarnessRun { harness, out }) =
+        run_harness("opencode_harness_worker_b", Role::WorkerB, script()).await
     else {
         return;
     };
+    let (proxy, report) = (&harness.proxy, &harness.report);
     let o = &out.out_dir;
 
     // Every model request reached the endpoint with the broker's key, for the
@@ -331,6 +223,7 @@ async fn opencode_as_worker_a_gets_the_test_instructions_and_its_tests_come_back
     let script = Script {
         scenarios: vec![Scenario {
             marker: format!("worker-a for {WORK_ITEM}"),
+            failures: Vec::new(),
             steps: vec![Step::ToolCalls {
                 calls: vec![ToolCall {
                     name: "write".into(),
@@ -339,15 +232,12 @@ async fn opencode_as_worker_a_gets_the_test_instructions_and_its_tests_come_back
             }],
         }],
     };
-    let Some(HarnessRun {
-        proxy,
-        report,
-        out,
-        _tmp,
-    }) = run_harness("opencode_harness_worker_a", Role::WorkerA, script).await
+    let Some(HarnessRun { harness, out }) =
+        run_harness("opencode_harness_worker_a", Role::WorkerA, script).await
     else {
         return;
     };
+    let (proxy, report) = (&harness.proxy, &harness.report);
     // The prompt carried Worker A's instructions and the task's requirement.
     let seen = proxy.double.requests();
     let prompt = seen
@@ -382,6 +272,105 @@ async fn opencode_as_worker_a_gets_the_test_instructions_and_its_tests_come_back
     assert_eq!(paths, ["tests/greet_args.sh"]);
 }
 
-fn hex_of(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+/// A scenario that writes `src/greet.sh` and stops, after the model answers
+/// `failures` first.
+fn greet_with_outage(failures: Vec<u16>) -> Script {
+    Script {
+        scenarios: vec![Scenario {
+            marker: format!("worker-b for {WORK_ITEM}"),
+            failures,
+            steps: vec![
+                Step::ToolCalls {
+                    calls: vec![ToolCall {
+                        name: "write".into(),
+                        arguments: json!({"filePath": "/workspace/src/greet.sh", "content": GREET}),
+                    }],
+                },
+                Step::Text {
+                    text: "Implemented REQ-GREET-00001 in src/greet.sh.".into(),
+                },
+            ],
+        }],
+    }
+}
+
+/// The paths a run's accepted bundle changes.
+fn bundle_paths(harness: &Harness, out: &protobot_jobsite::executor::RunOutput) -> Vec<String> {
+    let record = &harness.report.record;
+    let bundle = collect_bundle(
+        &out.out_dir.join("worker"),
+        record,
+        &BundleLimits::default(),
+    )
+    .unwrap();
+    let accepted = accept_bundle(bundle, record, &BundleLimits::default())
+        .unwrap_or_else(|r| panic!("the bundle was refused: {r:?}"));
+    accepted
+        .bundle()
+        .commits
+        .iter()
+        .flat_map(|c| c.changes.iter().map(|ch| ch.path.clone()))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn opencode_rides_out_a_brief_model_outage_with_its_own_retries() {
+    let test = "opencode_harness_brief_outage";
+    let Some(harness) = prepare(test, Role::WorkerB, greet_with_outage(vec![429, 503])).await
+    else {
+        return;
+    };
+    let out = harness.run_ok().await;
+    // Both failures reached OpenCode through the proxy, it retried, and the
+    // run succeeded: nothing for the Job Site to retry.
+    assert_eq!(harness.proxy.double.failures_answered(), 2);
+    assert!(!out.out_dir.join(MODEL_FAILURE_FILE).exists());
+    assert_eq!(bundle_paths(&harness, &out), ["src/greet.sh"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn opencode_reports_an_outage_it_cannot_ride_out_and_the_job_sites_retry_succeeds() {
+    let test = "opencode_harness_long_outage";
+    let Some(harness) = prepare(test, Role::WorkerB, greet_with_outage(vec![429; 64])).await else {
+        return;
+    };
+    let failed = harness.run().await;
+    assert_eq!(
+        failed.termination,
+        Termination::Exited { code: 2 },
+        "{}",
+        failed.stderr_tail
+    );
+    let answered = harness.proxy.double.failures_answered();
+    assert!(
+        (2..64).contains(&answered),
+        "OpenCode retried, then gave up: {answered} failures answered"
+    );
+    // The harness said why, in the shape the Job Site reads: a rate limit,
+    // retried on the same tier after a backoff.
+    let report = std::fs::read(failed.out_dir.join(MODEL_FAILURE_FILE)).unwrap_or_else(|e| {
+        panic!(
+            "no {MODEL_FAILURE_FILE} ({e}); stderr: {}",
+            failed.stderr_tail
+        )
+    });
+    let failure = ModelFailure::from_report(&report).unwrap();
+    assert_eq!(failure, ModelFailure::Status(429));
+    assert_eq!(failure.attempt_label(), Some("model-rate-limit"));
+    assert!(
+        failed.stderr_tail.contains("its model request failed"),
+        "{}",
+        failed.stderr_tail
+    );
+    assert!(
+        !failed.out_dir.join("worker").exists(),
+        "no bundle from a failed run"
+    );
+
+    // The model recovers; the Job Site's retry of the same cycle succeeds.
+    harness.proxy.double.end_outage();
+    let retried = harness.run_ok().await;
+    assert!(!retried.out_dir.join(MODEL_FAILURE_FILE).exists());
+    assert_eq!(bundle_paths(&harness, &retried), ["src/greet.sh"]);
+    assert_eq!(harness.proxy.double.failures_answered(), answered);
 }

@@ -79,6 +79,20 @@ impl TurnMessage {
 }
 
 impl MessagesRequest {
+    /// The text of every user message.
+    pub fn user_text(&self) -> Vec<String> {
+        self.messages
+            .iter()
+            .filter(|m| m.role == "user")
+            .map(TurnMessage::text)
+            .collect()
+    }
+
+    /// Whether the request offers tools.
+    pub fn tooled(&self) -> bool {
+        self.tools.as_ref().is_some_and(|t| !t.is_empty())
+    }
+
     /// How many of the double's steps the conversation already holds.
     pub fn turns(&self) -> usize {
         let assistants: Vec<&TurnMessage> = self
@@ -97,14 +111,12 @@ impl MessagesRequest {
 
 /// The answer to `request` under `script` (pure).
 pub fn reply_messages(script: &Script, request: &MessagesRequest) -> Reply {
-    let user_text: Vec<String> = request
-        .messages
-        .iter()
-        .filter(|m| m.role == "user")
-        .map(TurnMessage::text)
-        .collect();
-    let tooled = request.tools.as_ref().is_some_and(|t| !t.is_empty());
-    scripted_reply(script, tooled, &user_text, request.turns())
+    scripted_reply(
+        script,
+        request.tooled(),
+        &request.user_text(),
+        request.turns(),
+    )
 }
 
 /// The content blocks of an answer.
@@ -211,6 +223,18 @@ pub fn error_body(kind: &str, message: &str) -> Value {
     json!({"type": "error", "error": {"type": kind, "message": message}})
 }
 
+/// The error body of a scripted failure (`overloaded_error` for 529, as the
+/// API answers).
+pub fn failure_body(status: hyper::StatusCode) -> Value {
+    let kind = match status.as_u16() {
+        429 => "rate_limit_error",
+        529 => "overloaded_error",
+        500..=599 => "api_error",
+        _ => "invalid_request_error",
+    };
+    error_body(kind, &format!("scripted outage: HTTP {}", status.as_u16()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -220,6 +244,7 @@ mod tests {
         Script {
             scenarios: vec![Scenario {
                 marker: "WI-ALPHA".into(),
+                failures: Vec::new(),
                 steps: vec![
                     Step::ToolCalls {
                         calls: vec![ToolCall {

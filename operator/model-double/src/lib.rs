@@ -16,7 +16,14 @@
 //! agent's title or summary request) gets a short text answer and never
 //! consumes a step.
 //!
-//! Pure: [`ChatRequest`], [`reply`], [`render_json`], [`render_sse`]. Edge:
+//! A scenario may also script an outage: its `failures` are HTTP statuses
+//! (429, 503, …) answered, one per request, to its first tool-offering
+//! requests before any step, with the API's error body and a `retry-after-ms`
+//! of 10 so an agent's own retries come quickly ([`Outages`]).
+//! [`ModelDouble::end_outage`] drops the failures not yet answered.
+//!
+//! Pure: [`ChatRequest`], [`reply`], [`render_json`], [`render_sse`],
+//! [`Outages`], [`error_json`]. Edge:
 //! [`ModelDouble::start`] (hyper, HTTP/1.1 on a bound listener) and the
 //! `protobot-model-double` binary.
 
@@ -61,6 +68,10 @@ pub struct Scenario {
     pub marker: String,
     /// One answer per assistant turn.
     pub steps: Vec<Step>,
+    /// HTTP statuses (400–599) answered, in order, to the scenario's first
+    /// tool-offering requests, before any step (a scripted outage: 429, 503…).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub failures: Vec<u16>,
 }
 
 /// One assistant turn.
@@ -120,6 +131,16 @@ pub enum ScriptError {
         /// Its index.
         index: usize,
     },
+    /// A scripted failure that is not an HTTP error status.
+    #[error(
+        "scenario {index} of the model script fails with status {status}; a scripted failure is an HTTP error status from 400 to 599"
+    )]
+    FailureStatus {
+        /// The scenario's index.
+        index: usize,
+        /// The status.
+        status: u16,
+    },
 }
 
 impl Script {
@@ -131,6 +152,11 @@ impl Script {
         })?;
         if let Some(index) = script.scenarios.iter().position(|s| s.marker.is_empty()) {
             return Err(ScriptError::EmptyMarker { index });
+        }
+        for (index, scenario) in script.scenarios.iter().enumerate() {
+            if let Some(&status) = scenario.failures.iter().find(|s| !(400..=599).contains(*s)) {
+                return Err(ScriptError::FailureStatus { index, status });
+            }
         }
         Ok(script)
     }
@@ -202,21 +228,39 @@ pub enum Reply {
     Text(String),
 }
 
+impl ChatRequest {
+    /// The text of every user message.
+    pub fn user_text(&self) -> Vec<String> {
+        self.messages
+            .iter()
+            .filter(|m| m.role == "user")
+            .map(Message::text)
+            .collect()
+    }
+
+    /// Whether the request offers tools (an agent's working turn, not a
+    /// title or summary request).
+    pub fn tooled(&self) -> bool {
+        self.tools.as_ref().is_some_and(|t| !t.is_empty())
+    }
+}
+
 /// The answer to `request` under `script` (pure).
 pub fn reply(script: &Script, request: &ChatRequest) -> Reply {
-    let user_text: Vec<String> = request
-        .messages
-        .iter()
-        .filter(|m| m.role == "user")
-        .map(Message::text)
-        .collect();
     let step = request
         .messages
         .iter()
         .filter(|m| m.role == "assistant")
         .count();
-    let tooled = request.tools.as_ref().is_some_and(|t| !t.is_empty());
-    scripted_reply(script, tooled, &user_text, step)
+    scripted_reply(script, request.tooled(), &request.user_text(), step)
+}
+
+/// The index of the first scenario whose marker is in `user_text`.
+pub fn scenario_for(script: &Script, user_text: &[String]) -> Option<usize> {
+    script
+        .scenarios
+        .iter()
+        .position(|s| user_text.iter().any(|t| t.contains(&s.marker)))
 }
 
 /// The answer of either API (pure): text when no tools are offered, else the
@@ -225,10 +269,7 @@ pub fn scripted_reply(script: &Script, tooled: bool, user_text: &[String], step:
     if !tooled {
         return Reply::Text(UNTOOLED_REPLY.to_owned());
     }
-    let Some(scenario) = script
-        .scenarios
-        .iter()
-        .find(|s| user_text.iter().any(|t| t.contains(&s.marker)))
+    let Some(scenario) = scenario_for(script, user_text).and_then(|i| script.scenarios.get(i))
     else {
         return Reply::Text("no scripted scenario matches this conversation".to_owned());
     };
@@ -313,6 +354,56 @@ pub fn render_sse(reply: &Reply, model: &str) -> String {
     out
 }
 
+/// The scripted outages' progress: how many failures each scenario has
+/// answered (deterministic; the server holds one behind a lock).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Outages {
+    answered: BTreeMap<usize, usize>,
+    ended: bool,
+}
+
+impl Outages {
+    /// The status to fail a request with, if its scenario's outage is not
+    /// over; counts it as answered. Only tool-offering requests fail (an
+    /// agent's title request is not its working turn).
+    pub fn next_failure(
+        &mut self,
+        script: &Script,
+        tooled: bool,
+        user_text: &[String],
+    ) -> Option<StatusCode> {
+        if self.ended || !tooled {
+            return None;
+        }
+        let index = scenario_for(script, user_text)?;
+        let failures = &script.scenarios.get(index)?.failures;
+        let answered = self.answered.entry(index).or_default();
+        let status = *failures.get(*answered)?;
+        *answered += 1;
+        StatusCode::from_u16(status).ok()
+    }
+
+    /// Ends every outage: later requests are answered from the steps.
+    pub fn end(&mut self) {
+        self.ended = true;
+    }
+
+    /// How many failures have been answered, over all scenarios.
+    pub fn answered(&self) -> usize {
+        self.answered.values().sum()
+    }
+}
+
+/// The OpenAI-style error body of a scripted failure.
+pub fn error_json(status: StatusCode) -> Value {
+    let kind = match status.as_u16() {
+        429 => "rate_limit_error",
+        500..=599 => "server_error",
+        _ => "invalid_request_error",
+    };
+    json!({"error": {"message": format!("scripted outage: HTTP {}", status.as_u16()), "type": kind}})
+}
+
 /// One request the double received.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Recorded {
@@ -340,6 +431,7 @@ impl Recorded {
 pub struct ModelDouble {
     addr: SocketAddr,
     requests: Arc<Mutex<Vec<Recorded>>>,
+    outages: Arc<Mutex<Outages>>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -364,9 +456,11 @@ impl ModelDouble {
     ) -> std::io::Result<ModelDouble> {
         let addr = listener.local_addr()?;
         let requests: Arc<Mutex<Vec<Recorded>>> = Arc::default();
+        let outages: Arc<Mutex<Outages>> = Arc::default();
         let state = Arc::new(State {
             script,
             requests: requests.clone(),
+            outages: outages.clone(),
             record: Mutex::new(record),
         });
         let task = tokio::spawn(async move {
@@ -392,6 +486,7 @@ impl ModelDouble {
         Ok(ModelDouble {
             addr,
             requests,
+            outages,
             task,
         })
     }
@@ -408,11 +503,25 @@ impl ModelDouble {
             .unwrap_or_else(|e| e.into_inner())
             .clone()
     }
+
+    /// Ends the scripted outages: the failures not yet answered are dropped.
+    pub fn end_outage(&self) {
+        self.outages.lock().unwrap_or_else(|e| e.into_inner()).end();
+    }
+
+    /// How many scripted failures have been answered.
+    pub fn failures_answered(&self) -> usize {
+        self.outages
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .answered()
+    }
 }
 
 struct State {
     script: Script,
     requests: Arc<Mutex<Vec<Recorded>>>,
+    outages: Arc<Mutex<Outages>>,
     record: Mutex<Option<std::fs::File>>,
 }
 
@@ -423,6 +532,19 @@ fn respond(status: StatusCode, content_type: &'static str, body: String) -> Resp
         header::CONTENT_TYPE,
         header::HeaderValue::from_static(content_type),
     );
+    r
+}
+
+/// A scripted failure's answer: the API's error body and a `retry-after-ms`
+/// of 10 (and `retry-after: 0`), so an agent's own retries come quickly.
+fn failure(status: StatusCode, body: Value) -> Response<Full<Bytes>> {
+    let mut r = respond(status, "application/json", body.to_string());
+    r.headers_mut().insert(
+        header::HeaderName::from_static("retry-after-ms"),
+        header::HeaderValue::from_static("10"),
+    );
+    r.headers_mut()
+        .insert(header::RETRY_AFTER, header::HeaderValue::from_static("0"));
     r
 }
 
@@ -502,6 +624,9 @@ impl State {
                 );
             }
         };
+        if let Some(status) = self.failure_for(request.tooled(), &request.user_text()) {
+            return failure(status, error_json(status));
+        }
         let answer = reply(&self.script, &request);
         if request.stream {
             respond(
@@ -534,6 +659,9 @@ impl State {
                 );
             }
         };
+        if let Some(status) = self.failure_for(request.tooled(), &request.user_text()) {
+            return failure(status, anthropic::failure_body(status));
+        }
         let answer = anthropic::reply_messages(&self.script, &request);
         if request.stream {
             respond(
@@ -548,6 +676,13 @@ impl State {
                 anthropic::render_message_json(&answer, &request.model).to_string(),
             )
         }
+    }
+
+    fn failure_for(&self, tooled: bool, user_text: &[String]) -> Option<StatusCode> {
+        self.outages
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .next_failure(&self.script, tooled, user_text)
     }
 
     fn record(&self, recorded: Recorded) {
@@ -660,6 +795,52 @@ mod tests {
         assert!(err.to_string().contains("empty marker"), "{err}");
         let err = Script::from_json(r#"{"scenarios": [], "extra": 1}"#, "s.json").unwrap_err();
         assert!(err.to_string().contains("s.json"), "{err}");
+    }
+
+    #[test]
+    fn outages_fail_only_their_scenarios_tooled_requests_in_order() {
+        let mut s = script();
+        s.scenarios[0].failures = vec![429, 502];
+        let mut o = Outages::default();
+        let alpha = vec!["do WI-ALPHA now".to_owned()];
+        let beta = vec!["do WI-BETA now".to_owned()];
+        assert_eq!(o.next_failure(&s, false, &alpha), None, "untooled");
+        assert_eq!(o.next_failure(&s, true, &beta), None, "another scenario");
+        assert_eq!(
+            o.next_failure(&s, true, &alpha),
+            Some(StatusCode::TOO_MANY_REQUESTS)
+        );
+        assert_eq!(
+            o.next_failure(&s, true, &alpha),
+            Some(StatusCode::BAD_GATEWAY)
+        );
+        assert_eq!(o.next_failure(&s, true, &alpha), None, "the outage is over");
+        assert_eq!(o.answered(), 2);
+
+        let mut ended = Outages::default();
+        ended.end();
+        assert_eq!(ended.next_failure(&s, true, &alpha), None);
+    }
+
+    #[test]
+    fn a_failure_that_is_not_an_error_status_is_refused() {
+        for bad in ["200", "302", "600", "0"] {
+            let text = format!(
+                r#"{{"scenarios": [{{"marker": "m", "failures": [429, {bad}], "steps": []}}]}}"#
+            );
+            let err = Script::from_json(&text, "s.json").unwrap_err();
+            assert!(
+                matches!(err, ScriptError::FailureStatus { index: 0, .. }),
+                "{bad}: {err}"
+            );
+            assert!(err.to_string().contains("400 to 599"), "{err}");
+        }
+        let ok = Script::from_json(
+            r#"{"scenarios": [{"marker": "m", "failures": [400, 599], "steps": []}]}"#,
+            "s.json",
+        )
+        .unwrap();
+        assert_eq!(ok.scenarios[0].failures, [400, 599]);
     }
 
     #[test]

@@ -100,3 +100,72 @@ async fn other_routes_and_malformed_bodies_are_refused_but_still_recorded() {
     assert_eq!(seen.len(), 3);
     assert_eq!(seen[1].body, json!({"messages": 7}));
 }
+
+#[tokio::test]
+async fn a_scripted_outage_answers_its_statuses_in_the_apis_shapes_then_the_steps() {
+    let script = Script::from_json(
+        r#"{"scenarios": [{"marker": "WI-9", "failures": [429, 503, 529], "steps": [
+            {"kind": "tool-calls", "calls": [{"name": "bash", "arguments": {"command": "true"}}]}
+        ]}]}"#,
+        "<test>",
+    )
+    .unwrap();
+    let d = ModelDouble::start(TcpListener::bind("127.0.0.1:0").await.unwrap(), script).unwrap();
+
+    // A title request (no tools) is never failed and consumes nothing.
+    let untooled =
+        json!({"model": "scripted", "messages": [{"role": "user", "content": "work on WI-9"}]})
+            .to_string();
+    let (status, _, _) = send(&d, "POST", "/v1/chat/completions", "", &untooled).await;
+    assert_eq!(status, 200);
+
+    let (status, head, body) = send(&d, "POST", "/v1/chat/completions", "", &chat(false)).await;
+    assert_eq!(status, 429);
+    assert!(head.contains("retry-after-ms: 10"), "{head}");
+    let v: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["error"]["type"], "rate_limit_error");
+    let (status, _, body) = send(&d, "POST", "/v1/chat/completions", "", &chat(true)).await;
+    assert_eq!(status, 503, "a streamed request fails the same way");
+    let v: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["error"]["type"], "server_error");
+
+    // The Messages API fails with its own error shape.
+    let messages = json!({
+        "model": "scripted",
+        "max_tokens": 100,
+        "messages": [{"role": "user", "content": "work on WI-9"}],
+        "tools": [{"name": "Bash", "input_schema": {}}],
+    })
+    .to_string();
+    let (status, _, body) = send(&d, "POST", "/v1/messages", "", &messages).await;
+    assert_eq!(status, 529);
+    let v: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["type"], "error");
+    assert_eq!(v["error"]["type"], "overloaded_error");
+    assert_eq!(d.failures_answered(), 3);
+
+    // After the outage, the steps are answered from the first.
+    let (status, _, body) = send(&d, "POST", "/v1/chat/completions", "", &chat(false)).await;
+    assert_eq!(status, 200);
+    let v: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(v["choices"][0]["finish_reason"], "tool_calls");
+    assert_eq!(d.failures_answered(), 3);
+}
+
+#[tokio::test]
+async fn ending_an_outage_drops_the_failures_not_yet_answered() {
+    let script = Script::from_json(
+        r#"{"scenarios": [{"marker": "WI-9", "failures": [503, 503, 503, 503], "steps": [
+            {"kind": "tool-calls", "calls": [{"name": "bash", "arguments": {"command": "true"}}]}
+        ]}]}"#,
+        "<test>",
+    )
+    .unwrap();
+    let d = ModelDouble::start(TcpListener::bind("127.0.0.1:0").await.unwrap(), script).unwrap();
+    let (status, _, _) = send(&d, "POST", "/v1/chat/completions", "", &chat(false)).await;
+    assert_eq!(status, 503);
+    d.end_outage();
+    let (status, _, _) = send(&d, "POST", "/v1/chat/completions", "", &chat(false)).await;
+    assert_eq!(status, 200);
+    assert_eq!(d.failures_answered(), 1);
+}

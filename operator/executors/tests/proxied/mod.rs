@@ -18,6 +18,8 @@ use std::{
     sync::{Arc, Mutex, OnceLock},
 };
 
+pub mod harness;
+
 use prometheus::Registry;
 use protobot_egress::{
     Broker, Credential, CredentialStore, EgressMetrics, EgressPolicy, Limits, SessionRegistry,
