@@ -76,6 +76,9 @@ bench: ## run the benchmarks (demo wall time; projection export vs git archive a
 	$(CARGO) run --release -q -p protobot-e2e --example bench_operator -- 1000 10000
 	@# Job Site throughput per replica at 1, 8 and 32 build slots (32 items, 1 s Workers).
 	$(CARGO) run --release -q -p protobot-e2e --example bench_capacity -- 32 1000
+	@# What a project's history costs: 10 new items built alone and beside 1,000 completed
+	@# ones, and idle dispatches after (CPU, ratios; goal within 2x).
+	$(CARGO) run --release -q -p protobot-e2e --example bench_backlog -- 1000 10
 	@# The same figures against the real kube-apiserver (make kube-up), beside the double's.
 	@test -x "$(HELM)" || scripts/install-helm.sh .tools
 	kubeconfig=$$(scripts/kube-test-env up | tail -1); \

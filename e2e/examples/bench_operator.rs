@@ -11,13 +11,10 @@
 //! Run: `cargo run --release -p protobot-e2e --example bench_operator [-- CLAIMED TOTAL]`.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::print_stdout)]
 
-use std::{io::Read, process::Stdio, time::Instant};
+use std::time::Instant;
 
 use jiff::{SignedDuration, Timestamp};
-use kube::{
-    Api, Client,
-    config::{KubeConfigOptions, Kubeconfig},
-};
+use kube::{Api, Client};
 use protobot_api::BuildWorkItem;
 use protobot_controller::{metrics::StateCounts, operator::CachedStates};
 use protobot_jobsite::contract::BuildContract;
@@ -79,50 +76,18 @@ fn contract(i: usize) -> BuildContract {
     }
 }
 
-/// The child: the API double over HTTP; prints its kubeconfig, serves until stdin closes.
-async fn serve() {
-    let server = protobot_testkit::ApiServer::new();
-    server
-        .register_crd_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/../crds"))
-        .unwrap();
-    let http = server.serve_http().await.unwrap();
-    println!("{}", http.kubeconfig_yaml().replace('\n', "\\n"));
-    let _ = tokio::task::spawn_blocking(|| {
-        let mut sink = Vec::new();
-        let _ = std::io::stdin().read_to_end(&mut sink);
-    })
-    .await;
-}
-
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    if args.first().map(String::as_str) == Some("--serve") {
-        return serve().await;
+    if protobot_e2e::bench_double::serve_if_child().await {
+        return;
     }
+    let args: Vec<String> = std::env::args().skip(1).collect();
     let claimed: usize = args.first().and_then(|a| a.parse().ok()).unwrap_or(1_000);
     let total: usize = args.get(1).and_then(|a| a.parse().ok()).unwrap_or(10_000);
     if std::env::var_os("KUBECONFIG").is_some() {
         return real(claimed, total).await;
     }
-    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
-        .arg("--serve")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("start the API double");
-    let mut line = String::new();
-    {
-        use std::io::BufRead;
-        let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
-        out.read_line(&mut line).unwrap();
-    }
-    let yaml = line.trim_end().replace("\\n", "\n");
-    let kubeconfig = Kubeconfig::from_yaml(&yaml).unwrap();
-    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
-        .await
-        .unwrap();
-    let client = Client::try_from(config).unwrap();
+    let (client, mut child) = protobot_e2e::bench_double::start().await;
     measure(client, "default", "the API double", claimed, total).await;
     drop(child.stdin.take());
     let _ = child.wait();

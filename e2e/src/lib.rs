@@ -547,3 +547,68 @@ pub fn profile_with_proxy_in(text: &str, namespace: &str) -> String {
         &format!("kubernetes.io/metadata.name: {namespace}"),
     )
 }
+
+/// The benchmarks' API double (`make bench`): served by a child process of the benchmark
+/// itself, so the double's CPU is not counted as the operator's.
+pub mod bench_double {
+    use std::{io::Read, process::Stdio};
+
+    use kube::{
+        Client,
+        config::{KubeConfigOptions, Kubeconfig},
+    };
+
+    /// The argument that makes a benchmark binary serve the double.
+    pub const SERVE: &str = "--serve";
+
+    /// In the child (its first argument is [`SERVE`]): serves the double over HTTP, prints
+    /// its kubeconfig on one line and returns when stdin closes; `false` in the parent.
+    pub async fn serve_if_child() -> bool {
+        if std::env::args().nth(1).as_deref() != Some(SERVE) {
+            return false;
+        }
+        let server = protobot_testkit::ApiServer::new();
+        server
+            .register_crd_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/../crds"))
+            .expect("the CRDs register with the API double");
+        let http = server
+            .serve_http()
+            .await
+            .expect("the API double serves HTTP");
+        println!("{}", http.kubeconfig_yaml().replace('\n', "\\n"));
+        let _ = tokio::task::spawn_blocking(|| {
+            let mut sink = Vec::new();
+            let _ = std::io::stdin().read_to_end(&mut sink);
+        })
+        .await;
+        true
+    }
+
+    /// Starts this binary as the double's child and connects to it; the double stops when
+    /// the returned child's stdin is dropped.
+    pub async fn start() -> (Client, std::process::Child) {
+        let mut child =
+            std::process::Command::new(std::env::current_exe().expect("the benchmark's own path"))
+                .arg(SERVE)
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .spawn()
+                .expect("start the API double");
+        let mut line = String::new();
+        {
+            use std::io::BufRead;
+            let mut out = std::io::BufReader::new(child.stdout.take().expect("piped stdout"));
+            out.read_line(&mut line).expect("the double's kubeconfig");
+        }
+        let yaml = line.trim_end().replace("\\n", "\n");
+        let kubeconfig = Kubeconfig::from_yaml(&yaml).expect("the double's kubeconfig parses");
+        let config =
+            kube::Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
+                .await
+                .expect("the double's kubeconfig is usable");
+        (
+            Client::try_from(config).expect("a client for the double"),
+            child,
+        )
+    }
+}

@@ -10,6 +10,7 @@ use std::{sync::Arc, time::Duration};
 
 use protobot_e2e::Cluster;
 use protobot_jobsite::{
+    builds::Builds,
     scripted::{LEASE, SiteOptions, ids, merges_on_main, site, world},
     site::SiteAction,
 };
@@ -186,5 +187,94 @@ async fn a_replica_told_to_stop_mid_build_stops_at_a_boundary_and_another_comple
         State::Completed
     );
     assert_eq!(merges_on_main(&w.origin).len(), 1, "merged exactly once");
+    cluster.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dispatch_returns_while_its_builds_run_and_the_next_fills_each_freed_slot() {
+    const N: usize = 4;
+    const DISPATCH_SLOTS: usize = 2;
+    let cluster = Cluster::connect("dispatch").await;
+    let store = Arc::new(KubeStore::new(
+        cluster.operator.clone(),
+        &cluster.namespace,
+        "demo",
+        AdapterConfig {
+            materializer_subject: "m".into(),
+            lease_seconds: LEASE,
+        },
+    ));
+    let items = ids(N);
+    let w = world(store.clone(), &items).await;
+    let slots = Arc::new(tokio::sync::Semaphore::new(DISPATCH_SLOTS));
+    let replica = Arc::new(site(
+        &w,
+        SiteOptions {
+            subject: "replica-1",
+            inspector: false,
+            worker_delay: Some(Duration::from_secs(3)),
+            capacity: Some(Arc::clone(&slots)),
+            wip_limit: N,
+            ..SiteOptions::default()
+        },
+    ));
+    let (builds, mut finished) = Builds::new();
+    let first = replica.dispatch(&builds, "demo").await.unwrap();
+    let claimed: Vec<_> = first
+        .iter()
+        .filter_map(|a| match a {
+            SiteAction::Claimed { work_item_id } => Some(work_item_id.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(claimed.len(), DISPATCH_SLOTS, "{first:?}");
+    // The dispatch returned with its builds still running (each Worker takes 3 s).
+    assert!(!first.iter().any(|a| matches!(a, SiteAction::Built { .. })));
+    assert_eq!(builds.len(), DISPATCH_SLOTS);
+    for id in &claimed {
+        assert!(builds.is_running("demo", id));
+    }
+    // No free slot: the next dispatch claims nothing, and resumes none of the items
+    // this replica holds, because they are building here.
+    let second = replica.dispatch(&builds, "demo").await.unwrap();
+    assert!(second.is_empty(), "{second:?}");
+    assert_eq!(builds.len(), DISPATCH_SLOTS);
+
+    // Each finished build frees a slot that the next dispatch fills, until every item
+    // is done.
+    let mut done = Vec::new();
+    let deadline = std::time::Instant::now() + Duration::from_secs(240);
+    while done.len() < N {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        let f = tokio::time::timeout(left, finished.recv())
+            .await
+            .unwrap_or_else(|_| panic!("only {done:?} finished"))
+            .unwrap();
+        match &f.action {
+            SiteAction::Built { report } => assert_eq!(report.state, State::Completed),
+            other => panic!("{}: {other:?}", f.work_item_id),
+        }
+        done.push(f.work_item_id);
+        let next = replica.dispatch(&builds, "demo").await.unwrap();
+        assert!(
+            builds.len() <= DISPATCH_SLOTS,
+            "never more builds than slots: {next:?}"
+        );
+    }
+    builds.drained().await;
+    done.sort();
+    let mut expected = items.clone();
+    expected.sort();
+    assert_eq!(done, expected, "every item built once");
+    assert_eq!(
+        merges_on_main(&w.origin).len(),
+        N,
+        "each merged exactly once"
+    );
+    assert_eq!(
+        slots.available_permits(),
+        DISPATCH_SLOTS,
+        "every slot came back"
+    );
     cluster.cleanup().await;
 }

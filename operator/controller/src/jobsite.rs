@@ -30,6 +30,7 @@ use kube::{
 };
 use protobot_api::{BugReport, BuildWorkItem, InspectionRun, Project};
 use protobot_jobsite::{
+    builds::{Builds, Finished},
     engine::{BuildReport, Engine, EngineConfig, Producer, StopSignal, WorkerClass},
     executor::{Executor, Limits},
     inspection::{ProducerKind, Verdict},
@@ -310,7 +311,7 @@ pub async fn pass<E: Executor + 'static>(
     let mut report = Vec::new();
     for project in list {
         let name = project.name_any();
-        let result = drive_project(client, &project, settings, executor.clone()).await;
+        let result = drive_project(client, &project, settings, executor.clone(), None).await;
         if let Err(e) = &result {
             if let Some(metrics) = &settings.metrics {
                 metrics
@@ -325,11 +326,16 @@ pub async fn pass<E: Executor + 'static>(
     report
 }
 
+/// Drives one project: reads it and its worker classes, fetches its repository, and
+/// runs the Job Site. With `builds`, a dispatch: its builds start in tasks of their own
+/// and finish on `builds`' channel (published by [`run`]); without, a whole pass that
+/// returns when its builds have finished ([`pass`]).
 async fn drive_project<E: Executor + 'static>(
     client: &Client,
     project: &Project,
     settings: &Settings,
     executor: Arc<E>,
+    builds: Option<&Builds>,
 ) -> Result<Vec<SiteAction>, ProjectError> {
     let name = project.name_any();
     let ns = project.namespace().unwrap_or_default();
@@ -386,18 +392,21 @@ async fn drive_project<E: Executor + 'static>(
         let (url, branch, clone) = (url.clone(), spec.default_branch.clone(), clone.clone());
         // The Project's credentials Secret, read by the resolver for each fetch and push.
         let secret = crate::repo_cache::project_secret(&ns, project);
-        tokio::task::spawn_blocking(move || {
-            crate::repo_cache::mirror_with(&url, &branch, &clone, secret.as_ref())
-                .map_err(|e| e.to_string())
-        })
-        .await
-        .map_err(|e| e.to_string())
-        .and_then(|r| r)
-        .map_err(|reason| ProjectError::Repository {
-            project: name.clone(),
-            url: spec.repo_url.clone(),
-            reason,
-        })?;
+        // Under the folder's lock: the builds running in this clone take turns with the
+        // fetch.
+        protobot_jobsite::repo_folder::RepoFolder::new(&clone)
+            .path(move |dir| {
+                crate::repo_cache::mirror_with(&url, &branch, dir, secret.as_ref())
+                    .map_err(|e| e.to_string())
+            })
+            .await
+            .map_err(|e| e.to_string())
+            .and_then(|r| r)
+            .map_err(|reason| ProjectError::Repository {
+                project: name.clone(),
+                url: spec.repo_url.clone(),
+                reason,
+            })?;
     }
     let store = Arc::new(KubeStore::new(
         client.clone(),
@@ -458,39 +467,28 @@ async fn drive_project<E: Executor + 'static>(
         )),
         capacity: Some(Arc::clone(&settings.capacity)),
     };
-    // The pass is a task of its own: its builds run their git work on the blocking pool
-    // and everything else on any runtime thread.
-    let actions = tokio::spawn(async move { site.run_once().await })
-        .await
-        .map_err(|e| ProjectError::Pass {
-            project: name.clone(),
-            reason: format!("the pass stopped before it finished: {e}"),
-        })?
-        .map_err(|e| ProjectError::Pass {
-            project: name.clone(),
-            reason: e.to_string(),
-        })?;
-    if let Some(metrics) = &settings.metrics {
-        metrics.record_actions(&actions);
-    }
-    // One read of each built item: its inspection runs are published as objects it owns,
-    // and a completed item's time since registration is recorded.
-    let items: Api<BuildWorkItem> = Api::namespaced(client.clone(), &ns);
-    for action in &actions {
-        let SiteAction::Built { report } = action else {
-            continue;
-        };
-        let Ok(item) = items.get(&item_name(&report.work_item_id)).await else {
-            continue;
-        };
-        publish_inspections(client, &ns, &item, report).await;
-        if let Some(metrics) = &settings.metrics
-            && report.state == protobot_lifecycle::State::Completed
-        {
-            record_completion(metrics, &item);
-        }
-    }
-    publish_events(client, &ns, &settings.identity, &actions).await;
+    let actions = match builds {
+        Some(builds) => Arc::new(site)
+            .dispatch(builds, &project_tag(&ns, &name))
+            .await
+            .map_err(|e| ProjectError::Pass {
+                project: name.clone(),
+                reason: e.to_string(),
+            })?,
+        // The pass is a task of its own: its builds run their git work on the blocking
+        // pool and everything else on any runtime thread.
+        None => tokio::spawn(async move { site.run_once().await })
+            .await
+            .map_err(|e| ProjectError::Pass {
+                project: name.clone(),
+                reason: format!("the pass stopped before it finished: {e}"),
+            })?
+            .map_err(|e| ProjectError::Pass {
+                project: name.clone(),
+                reason: e.to_string(),
+            })?,
+    };
+    publish(client, &ns, settings, &actions).await;
     guard_unfinished(client, &ns, &name).await;
     if settings
         .claim_sweeps
@@ -509,6 +507,36 @@ async fn drive_project<E: Executor + 'static>(
         }
     }
     Ok(actions)
+}
+
+/// The tag of a project's builds in [`Builds`]: `namespace/name` (a namespace holds no
+/// `/`).
+pub fn project_tag(ns: &str, name: &str) -> String {
+    format!("{ns}/{name}")
+}
+
+/// What a Job Site did, made visible: metrics, each built item's inspection runs (objects
+/// it owns) and its time since registration when it completed, and the items' Events.
+async fn publish(client: &Client, ns: &str, settings: &Settings, actions: &[SiteAction]) {
+    if let Some(metrics) = &settings.metrics {
+        metrics.record_actions(actions);
+    }
+    let items: Api<BuildWorkItem> = Api::namespaced(client.clone(), ns);
+    for action in actions {
+        let SiteAction::Built { report } = action else {
+            continue;
+        };
+        let Ok(item) = items.get(&item_name(&report.work_item_id)).await else {
+            continue;
+        };
+        publish_inspections(client, ns, &item, report).await;
+        if let Some(metrics) = &settings.metrics
+            && report.state == protobot_lifecycle::State::Completed
+        {
+            record_completion(metrics, &item);
+        }
+    }
+    publish_events(client, ns, &settings.identity, actions).await;
 }
 
 impl ProjectError {
@@ -885,13 +913,18 @@ pub fn item_moved(seen: &mut BTreeMap<ItemKey, ItemSeen>, item: &BuildWorkItem) 
     seen.insert(key, now) != Some(now)
 }
 
-/// The dispatcher of this replica: one pass per Project at a time, each in its own task,
-/// started when one of the project's work items appears or changes state, when the
-/// Project changes, and at least every `settings.interval`. A project whose pass fails
-/// (its repository unreachable, its worker classes missing) backs off alone; the others
-/// go on. Projects are read from a watch-fed cache, not listed per event. On
-/// [`Settings::stop`] no pass starts any more, the running ones stop at their next effect
-/// boundary, and [`Settings::drained`] is notified once they have.
+/// The dispatcher of this replica: one dispatch per Project at a time, each in its own
+/// task, started when one of the project's work items appears or changes state, when the
+/// Project changes, when one of its builds finishes (a slot is free), and at least every
+/// `settings.interval`. A dispatch claims and resumes; every build then runs in a task of
+/// its own ([`Builds`]), so a slow build holds up no dispatch, and the replica's capacity
+/// is shared by every project. A finished build is published (inspection runs, Events,
+/// metrics) as soon as it ends. A project whose dispatch fails (its repository
+/// unreachable, its worker classes missing) backs off alone; an item whose build stopped
+/// with an error backs off alone ([`protobot_jobsite::builds::item_backoff`]); the
+/// others go on. Projects are read from a watch-fed cache, not listed per event. On
+/// [`Settings::stop`] no dispatch starts any more, the running builds stop at their next
+/// effect boundary, and [`Settings::drained`] is notified once they have.
 pub async fn run<E: Executor + Send + Sync + 'static>(
     client: Client,
     namespace: Option<String>,
@@ -931,6 +964,7 @@ pub async fn run<E: Executor + Send + Sync + 'static>(
         )));
     }
     let settings = Arc::new(settings);
+    let (builds, mut finished) = Builds::new();
     let mut stop_poll = tokio::time::interval(Duration::from_millis(200));
     loop {
         // Which projects this wake-up concerns (`None`: all of them).
@@ -962,9 +996,17 @@ pub async fn run<E: Executor + Send + Sync + 'static>(
                     }
                 }
             }
+            Some(done) = finished.recv() => {
+                // A build ended: publish it, and let its project use the free slot.
+                if let Some((ns, name)) = done.tag.split_once('/') {
+                    wanted = Some((ns.to_owned(), name.to_owned()));
+                }
+                let (client, settings) = (client.clone(), Arc::clone(&settings));
+                tokio::spawn(async move { publish_finished(&client, &settings, done).await });
+            }
         }
         if settings.stop.is_raised() {
-            drain(&mut running, &settings).await;
+            drain(&mut running, &builds, &settings).await;
             return;
         }
         let now = std::time::Instant::now();
@@ -982,26 +1024,52 @@ pub async fn run<E: Executor + Send + Sync + 'static>(
                 continue;
             }
             busy.insert(key.clone());
-            let (client, settings, executor) =
-                (client.clone(), Arc::clone(&settings), Arc::clone(&executor));
+            let (client, settings, executor, builds) = (
+                client.clone(),
+                Arc::clone(&settings),
+                Arc::clone(&executor),
+                builds.clone(),
+            );
             running.spawn(async move {
-                let ok = drive_metered(&client, &project, &settings, executor).await;
+                let ok = drive_metered(&client, &project, &settings, executor, &builds).await;
                 (key, ok)
             });
         }
     }
 }
 
-/// Waits for the running passes to stop at their next effect boundary, then notifies
-/// [`Settings::drained`].
-async fn drain(running: &mut tokio::task::JoinSet<((String, String), bool)>, settings: &Settings) {
+/// Waits for the running dispatches to end and the running builds to stop at their next
+/// effect boundary, then notifies [`Settings::drained`].
+async fn drain(
+    running: &mut tokio::task::JoinSet<((String, String), bool)>,
+    builds: &Builds,
+    settings: &Settings,
+) {
     tracing::info!(
-        passes = running.len(),
+        dispatches = running.len(),
+        builds = builds.len(),
         "shutting down: claiming no more work; waiting for the running builds to reach an effect boundary"
     );
     while running.join_next().await.is_some() {}
+    builds.drained().await;
     tracing::info!("every build stopped; their leases lapse and another replica resumes them");
     settings.drained.notify_one();
+}
+
+/// Publishes a finished build ([`publish`]) and logs what it did.
+async fn publish_finished(client: &Client, settings: &Settings, done: Finished) {
+    let Some((ns, project)) = done.tag.split_once('/') else {
+        return;
+    };
+    match &done.action {
+        SiteAction::Built { report } => {
+            tracing::info!(%project, work_item = %done.work_item_id, state = %report.state, "build finished")
+        }
+        other => {
+            tracing::info!(%project, work_item = %done.work_item_id, action = ?other, "build stopped; the item backs off before it is resumed")
+        }
+    }
+    publish(client, ns, settings, std::slice::from_ref(&done.action)).await;
 }
 
 /// One project's pass with its duration, errors and log line recorded; true when it did
@@ -1011,6 +1079,7 @@ async fn drive_metered<E: Executor + 'static>(
     project: &Project,
     settings: &Settings,
     executor: Arc<E>,
+    builds: &Builds,
 ) -> bool {
     let name = project.name_any();
     // Dropped at the end: the pass's duration.
@@ -1018,7 +1087,7 @@ async fn drive_metered<E: Executor + 'static>(
         .metrics
         .as_ref()
         .map(|m| m.reconcile("buildworkitem"));
-    match drive_project(client, project, settings, executor).await {
+    match drive_project(client, project, settings, executor, Some(builds)).await {
         Ok(actions) => {
             if !actions.is_empty() {
                 tracing::info!(project = %name, actions = actions.len(), "job site pass");

@@ -20,6 +20,7 @@
 
 #[cfg(feature = "demo")]
 pub mod authoring;
+pub mod builds;
 pub mod contract;
 pub mod dispatch;
 pub mod engine;

@@ -28,6 +28,7 @@ use protobot_stores::{ItemFilter, Observation, StoreError, WorkStore};
 use serde::{Deserialize, Serialize};
 
 use crate::{
+    builds::Builds,
     contract::BuildContract,
     dispatch::{Footprint, Priority, plan},
     engine::{BuildReport, Engine, EngineError, GitError},
@@ -35,6 +36,35 @@ use crate::{
     lease::{Claim, Held},
     repo_folder::RepoFolder,
 };
+
+/// The states in which an item is being worked on under a lease.
+const ACTIVE: [State; 3] = [State::Building, State::Inspecting, State::Merging];
+
+/// The items of `snapshot` whose live lease `me` holds, as claims to resume (pure).
+fn held_in(
+    snapshot: &[WorkItemRecord],
+    me: &str,
+    now: jiff::Timestamp,
+) -> Vec<(Claim, WorkItemRecord)> {
+    snapshot
+        .iter()
+        .filter(|r| ACTIVE.contains(&r.state) && r.live_lease(now).is_some_and(|l| l.owner == me))
+        .cloned()
+        .map(|record| {
+            let claim = Claim::new(Held {
+                work_item_id: record.id.clone(),
+                fencing_token: record
+                    .lease
+                    .as_ref()
+                    .map(|l| l.fencing_token.clone())
+                    .unwrap_or_default(),
+                state: record.state,
+                contract_version: record.contract_version,
+            });
+            (claim, record)
+        })
+        .collect()
+}
 
 /// Every lifecycle command a Job Site sends (its trusted context's allowed actions).
 pub const JOB_SITE_ACTIONS: &[&str] = &[
@@ -414,17 +444,82 @@ impl<S: WorkStore + 'static, E: Executor> JobSite<S, E> {
         }
     }
 
-    /// One pass: reconcile, refresh dependencies, resume, dispatch.
+    /// One pass: reconcile, refresh dependencies, resume, dispatch; returns when every
+    /// build it started has finished (single-machine runs and tests; a long-running Job
+    /// Site uses [`Self::dispatch`]).
     pub async fn run_once(&self) -> Result<Vec<SiteAction>, SiteError> {
-        let mut actions = self.reconcile().await?;
+        let (actions, pending) = self.gather(&|_| false).await?;
+        Ok(self.finish(actions, pending).await)
+    }
+
+    /// One dispatch of a long-running Job Site: reconcile expired leases, refresh
+    /// dependencies, resume the items this Job Site holds that are not building here
+    /// (nor backing off after a failed build, [`Builds::is_busy`]), claim ready items within the WIP limit and the free build slots; each build
+    /// then runs in a task of its own in `builds` (under `tag`, reported on its channel
+    /// when it finishes), and this returns without waiting for any. Without a
+    /// [`Self::capacity`] the builds run inline, one at a time, as in [`Self::run_once`].
+    pub async fn dispatch(
+        self: &Arc<Self>,
+        builds: &Builds,
+        tag: &str,
+    ) -> Result<Vec<SiteAction>, SiteError>
+    where
+        E: 'static,
+    {
+        let now = std::time::Instant::now();
+        let (actions, pending) = self.gather(&|id| builds.is_busy(tag, id, now)).await?;
+        for p in pending {
+            let site = Arc::clone(self);
+            let span = build_span(&p.claim, &p.record);
+            let id = p.record.id.clone();
+            builds.start(tag, &id, async move {
+                let Pending {
+                    claim,
+                    record,
+                    _slot: slot,
+                } = p;
+                let action = site.build(&claim, &record).instrument(span).await;
+                // The slot is free only once the build (and its lease keeper) stopped.
+                drop(slot);
+                action
+            });
+        }
+        Ok(actions)
+    }
+
+    /// Reconciles, refreshes, and claims or resumes: the claimed and resumed items
+    /// whose builds are still to run (built inline without a capacity), skipping held
+    /// items for which `building_here` is true.
+    async fn gather(
+        &self,
+        building_here: &(dyn Fn(&str) -> bool + Sync),
+    ) -> Result<(Vec<SiteAction>, Vec<Pending>), SiteError> {
+        // One read of the project's items serves the whole dispatch; it is read again
+        // only when reconciling or refreshing changed something.
+        let snapshot = self.engine.store.list(&ItemFilter::default()).await?;
+        let mut actions = self.reconcile_in(&snapshot).await?;
         if let Some(materializer) = &self.materializer {
             actions.extend(
-                refresh_dependencies(self.engine.store.as_ref(), materializer, self.now()).await?,
+                refresh_dependencies_in(
+                    self.engine.store.as_ref(),
+                    materializer,
+                    self.now(),
+                    &snapshot,
+                )
+                .await?,
             );
         }
+        let snapshot = if actions.is_empty() {
+            snapshot
+        } else {
+            self.engine.store.list(&ItemFilter::default()).await?
+        };
         let now = self.now();
         let mut pending = Vec::new();
-        for (claim, record) in self.held(now).await? {
+        for (claim, record) in held_in(&snapshot, &self.engine.context.subject, now) {
+            if building_here(&record.id) {
+                continue;
+            }
             tracing::info!(work_item = %record.id, state = %record.state, "resuming an item this Job Site still holds");
             if self.capacity.is_none() {
                 actions.push(
@@ -443,30 +538,24 @@ impl<S: WorkStore + 'static, E: Executor> JobSite<S, E> {
         }
         if self.engine.stopping() {
             tracing::info!("shutting down: claiming no work");
-            return Ok(self.finish(actions, pending).await);
+            return Ok((actions, pending));
         }
         // Claim nothing while the executor refuses to run (a missing or failing
         // conformance report): recovery and resumption above still happen.
         if let Err(refusal) = self.engine.executor.admit() {
             tracing::warn!(error = %refusal, "the executor refuses runs; claiming no work");
-            return Ok(self.finish(actions, pending).await);
+            return Ok((actions, pending));
         }
-        let ready = self
-            .engine
-            .store
-            .list(&ItemFilter::state(State::ReadyForBuilding))
-            .await?;
+        let ready: Vec<WorkItemRecord> = snapshot
+            .iter()
+            .filter(|r| r.state == State::ReadyForBuilding)
+            .cloned()
+            .collect();
         // Items other Job Sites (or earlier passes) are building count against
         // the project's WIP limit and steer dispatch away from their scopes.
-        let running: Vec<Footprint> = self
-            .engine
-            .store
-            .list(&ItemFilter {
-                states: vec![State::Building, State::Inspecting, State::Merging],
-            })
-            .await?
+        let running: Vec<Footprint> = snapshot
             .iter()
-            .filter(|r| r.live_lease(now).is_some())
+            .filter(|r| ACTIVE.contains(&r.state) && r.live_lease(now).is_some())
             .map(|r| self.footprint(r))
             .collect();
         let footprints: Vec<Footprint> = ready.iter().map(|r| self.footprint(r)).collect();
@@ -518,36 +607,7 @@ impl<S: WorkStore + 'static, E: Executor> JobSite<S, E> {
                 }),
             }
         }
-        Ok(self.finish(actions, pending).await)
-    }
-
-    /// The items whose live lease this Job Site holds, as claims to resume.
-    async fn held(&self, now: jiff::Timestamp) -> Result<Vec<(Claim, WorkItemRecord)>, SiteError> {
-        let me = &self.engine.context.subject;
-        let active = self
-            .engine
-            .store
-            .list(&ItemFilter {
-                states: vec![State::Building, State::Inspecting, State::Merging],
-            })
-            .await?;
-        Ok(active
-            .into_iter()
-            .filter(|r| r.live_lease(now).is_some_and(|l| &l.owner == me))
-            .map(|record| {
-                let claim = Claim::new(Held {
-                    work_item_id: record.id.clone(),
-                    fencing_token: record
-                        .lease
-                        .as_ref()
-                        .map(|l| l.fencing_token.clone())
-                        .unwrap_or_default(),
-                    state: record.state,
-                    contract_version: record.contract_version,
-                });
-                (claim, record)
-            })
-            .collect())
+        Ok((actions, pending))
     }
 
     /// A free build slot of this process, if any (`None` also without a capacity).
@@ -684,20 +744,22 @@ impl<S: WorkStore + 'static, E: Executor> JobSite<S, E> {
 
     /// Reconciles every active item whose lease expired.
     pub async fn reconcile(&self) -> Result<Vec<SiteAction>, SiteError> {
+        let all = self.engine.store.list(&ItemFilter::default()).await?;
+        self.reconcile_in(&all).await
+    }
+
+    /// [`Self::reconcile`] over the items of `snapshot`.
+    async fn reconcile_in(
+        &self,
+        snapshot: &[WorkItemRecord],
+    ) -> Result<Vec<SiteAction>, SiteError> {
         let now = self.now();
-        let stale: Vec<WorkItemRecord> = self
-            .engine
-            .store
-            .list(&ItemFilter {
-                states: vec![State::Building, State::Inspecting, State::Merging],
-            })
-            .await?
-            .into_iter()
-            .filter(|r| r.live_lease(now).is_none())
-            .collect();
         let mut actions = Vec::new();
-        for record in stale {
-            if let Some(action) = self.reconcile_one(&record).await? {
+        for record in snapshot
+            .iter()
+            .filter(|r| ACTIVE.contains(&r.state) && r.live_lease(now).is_none())
+        {
+            if let Some(action) = self.reconcile_one(record).await? {
                 actions.push(action);
             }
         }
@@ -813,6 +875,16 @@ pub async fn refresh_dependencies<S: WorkStore>(
     now: jiff::Timestamp,
 ) -> Result<Vec<SiteAction>, SiteError> {
     let all = store.list(&ItemFilter::default()).await?;
+    refresh_dependencies_in(store, materializer, now, &all).await
+}
+
+/// [`refresh_dependencies`] over the items of `all` (every item of the project).
+async fn refresh_dependencies_in<S: WorkStore>(
+    store: &S,
+    materializer: &AuthorizationContext,
+    now: jiff::Timestamp,
+    all: &[WorkItemRecord],
+) -> Result<Vec<SiteAction>, SiteError> {
     let state_of = |id: &str| all.iter().find(|r| r.id == id).map(|r| r.state);
     let mut actions = Vec::new();
     for record in all.iter().filter(|r| {
