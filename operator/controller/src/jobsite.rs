@@ -489,7 +489,11 @@ async fn drive_project<E: Executor + 'static>(
             })?,
     };
     publish(client, &ns, settings, &actions).await;
-    guard_unfinished(client, &ns, &name).await;
+    if builds.is_none() {
+        // A one-shot pass guards the items itself; under [`run`] the BuildWorkItem
+        // controller does, item by item ([`crate::build_items`]).
+        guard_unfinished(client, &ns, &name).await;
+    }
     if settings
         .claim_sweeps
         .due(&format!("{ns}/{name}"), std::time::Instant::now())
@@ -896,23 +900,6 @@ impl ProjectSchedule {
     }
 }
 
-/// An item by namespace and name.
-type ItemKey = (String, String);
-
-/// What the dispatcher last saw of an item: its state and generation.
-type ItemSeen = (Option<protobot_api::LifecycleState>, Option<i64>);
-
-/// Whether a work-item event is worth a pass: an item that appeared or changed state (or
-/// spec). Lease renewals and ledger writes of the same state are not (pure).
-pub fn item_moved(seen: &mut BTreeMap<ItemKey, ItemSeen>, item: &BuildWorkItem) -> bool {
-    let key = (item.namespace().unwrap_or_default(), item.name_any());
-    let now = (
-        item.status.as_ref().map(|s| s.state),
-        item.metadata.generation,
-    );
-    seen.insert(key, now) != Some(now)
-}
-
 /// The dispatcher of this replica: one dispatch per Project at a time, each in its own
 /// task, started when one of the project's work items appears or changes state, when the
 /// Project changes, when one of its builds finishes (a slot is free), and at least every
@@ -931,17 +918,10 @@ pub async fn run<E: Executor + Send + Sync + 'static>(
     settings: Settings,
     executor: Arc<E>,
 ) {
-    let (items, projects): (Api<BuildWorkItem>, Api<Project>) = match &namespace {
-        Some(ns) => (
-            Api::namespaced(client.clone(), ns),
-            Api::namespaced(client.clone(), ns),
-        ),
-        None => (Api::all(client.clone()), Api::all(client.clone())),
+    let projects: Api<Project> = match &namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
     };
-    let mut item_events = watcher(items, watcher::Config::default())
-        .default_backoff()
-        .applied_objects()
-        .boxed();
     let (cache, writer) = kube::runtime::reflector::store::<Project>();
     let mut project_events = kube::runtime::reflector(
         writer,
@@ -950,7 +930,6 @@ pub async fn run<E: Executor + Send + Sync + 'static>(
     .applied_objects()
     .boxed();
     let mut tick = tokio::time::interval(settings.interval);
-    let mut seen = BTreeMap::new();
     let mut schedules: BTreeMap<(String, String), ProjectSchedule> = BTreeMap::new();
     let mut running: tokio::task::JoinSet<((String, String), bool)> = tokio::task::JoinSet::new();
     let mut busy: std::collections::BTreeSet<(String, String)> = Default::default();
@@ -965,6 +944,27 @@ pub async fn run<E: Executor + Send + Sync + 'static>(
     }
     let settings = Arc::new(settings);
     let (builds, mut finished) = Builds::new();
+    // The BuildWorkItem controller reconciles each item and wakes its project's dispatch.
+    let (wake, mut wakes) = tokio::sync::mpsc::unbounded_channel();
+    let items = tokio::spawn(crate::build_items::run(
+        client.clone(),
+        namespace.clone(),
+        crate::build_items::ItemContext::new(
+            client.clone(),
+            settings.identity.clone(),
+            builds.clone(),
+            wake,
+            settings.metrics.clone(),
+        ),
+        {
+            let stop = settings.stop.clone();
+            async move {
+                while !stop.is_raised() {
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+            }
+        },
+    ));
     let mut stop_poll = tokio::time::interval(Duration::from_millis(200));
     loop {
         // Which projects this wake-up concerns (`None`: all of them).
@@ -973,12 +973,9 @@ pub async fn run<E: Executor + Send + Sync + 'static>(
         tokio::select! {
             _ = tick.tick() => all = true,
             _ = stop_poll.tick() => {}
-            event = item_events.next() => match event {
-                Some(Ok(item)) if item_moved(&mut seen, &item) => {
-                    let project = item.spec.project_ref.name.clone();
-                    wanted = Some((item.namespace().unwrap_or_default(), project));
-                }
-                Some(_) => {}
+            woken = wakes.recv() => match woken {
+                Some(key) => wanted = Some(key),
+                // The item controller ended (its watch cannot end otherwise): stop too.
                 None => return,
             },
             event = project_events.next() => match event {
@@ -1007,6 +1004,7 @@ pub async fn run<E: Executor + Send + Sync + 'static>(
         }
         if settings.stop.is_raised() {
             drain(&mut running, &builds, &settings).await;
+            let _ = items.await;
             return;
         }
         let now = std::time::Instant::now();
@@ -1176,42 +1174,6 @@ mod tests {
         assert!(healthy.due(start), "another project is not delayed");
         failing.finished(true, start);
         assert!(failing.due(start) && failing.failures == 0);
-    }
-
-    #[test]
-    fn only_new_items_and_state_changes_start_a_pass_not_renewals() {
-        use protobot_api::{BuildWorkItemSpec, BuildWorkItemStatus, ChangeType, LifecycleState};
-        let mut item = BuildWorkItem::new(
-            "wi-1",
-            BuildWorkItemSpec {
-                work_item_id: "wi-1".into(),
-                project_ref: LocalRef::new("p"),
-                change_set_ref: None,
-                change_set_id: None,
-                materialization_key: "k".into(),
-                change_type: ChangeType::Undefined,
-                implementation_required: true,
-                changed_requirements: vec![],
-                applicable_requirements: vec![],
-                dependencies: vec![],
-                spec_commit: None,
-                business_priority: None,
-            },
-        );
-        item.metadata.namespace = Some("ns".into());
-        item.metadata.generation = Some(1);
-        let mut seen = BTreeMap::new();
-        assert!(item_moved(&mut seen, &item), "a new item");
-        assert!(!item_moved(&mut seen, &item), "the same item again");
-        item.status = Some(BuildWorkItemStatus::materialized(LifecycleState::Building));
-        assert!(item_moved(&mut seen, &item), "a state change");
-        item.status.as_mut().unwrap().contract_version = 5;
-        assert!(
-            !item_moved(&mut seen, &item),
-            "a renewal: same state, new version"
-        );
-        item.metadata.generation = Some(2);
-        assert!(item_moved(&mut seen, &item), "a spec edit (priority)");
     }
 
     #[test]

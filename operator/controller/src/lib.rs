@@ -10,6 +10,7 @@
 pub mod admin;
 pub mod api_errors;
 pub mod bugreport;
+pub mod build_items;
 pub mod changeset;
 pub mod drive;
 pub mod events;
