@@ -268,11 +268,27 @@ pub async fn run(
     ctx: ItemContext,
     stopped: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
+    let (reader, writer) = reflector::store::<BuildWorkItem>();
+    run_with_cache(client, namespace, ctx, stopped, (reader, writer)).await;
+}
+
+/// [`run`], filling `cache` (a reflector's store and writer) as it watches: the
+/// dispatcher reads the same cache ([`protobot_stores::KubeStore::with_item_cache`]).
+pub async fn run_with_cache(
+    client: Client,
+    namespace: Option<String>,
+    ctx: ItemContext,
+    stopped: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+    cache: (
+        reflector::Store<BuildWorkItem>,
+        reflector::store::Writer<BuildWorkItem>,
+    ),
+) {
     let items: Api<BuildWorkItem> = match &namespace {
         Some(ns) => Api::namespaced(client, ns),
         None => Api::all(client),
     };
-    let (reader, writer) = reflector::store::<BuildWorkItem>();
+    let (reader, writer) = cache;
     let moved = watcher(items, watcher::Config::default())
         .default_backoff()
         .reflect(writer)

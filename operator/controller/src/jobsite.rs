@@ -326,16 +326,26 @@ pub async fn pass<E: Executor + 'static>(
     report
 }
 
+/// What the dispatches of [`run`] share.
+#[derive(Clone)]
+struct Dispatching {
+    /// The builds running in this replica.
+    builds: Builds,
+    /// The BuildWorkItem controller's watch cache.
+    items: kube::runtime::reflector::Store<BuildWorkItem>,
+}
+
 /// Drives one project: reads it and its worker classes, fetches its repository, and
-/// runs the Job Site. With `builds`, a dispatch: its builds start in tasks of their own
-/// and finish on `builds`' channel (published by [`run`]); without, a whole pass that
-/// returns when its builds have finished ([`pass`]).
+/// runs the Job Site. With `dispatching`, a dispatch that reads the items from the watch
+/// cache: its builds start in tasks of their own and finish on the builds' channel
+/// (published by [`run`]); without, a whole pass over listed items that returns when its
+/// builds have finished ([`pass`]).
 async fn drive_project<E: Executor + 'static>(
     client: &Client,
     project: &Project,
     settings: &Settings,
     executor: Arc<E>,
-    builds: Option<&Builds>,
+    dispatching: Option<&Dispatching>,
 ) -> Result<Vec<SiteAction>, ProjectError> {
     let name = project.name_any();
     let ns = project.namespace().unwrap_or_default();
@@ -408,7 +418,7 @@ async fn drive_project<E: Executor + 'static>(
                 reason,
             })?;
     }
-    let store = Arc::new(KubeStore::new(
+    let mut store = KubeStore::new(
         client.clone(),
         &ns,
         &name,
@@ -416,7 +426,11 @@ async fn drive_project<E: Executor + 'static>(
             materializer_subject: MATERIALIZER_SUBJECT.into(),
             lease_seconds: i64::from(spec.lease_duration_seconds),
         },
-    ));
+    );
+    if let Some(d) = dispatching {
+        store = store.with_item_cache(d.items.clone());
+    }
+    let store = Arc::new(store);
     let sweeper = Arc::clone(&store);
     let mut config = EngineConfig::new(
         classes.worker_a,
@@ -467,9 +481,9 @@ async fn drive_project<E: Executor + 'static>(
         )),
         capacity: Some(Arc::clone(&settings.capacity)),
     };
-    let actions = match builds {
-        Some(builds) => Arc::new(site)
-            .dispatch(builds, &project_tag(&ns, &name))
+    let actions = match dispatching {
+        Some(d) => Arc::new(site)
+            .dispatch(&d.builds, &project_tag(&ns, &name))
             .await
             .map_err(|e| ProjectError::Pass {
                 project: name.clone(),
@@ -489,7 +503,7 @@ async fn drive_project<E: Executor + 'static>(
             })?,
     };
     publish(client, &ns, settings, &actions).await;
-    if builds.is_none() {
+    if dispatching.is_none() {
         // A one-shot pass guards the items itself; under [`run`] the BuildWorkItem
         // controller does, item by item ([`crate::build_items`]).
         guard_unfinished(client, &ns, &name).await;
@@ -946,7 +960,9 @@ pub async fn run<E: Executor + Send + Sync + 'static>(
     let (builds, mut finished) = Builds::new();
     // The BuildWorkItem controller reconciles each item and wakes its project's dispatch.
     let (wake, mut wakes) = tokio::sync::mpsc::unbounded_channel();
-    let items = tokio::spawn(crate::build_items::run(
+    // Its watch cache is the dispatches' view of the items (no list call per dispatch).
+    let (item_cache, item_writer) = kube::runtime::reflector::store::<BuildWorkItem>();
+    let items = tokio::spawn(crate::build_items::run_with_cache(
         client.clone(),
         namespace.clone(),
         crate::build_items::ItemContext::new(
@@ -964,7 +980,12 @@ pub async fn run<E: Executor + Send + Sync + 'static>(
                 }
             }
         },
+        (item_cache.clone(), item_writer),
     ));
+    let dispatching = Dispatching {
+        builds: builds.clone(),
+        items: item_cache,
+    };
     let mut stop_poll = tokio::time::interval(Duration::from_millis(200));
     loop {
         // Which projects this wake-up concerns (`None`: all of them).
@@ -1022,14 +1043,14 @@ pub async fn run<E: Executor + Send + Sync + 'static>(
                 continue;
             }
             busy.insert(key.clone());
-            let (client, settings, executor, builds) = (
+            let (client, settings, executor, dispatching) = (
                 client.clone(),
                 Arc::clone(&settings),
                 Arc::clone(&executor),
-                builds.clone(),
+                dispatching.clone(),
             );
             running.spawn(async move {
-                let ok = drive_metered(&client, &project, &settings, executor, &builds).await;
+                let ok = drive_metered(&client, &project, &settings, executor, &dispatching).await;
                 (key, ok)
             });
         }
@@ -1077,7 +1098,7 @@ async fn drive_metered<E: Executor + 'static>(
     project: &Project,
     settings: &Settings,
     executor: Arc<E>,
-    builds: &Builds,
+    dispatching: &Dispatching,
 ) -> bool {
     let name = project.name_any();
     // Dropped at the end: the pass's duration.
@@ -1085,7 +1106,7 @@ async fn drive_metered<E: Executor + 'static>(
         .metrics
         .as_ref()
         .map(|m| m.reconcile("buildworkitem"));
-    match drive_project(client, project, settings, executor, Some(builds)).await {
+    match drive_project(client, project, settings, executor, Some(dispatching)).await {
         Ok(actions) => {
             if !actions.is_empty() {
                 tracing::info!(project = %name, actions = actions.len(), "job site pass");

@@ -5,8 +5,10 @@
 //! neither its project's next dispatch nor any other project. [`Builds`] knows which
 //! items are building here (a dispatch never resumes one twice), backs off an item
 //! whose build stopped with an error (1 s doubling to 5 min, per item, cleared by a
-//! build that got through), reports every finished build on its channel, and lets a
-//! stopping process wait until none is left.
+//! build that got through), leaves an item alone for [`SETTLE`] after any build (a
+//! dispatch reading a watch cache that lags by a moment must not resume an item that
+//! just finished), reports every finished build on its channel, and lets a stopping
+//! process wait until none is left.
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -32,6 +34,8 @@ pub struct Finished {
 
 /// Longest wait before an item whose builds keep stopping with an error is resumed.
 pub const MAX_ITEM_BACKOFF: Duration = Duration::from_secs(300);
+/// How long an item is left alone after a build of it that got through.
+pub const SETTLE: Duration = Duration::from_secs(5);
 
 type Key = (String, String);
 
@@ -125,7 +129,7 @@ impl Builds {
                         .backoff
                         .insert(key, (failures, Instant::now() + item_backoff(failures)));
                 } else {
-                    state.backoff.remove(&key);
+                    state.backoff.insert(key, (0, Instant::now() + SETTLE));
                 }
             });
             drop(guard);
@@ -235,9 +239,21 @@ mod tests {
             }
         });
         done.recv().await.unwrap();
+        let now = Instant::now();
         assert!(
-            !builds.is_busy("t", "wi", Instant::now()),
+            builds.is_busy("t", "wi", now),
+            "settling after a good build"
+        );
+        assert!(
+            !builds.is_busy("t", "wi", now + SETTLE + Duration::from_millis(50)),
             "a good build clears the backoff"
+        );
+        builds.start("t", "wi", async { failed("wi") });
+        done.recv().await.unwrap();
+        let now = Instant::now();
+        assert!(
+            !builds.is_busy("t", "wi", now + item_backoff(1) + Duration::from_millis(50)),
+            "the count starts again after a good build"
         );
     }
 

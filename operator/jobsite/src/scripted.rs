@@ -386,6 +386,16 @@ impl Default for SiteOptions {
 
 /// A Job Site with its own clone of the origin.
 pub fn site<S: WorkStore + 'static>(w: &World<S>, o: SiteOptions) -> JobSite<S, InProcessExecutor> {
+    site_on(w, w.store.clone(), o)
+}
+
+/// [`site`] over `store`, another handle on the world's items (a watch-cached Kubernetes
+/// store, say).
+pub fn site_on<S: WorkStore + 'static, T: WorkStore + 'static>(
+    w: &World<S>,
+    store: Arc<T>,
+    o: SiteOptions,
+) -> JobSite<T, InProcessExecutor> {
     let home = o
         .home
         .clone()
@@ -433,7 +443,7 @@ pub fn site<S: WorkStore + 'static>(w: &World<S>, o: SiteOptions) -> JobSite<S, 
             .with_run_delay(SandboxRole::WorkerB, delay);
     }
     let engine = Engine {
-        store: w.store.clone(),
+        store,
         executor: Arc::new(roles),
         clock: Arc::new(w.clock.clone()),
         triage: Arc::new(HeuristicTriage),

@@ -40,6 +40,15 @@ use crate::{
 /// The states in which an item is being worked on under a lease.
 const ACTIVE: [State; 3] = [State::Building, State::Inspecting, State::Merging];
 
+/// The states a dispatch acts on (blocked items wait for a person).
+const UNFINISHED: [State; 5] = [
+    State::Waiting,
+    State::ReadyForBuilding,
+    State::Building,
+    State::Inspecting,
+    State::Merging,
+];
+
 /// The items of `snapshot` whose live lease `me` holds, as claims to resume (pure).
 fn held_in(
     snapshot: &[WorkItemRecord],
@@ -494,9 +503,14 @@ impl<S: WorkStore + 'static, E: Executor> JobSite<S, E> {
         &self,
         building_here: &(dyn Fn(&str) -> bool + Sync),
     ) -> Result<(Vec<SiteAction>, Vec<Pending>), SiteError> {
-        // One read of the project's items serves the whole dispatch; it is read again
-        // only when reconciling or refreshing changed something.
-        let snapshot = self.engine.store.list(&ItemFilter::default()).await?;
+        // One read of the project's unfinished items serves the whole dispatch; it is read
+        // again only when reconciling or refreshing changed something. Finished items are
+        // not read: a project's history costs a dispatch nothing (a store with a watch
+        // cache does not even read their ledgers).
+        let unfinished = ItemFilter {
+            states: UNFINISHED.to_vec(),
+        };
+        let snapshot = self.engine.store.list(&unfinished).await?;
         let mut actions = self.reconcile_in(&snapshot).await?;
         if let Some(materializer) = &self.materializer {
             actions.extend(
@@ -512,7 +526,7 @@ impl<S: WorkStore + 'static, E: Executor> JobSite<S, E> {
         let snapshot = if actions.is_empty() {
             snapshot
         } else {
-            self.engine.store.list(&ItemFilter::default()).await?
+            self.engine.store.list(&unfinished).await?
         };
         let now = self.now();
         let mut pending = Vec::new();
@@ -878,18 +892,28 @@ pub async fn refresh_dependencies<S: WorkStore>(
     refresh_dependencies_in(store, materializer, now, &all).await
 }
 
-/// [`refresh_dependencies`] over the items of `all` (every item of the project).
+/// [`refresh_dependencies`] over the items of `all` (at least every waiting and ready item
+/// of the project); a dependency not among them is read from the store.
 async fn refresh_dependencies_in<S: WorkStore>(
     store: &S,
     materializer: &AuthorizationContext,
     now: jiff::Timestamp,
     all: &[WorkItemRecord],
 ) -> Result<Vec<SiteAction>, SiteError> {
-    let state_of = |id: &str| all.iter().find(|r| r.id == id).map(|r| r.state);
+    let mut known: std::collections::BTreeMap<String, State> =
+        all.iter().map(|r| (r.id.clone(), r.state)).collect();
     let mut actions = Vec::new();
     for record in all.iter().filter(|r| {
         matches!(r.state, State::Waiting | State::ReadyForBuilding) && !r.dependencies.is_empty()
     }) {
+        for d in &record.dependencies {
+            if !known.contains_key(&d.id)
+                && let Some(dependency) = store.get(&d.id).await?
+            {
+                known.insert(d.id.clone(), dependency.state);
+            }
+        }
+        let state_of = |id: &str| known.get(id).copied();
         let abandoned: Vec<&str> = record
             .dependencies
             .iter()

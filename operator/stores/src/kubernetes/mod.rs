@@ -62,6 +62,9 @@ pub struct KubeStore {
     namespace: String,
     project: String,
     cfg: AdapterConfig,
+    /// A watch cache of BuildWorkItems that [`WorkStore::list`] reads instead of the API
+    /// once it has synced ([`KubeStore::with_item_cache`]).
+    item_cache: Option<kube::runtime::reflector::Store<BuildWorkItem>>,
 }
 
 /// One loaded object: its name, version and (for items) the full object.
@@ -207,7 +210,85 @@ impl KubeStore {
             namespace: namespace.to_string(),
             project: project.to_string(),
             cfg,
+            item_cache: None,
         }
+    }
+
+    /// Serves [`WorkStore::list`] from `cache` (a reflector's store of BuildWorkItems that
+    /// watches this namespace, the operator's own) once it has synced: a dispatch then
+    /// costs no list call, and skips the ledgers of items in states it did not ask for,
+    /// so a project's finished history costs it next to nothing. The cache may lag the
+    /// API by a moment; every write still goes through the API guarded by the object's
+    /// resourceVersion, so a stale read costs a refused command, never a lost or doubled
+    /// one. Every other read goes to the API.
+    pub fn with_item_cache(
+        mut self,
+        cache: kube::runtime::reflector::Store<BuildWorkItem>,
+    ) -> KubeStore {
+        self.item_cache = Some(cache);
+        self
+    }
+
+    /// The records of the cached items of this project that `filter` may match; `None`
+    /// when there is no cache or it has not synced yet.
+    fn cached_records(
+        &self,
+        filter: &ItemFilter,
+    ) -> Option<Result<Vec<WorkItemRecord>, StoreError>> {
+        use futures::FutureExt;
+        let cache = self.item_cache.as_ref()?;
+        cache.wait_until_ready().now_or_never()?.ok()?;
+        let label = label_value(&self.project);
+        let wanted: Vec<protobot_api::LifecycleState> = filter
+            .states
+            .iter()
+            .filter_map(|s| status::lifecycle_state(*s))
+            .collect();
+        let mut shards = BTreeMap::new();
+        for item in cache.state() {
+            if item.metadata.namespace.as_deref() != Some(self.namespace.as_str())
+                || item
+                    .metadata
+                    .labels
+                    .as_ref()
+                    .and_then(|l| l.get(PROJECT_LABEL))
+                    != Some(&label)
+            {
+                continue;
+            }
+            let Some(status) = item.status.as_ref() else {
+                continue;
+            };
+            // The mirrored state tells which ledgers to read; the filter below decides.
+            if !filter.states.is_empty() && !wanted.contains(&status.state) {
+                continue;
+            }
+            let Some(ledger) = status.ledger.as_deref() else {
+                continue;
+            };
+            let id = item.spec.work_item_id.clone();
+            match serde_json::from_str::<Value>(ledger) {
+                Ok(value) => {
+                    shards.insert((Kind::Item, id), value);
+                }
+                Err(e) => {
+                    return Some(Err(StoreError::Unavailable(format!(
+                        "failed to decode the ledger of {id}: {e}"
+                    ))));
+                }
+            }
+        }
+        Some(
+            shard::join(&self.project, &shards)
+                .map(|state| {
+                    state
+                        .records
+                        .into_values()
+                        .filter(|r| filter.matches(r))
+                        .collect()
+                })
+                .map_err(|e| StoreError::Unavailable(e.to_string())),
+        )
     }
 
     fn config_maps(&self) -> Api<ConfigMap> {
@@ -736,6 +817,9 @@ impl WorkStore for KubeStore {
     }
 
     async fn list(&self, filter: &ItemFilter) -> Result<Vec<WorkItemRecord>, StoreError> {
+        if let Some(cached) = self.cached_records(filter) {
+            return cached;
+        }
         // Records live in their items' status.
         Ok(self
             .scoped(None, true)
