@@ -386,6 +386,30 @@ async fn scenario<E: protobot_jobsite::executor::Executor + 'static>(
     assert_eq!(metrics.triage_cycles.get_sample_count(), 1);
     assert!((metrics.triage_cycles.get_sample_sum() - 2.0).abs() < f64::EPSILON);
     assert_eq!(metrics.registration_to_completion.get_sample_count(), 1);
+    // The project's Job Site is kept between dispatches: its clone is fetched when the Job
+    // Site is built, when an item arrives or a build stops with an error, not on every
+    // dispatch: ten more dispatches (one every 200 ms here) fetch nothing.
+    let fetches = || metrics.repository_fetches.with_label_values(&["ok"]).get();
+    let dispatches = || {
+        metrics
+            .reconcile_duration
+            .with_label_values(&["buildworkitem"])
+            .get_sample_count()
+    };
+    let (fetched, dispatched) = (fetches(), dispatches());
+    assert!(fetched >= 1, "the clone was fetched");
+    tokio::time::timeout(timeout(), async {
+        while dispatches() < dispatched + 10 {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await
+    .expect("the dispatcher stopped dispatching");
+    assert_eq!(
+        fetches(),
+        fetched,
+        "an idle dispatch fetched the repository"
+    );
     // A reconcile is timed when it returns, which can be just after the writes
     // waited for above (the Job Site's pass goes on to its claim sweep).
     for controller in ["changeset", "inspectionrun", "buildworkitem"] {

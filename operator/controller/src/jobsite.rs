@@ -326,54 +326,130 @@ pub async fn pass<E: Executor + 'static>(
     report
 }
 
+/// Each project's kept Job Site, by namespace and name.
+type ProjectRuntimes<E> = Arc<std::sync::Mutex<BTreeMap<(String, String), ProjectRuntime<E>>>>;
+
 /// What the dispatches of [`run`] share.
-#[derive(Clone)]
-struct Dispatching {
+struct Dispatching<E> {
     /// The builds running in this replica.
     builds: Builds,
     /// The BuildWorkItem controller's watch cache.
     items: kube::runtime::reflector::Store<BuildWorkItem>,
+    /// Each project's long-lived Job Site, by namespace and name.
+    projects: ProjectRuntimes<E>,
 }
 
-/// Drives one project: reads it and its worker classes, fetches its repository, and
-/// runs the Job Site. With `dispatching`, a dispatch that reads the items from the watch
-/// cache: its builds start in tasks of their own and finish on the builds' channel
-/// (published by [`run`]); without, a whole pass over listed items that returns when its
-/// builds have finished ([`pass`]).
-async fn drive_project<E: Executor + 'static>(
+impl<E> Clone for Dispatching<E> {
+    fn clone(&self) -> Self {
+        Dispatching {
+            builds: self.builds.clone(),
+            items: self.items.clone(),
+            projects: Arc::clone(&self.projects),
+        }
+    }
+}
+
+/// What a project's Job Site was built from: it is rebuilt when any of it changes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProjectFingerprint {
+    /// The Project object (a re-created Project is another one).
+    pub uid: Option<String>,
+    /// Its spec's generation.
+    pub generation: Option<i64>,
+    /// The worker-classes ConfigMap's resourceVersion.
+    pub worker_classes: Option<String>,
+}
+
+/// How long a project's clone may go unfetched while nothing new arrives.
+pub const REFETCH_EVERY: Duration = Duration::from_secs(300);
+
+/// A project's Job Site, kept across dispatches.
+struct ProjectRuntime<E> {
+    fingerprint: ProjectFingerprint,
+    /// When the clone was last fetched (the fetch's start).
+    fetched_at: Timestamp,
+    /// The project's items (by uid) the watch cache held when that fetch started: their
+    /// commits were on the remote before they were created, so the fetch got them.
+    known_items: std::collections::BTreeSet<String>,
+    site: Arc<JobSite<KubeStore, E>>,
+    store: Arc<KubeStore>,
+}
+
+/// Whether a project's kept Job Site serves this dispatch (pure): not when the Project or
+/// its worker classes changed, when an item appeared that the cache did not hold when the
+/// clone was fetched (its contract's commit may be missing), or when the fetch is older
+/// than [`REFETCH_EVERY`].
+pub fn reuse_project_site(
+    kept: &ProjectFingerprint,
+    fetched_at: Timestamp,
+    known_items: &std::collections::BTreeSet<String>,
+    now_fingerprint: &ProjectFingerprint,
+    items: &std::collections::BTreeSet<String>,
+    now: Timestamp,
+) -> bool {
+    let age = now.duration_since(fetched_at);
+    kept == now_fingerprint
+        && items.is_subset(known_items)
+        && age >= jiff::SignedDuration::ZERO
+        && age < jiff::SignedDuration::try_from(REFETCH_EVERY).unwrap_or(jiff::SignedDuration::ZERO)
+}
+
+/// The project's items in the watch cache, by uid.
+fn project_items(
+    items: &kube::runtime::reflector::Store<BuildWorkItem>,
+    ns: &str,
+    project: &str,
+) -> std::collections::BTreeSet<String> {
+    items
+        .state()
+        .iter()
+        .filter(|i| i.namespace().as_deref() == Some(ns) && i.spec.project_ref.name == project)
+        .map(|i| i.metadata.uid.clone().unwrap_or_else(|| i.name_any()))
+        .collect()
+}
+
+/// The project's worker classes and their ConfigMap's resourceVersion.
+async fn read_worker_classes(
     client: &Client,
     project: &Project,
+) -> Result<(WorkerClasses, Option<String>), ProjectError> {
+    let name = project.name_any();
+    let ns = project.namespace().unwrap_or_default();
+    let Some(r) = &project.spec.worker_classes_ref else {
+        return Err(ProjectError::WorkerClasses {
+            project: name,
+            reason: "spec.workerClassesRef is not set".into(),
+        });
+    };
+    let maps: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(client.clone(), &ns);
+    let map = maps
+        .get_opt(&r.name)
+        .await
+        .map_err(|source| ProjectError::Api {
+            project: name.clone(),
+            source,
+        })?
+        .ok_or_else(|| ProjectError::WorkerClasses {
+            project: name.clone(),
+            reason: format!("ConfigMap {} does not exist", r.name),
+        })?;
+    let version = map.metadata.resource_version.clone();
+    Ok((
+        worker_classes(&name, &map.data.unwrap_or_default())?,
+        version,
+    ))
+}
+
+/// Fetches the project into this replica's clone (created on first use), under the
+/// folder's lock: the builds working in the clone take turns with the fetch.
+async fn fetch_clone(
+    project: &Project,
     settings: &Settings,
-    executor: Arc<E>,
-    dispatching: Option<&Dispatching>,
-) -> Result<Vec<SiteAction>, ProjectError> {
+    clone: &std::path::Path,
+) -> Result<(), ProjectError> {
     let name = project.name_any();
     let ns = project.namespace().unwrap_or_default();
     let spec = &project.spec;
-    let classes = match &spec.worker_classes_ref {
-        None => {
-            return Err(ProjectError::WorkerClasses {
-                project: name,
-                reason: "spec.workerClassesRef is not set".into(),
-            });
-        }
-        Some(r) => {
-            let maps: Api<k8s_openapi::api::core::v1::ConfigMap> =
-                Api::namespaced(client.clone(), &ns);
-            let map = maps
-                .get_opt(&r.name)
-                .await
-                .map_err(|source| ProjectError::Api {
-                    project: name.clone(),
-                    source,
-                })?
-                .ok_or_else(|| ProjectError::WorkerClasses {
-                    project: name.clone(),
-                    reason: format!("ConfigMap {} does not exist", r.name),
-                })?;
-            worker_classes(&name, &map.data.unwrap_or_default())?
-        }
-    };
     let url = crate::repo_cache::clone_url(&spec.repo_url, settings.repositories).map_err(|e| {
         ProjectError::Repository {
             project: name.clone(),
@@ -381,6 +457,39 @@ async fn drive_project<E: Executor + 'static>(
             reason: e.to_string(),
         }
     })?;
+    let branch = spec.default_branch.clone();
+    // The Project's credentials Secret, read by the resolver for each fetch and push.
+    let secret = crate::repo_cache::project_secret(&ns, project);
+    protobot_jobsite::repo_folder::RepoFolder::new(clone)
+        .path(move |dir| {
+            crate::repo_cache::mirror_with(&url, &branch, dir, secret.as_ref())
+                .map_err(|e| e.to_string())
+        })
+        .await
+        .map_err(|e| e.to_string())
+        .and_then(|r| r)
+        .map_err(|reason| ProjectError::Repository {
+            project: name,
+            url: spec.repo_url.clone(),
+            reason,
+        })
+}
+
+/// The project's Job Site over `store`, with its worker classes and landing, reading
+/// contracts from `clone`.
+#[allow(clippy::too_many_arguments)]
+async fn build_site<E: Executor + 'static>(
+    client: &Client,
+    project: &Project,
+    settings: &Settings,
+    executor: Arc<E>,
+    classes: WorkerClasses,
+    store: Arc<KubeStore>,
+    clone: std::path::PathBuf,
+) -> Result<JobSite<KubeStore, E>, ProjectError> {
+    let name = project.name_any();
+    let ns = project.namespace().unwrap_or_default();
+    let spec = &project.spec;
     // A Project with a forge lands through its pull requests (or as its spec says).
     let forges = settings
         .forges
@@ -397,41 +506,6 @@ async fn drive_project<E: Executor + 'static>(
         }
     };
     let home = settings.workdir.join(&ns).join(&name);
-    let clone = home.join("repo");
-    {
-        let (url, branch, clone) = (url.clone(), spec.default_branch.clone(), clone.clone());
-        // The Project's credentials Secret, read by the resolver for each fetch and push.
-        let secret = crate::repo_cache::project_secret(&ns, project);
-        // Under the folder's lock: the builds running in this clone take turns with the
-        // fetch.
-        protobot_jobsite::repo_folder::RepoFolder::new(&clone)
-            .path(move |dir| {
-                crate::repo_cache::mirror_with(&url, &branch, dir, secret.as_ref())
-                    .map_err(|e| e.to_string())
-            })
-            .await
-            .map_err(|e| e.to_string())
-            .and_then(|r| r)
-            .map_err(|reason| ProjectError::Repository {
-                project: name.clone(),
-                url: spec.repo_url.clone(),
-                reason,
-            })?;
-    }
-    let mut store = KubeStore::new(
-        client.clone(),
-        &ns,
-        &name,
-        AdapterConfig {
-            materializer_subject: MATERIALIZER_SUBJECT.into(),
-            lease_seconds: i64::from(spec.lease_duration_seconds),
-        },
-    );
-    if let Some(d) = dispatching {
-        store = store.with_item_cache(d.items.clone());
-    }
-    let store = Arc::new(store);
-    let sweeper = Arc::clone(&store);
     let mut config = EngineConfig::new(
         classes.worker_a,
         classes.worker_b,
@@ -459,7 +533,7 @@ async fn drive_project<E: Executor + 'static>(
         faults: None,
         stop: Some(settings.stop.clone()),
     };
-    let site = JobSite {
+    Ok(JobSite {
         engine: Arc::new(engine),
         reconciler: context(
             &format!("{}-reconciler", settings.identity),
@@ -480,9 +554,117 @@ async fn drive_project<E: Executor + 'static>(
             protobot_jobsite::site::REFRESH_ACTIONS,
         )),
         capacity: Some(Arc::clone(&settings.capacity)),
+    })
+}
+
+/// Drives one project: reads its worker classes, fetches its repository, and runs the
+/// Job Site. With `dispatching`, a dispatch: the project's Job Site is kept between
+/// dispatches and rebuilt (with a fetch) only when the Project or its worker classes
+/// changed, an item arrived since the last fetch, or [`REFETCH_EVERY`] passed
+/// ([`reuse_project_site`]); its store reads the items from the watch cache; its builds
+/// start in tasks of their own and finish on the builds' channel (published by [`run`]).
+/// Without, a whole pass over listed items, built afresh, that returns when its builds
+/// have finished ([`pass`]).
+async fn drive_project<E: Executor + 'static>(
+    client: &Client,
+    project: &Project,
+    settings: &Settings,
+    executor: Arc<E>,
+    dispatching: Option<&Dispatching<E>>,
+) -> Result<Vec<SiteAction>, ProjectError> {
+    let name = project.name_any();
+    let ns = project.namespace().unwrap_or_default();
+    let spec = &project.spec;
+    let (classes, classes_version) = read_worker_classes(client, project).await?;
+    let fingerprint = ProjectFingerprint {
+        uid: project.metadata.uid.clone(),
+        generation: project.metadata.generation,
+        worker_classes: classes_version,
+    };
+    let key = (ns.clone(), name.clone());
+    let now = Timestamp::now();
+    let kept = dispatching.and_then(|d| {
+        let projects = d
+            .projects
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let kept = projects.get(&key)?;
+        let items = project_items(&d.items, &ns, &name);
+        let reuse = reuse_project_site(
+            &kept.fingerprint,
+            kept.fetched_at,
+            &kept.known_items,
+            &fingerprint,
+            &items,
+            now,
+        );
+        if !reuse {
+            tracing::debug!(project = %name, kept = ?kept.fingerprint, now = ?fingerprint, fetched_at = %kept.fetched_at, new_items = items.difference(&kept.known_items).count(), "rebuilding the project's Job Site");
+        }
+        reuse.then(|| (Arc::clone(&kept.site), Arc::clone(&kept.store)))
+    });
+    let (site, store) = match kept {
+        Some(kept) => kept,
+        None => {
+            let clone = settings.workdir.join(&ns).join(&name).join("repo");
+            // The items known before the fetch starts (see [`ProjectRuntime::known_items`]).
+            let known_items = dispatching
+                .map(|d| project_items(&d.items, &ns, &name))
+                .unwrap_or_default();
+            let fetched = fetch_clone(project, settings, &clone).await;
+            if let Some(metrics) = &settings.metrics {
+                let outcome = if fetched.is_ok() { "ok" } else { "failed" };
+                metrics
+                    .repository_fetches
+                    .with_label_values(&[outcome])
+                    .inc();
+            }
+            fetched?;
+            let mut store = KubeStore::new(
+                client.clone(),
+                &ns,
+                &name,
+                AdapterConfig {
+                    materializer_subject: MATERIALIZER_SUBJECT.into(),
+                    lease_seconds: i64::from(spec.lease_duration_seconds),
+                },
+            );
+            if let Some(d) = dispatching {
+                store = store.with_item_cache(d.items.clone());
+            }
+            let store = Arc::new(store);
+            let site = Arc::new(
+                build_site(
+                    client,
+                    project,
+                    settings,
+                    executor,
+                    classes,
+                    Arc::clone(&store),
+                    clone,
+                )
+                .await?,
+            );
+            if let Some(d) = dispatching {
+                d.projects
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .insert(
+                        key,
+                        ProjectRuntime {
+                            fingerprint,
+                            fetched_at: now,
+                            known_items,
+                            site: Arc::clone(&site),
+                            store: Arc::clone(&store),
+                        },
+                    );
+            }
+            (site, store)
+        }
     };
     let actions = match dispatching {
-        Some(d) => Arc::new(site)
+        Some(d) => site
             .dispatch(&d.builds, &project_tag(&ns, &name))
             .await
             .map_err(|e| ProjectError::Pass {
@@ -512,7 +694,7 @@ async fn drive_project<E: Executor + 'static>(
         .claim_sweeps
         .due(&format!("{ns}/{name}"), std::time::Instant::now())
     {
-        match sweeper
+        match store
             .collect_orphaned_claims(Timestamp::now(), settings.claim_sweeps.min_age)
             .await
         {
@@ -985,6 +1167,7 @@ pub async fn run<E: Executor + Send + Sync + 'static>(
     let dispatching = Dispatching {
         builds: builds.clone(),
         items: item_cache,
+        projects: Arc::default(),
     };
     let mut stop_poll = tokio::time::interval(Duration::from_millis(200));
     loop {
@@ -1015,9 +1198,19 @@ pub async fn run<E: Executor + Send + Sync + 'static>(
                 }
             }
             Some(done) = finished.recv() => {
-                // A build ended: publish it, and let its project use the free slot.
+                // A build ended: publish it, and let its project use the free slot. A build
+                // that stopped with an error may have met a stale clone: the project's
+                // next dispatch fetches and builds its Job Site afresh.
                 if let Some((ns, name)) = done.tag.split_once('/') {
-                    wanted = Some((ns.to_owned(), name.to_owned()));
+                    let key = (ns.to_owned(), name.to_owned());
+                    if matches!(done.action, SiteAction::Failed { .. } | SiteAction::MergeUnverified { .. }) {
+                        dispatching
+                            .projects
+                            .lock()
+                            .unwrap_or_else(std::sync::PoisonError::into_inner)
+                            .remove(&key);
+                    }
+                    wanted = Some(key);
                 }
                 let (client, settings) = (client.clone(), Arc::clone(&settings));
                 tokio::spawn(async move { publish_finished(&client, &settings, done).await });
@@ -1029,6 +1222,19 @@ pub async fn run<E: Executor + Send + Sync + 'static>(
             return;
         }
         let now = std::time::Instant::now();
+        if all {
+            // Forget the Job Sites of Projects that are gone.
+            let present: std::collections::BTreeSet<(String, String)> = cache
+                .state()
+                .iter()
+                .map(|p| (p.namespace().unwrap_or_default(), p.name_any()))
+                .collect();
+            dispatching
+                .projects
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .retain(|key, _| present.contains(key));
+        }
         for project in cache.state() {
             let key = (project.namespace().unwrap_or_default(), project.name_any());
             if !all && wanted.as_ref() != Some(&key) {
@@ -1098,7 +1304,7 @@ async fn drive_metered<E: Executor + 'static>(
     project: &Project,
     settings: &Settings,
     executor: Arc<E>,
-    dispatching: &Dispatching,
+    dispatching: &Dispatching<E>,
 ) -> bool {
     let name = project.name_any();
     // Dropped at the end: the pass's duration.
@@ -1195,6 +1401,67 @@ mod tests {
         assert!(healthy.due(start), "another project is not delayed");
         failing.finished(true, start);
         assert!(failing.due(start) && failing.failures == 0);
+    }
+
+    #[test]
+    fn a_projects_job_site_is_kept_until_something_it_was_built_from_changes() {
+        let kept = ProjectFingerprint {
+            uid: Some("u1".into()),
+            generation: Some(3),
+            worker_classes: Some("100".into()),
+        };
+        let fetched: Timestamp = "2026-12-06T10:00:00.500Z".parse().unwrap();
+        let now = fetched + jiff::SignedDuration::from_secs(30);
+        let set = |ids: &[&str]| {
+            ids.iter()
+                .map(|s| (*s).to_owned())
+                .collect::<std::collections::BTreeSet<_>>()
+        };
+        let known = set(&["a", "b"]);
+        assert!(reuse_project_site(
+            &kept, fetched, &known, &kept, &known, now
+        ));
+        assert!(
+            reuse_project_site(&kept, fetched, &known, &kept, &set(&["a"]), now),
+            "a deleted item changes nothing"
+        );
+        // An item the cache did not hold when the fetch started may need a commit it missed.
+        assert!(!reuse_project_site(
+            &kept,
+            fetched,
+            &known,
+            &kept,
+            &set(&["a", "b", "c"]),
+            now
+        ));
+        for changed in [
+            ProjectFingerprint {
+                uid: Some("u2".into()),
+                ..kept.clone()
+            },
+            ProjectFingerprint {
+                generation: Some(4),
+                ..kept.clone()
+            },
+            ProjectFingerprint {
+                worker_classes: Some("101".into()),
+                ..kept.clone()
+            },
+        ] {
+            assert!(
+                !reuse_project_site(&kept, fetched, &known, &changed, &known, now),
+                "{changed:?}"
+            );
+        }
+        // A fetch older than REFETCH_EVERY (or from the future: a clock step) is redone.
+        let stale = fetched + jiff::SignedDuration::try_from(REFETCH_EVERY).unwrap();
+        assert!(!reuse_project_site(
+            &kept, fetched, &known, &kept, &known, stale
+        ));
+        let before = fetched - jiff::SignedDuration::from_secs(1);
+        assert!(!reuse_project_site(
+            &kept, fetched, &known, &kept, &known, before
+        ));
     }
 
     #[test]

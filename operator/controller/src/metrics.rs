@@ -115,6 +115,10 @@ pub struct JobSiteMetrics {
     pub reconcile_errors: IntCounterVec,
     /// `protobot_registration_to_completion_seconds`.
     pub registration_to_completion: Histogram,
+    /// `protobot_repository_fetches_total{outcome}`: fetches of a project's clone by the
+    /// Job Site (`ok`, `failed`); a project's Job Site is kept between dispatches, so this
+    /// grows with new items and changes, not with dispatches.
+    pub repository_fetches: IntCounterVec,
 }
 
 fn counter_vec(
@@ -191,6 +195,11 @@ impl JobSiteMetrics {
                 "Time from change-set registration to completion.",
                 long,
             )?,
+            repository_fetches: counter_vec(
+                "protobot_repository_fetches_total",
+                "Fetches of a project's clone by the Job Site, by outcome.",
+                &["outcome"],
+            )?,
         };
         registry.register(Box::new(m.claims.clone()))?;
         registry.register(Box::new(m.lease_renewals.clone()))?;
@@ -204,6 +213,7 @@ impl JobSiteMetrics {
         registry.register(Box::new(m.reconcile_duration.clone()))?;
         registry.register(Box::new(m.reconcile_errors.clone()))?;
         registry.register(Box::new(m.registration_to_completion.clone()))?;
+        registry.register(Box::new(m.repository_fetches.clone()))?;
         registry.register(Box::new(WorkItemsByState::new(states)?))?;
         // Known label values start at zero so every family is exposed from the
         // first scrape and rate() and alerts see them before the first event.
@@ -213,6 +223,7 @@ impl JobSiteMetrics {
                 &["allowed", "duplicate", "stale", "rejected"][..],
             ),
             (&m.lease_renewals, &["renewed", "stale", "lost"][..]),
+            (&m.repository_fetches, &["ok", "failed"][..]),
             (
                 &m.merges,
                 &["merged", "conflict", "not-applied", "verify-failed"][..],
