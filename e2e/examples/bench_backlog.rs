@@ -30,18 +30,15 @@ const IDLE_DISPATCHES: usize = 20;
 /// clock's 10 ms ticks resolve them).
 const CACHED_DISPATCHES: usize = 1_000;
 
-fn cpu_seconds() -> f64 {
-    // utime + stime, fields 14 and 15 of /proc/self/stat, in clock ticks (100 Hz).
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    let after = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or_default();
-    let fields: Vec<&str> = after.split_whitespace().collect();
-    let ticks = |i: usize| {
-        fields
-            .get(i)
-            .and_then(|f| f.parse::<f64>().ok())
-            .unwrap_or(0.0)
-    };
-    (ticks(11) + ticks(12)) / 100.0
+/// One replica with eight build slots, no Inspector, `new` items in progress at most.
+fn options(new: usize) -> SiteOptions {
+    SiteOptions {
+        subject: "replica-1",
+        inspector: false,
+        capacity: Some(Arc::new(tokio::sync::Semaphore::new(8))),
+        wip_limit: new,
+        ..SiteOptions::default()
+    }
 }
 
 /// CPU seconds to build `new` items, and for [`IDLE_DISPATCHES`] dispatches afterwards
@@ -77,35 +74,26 @@ async fn measure(client: &Client, ns: &str, completed: usize, new: usize) -> (f6
             .unwrap();
         assert_eq!(finished.len(), completed, "the history is in the store");
     }
-    let replica = Arc::new(site(
-        &w,
-        SiteOptions {
-            subject: "replica-1",
-            inspector: false,
-            capacity: Some(Arc::new(tokio::sync::Semaphore::new(8))),
-            wip_limit: new,
-            ..SiteOptions::default()
-        },
-    ));
-    let cpu = cpu_seconds();
+    let replica = Arc::new(site(&w, options(new)));
+    let cpu = protobot_e2e::bench::cpu_seconds();
     let building = Arc::clone(&replica);
     tokio::spawn(async move { building.run_until_idle().await })
         .await
         .unwrap()
         .unwrap();
-    let build_cpu = cpu_seconds() - cpu;
+    let build_cpu = protobot_e2e::bench::cpu_seconds() - cpu;
     assert_eq!(
         merges_on_main(&w.origin).len(),
         new,
         "every new item merged once"
     );
     let (builds, _finished) = Builds::new();
-    let cpu = cpu_seconds();
+    let cpu = protobot_e2e::bench::cpu_seconds();
     for _ in 0..IDLE_DISPATCHES {
         let actions = replica.dispatch(&builds, "demo").await.unwrap();
         assert!(actions.is_empty(), "nothing left to do: {actions:?}");
     }
-    let listed_cpu = cpu_seconds() - cpu;
+    let listed_cpu = protobot_e2e::bench::cpu_seconds() - cpu;
 
     // The operator's way: the items come from its watch cache.
     let (reader, writer) = reflector::store::<BuildWorkItem>();
@@ -132,36 +120,26 @@ async fn measure(client: &Client, ns: &str, completed: usize, new: usize) -> (f6
         )
         .with_item_cache(reader),
     );
-    let from_cache = Arc::new(site_on(
-        &w,
-        cached,
-        SiteOptions {
-            subject: "replica-1",
-            inspector: false,
-            capacity: Some(Arc::new(tokio::sync::Semaphore::new(8))),
-            wip_limit: new,
-            ..SiteOptions::default()
-        },
-    ));
-    let cpu = cpu_seconds();
+    let from_cache = Arc::new(site_on(&w, cached, options(new)));
+    let cpu = protobot_e2e::bench::cpu_seconds();
     for _ in 0..CACHED_DISPATCHES {
         let actions = from_cache.dispatch(&builds, "demo").await.unwrap();
         assert!(actions.is_empty(), "nothing left to do: {actions:?}");
     }
-    let cached_cpu = cpu_seconds() - cpu;
+    let cached_cpu = protobot_e2e::bench::cpu_seconds() - cpu;
     watch.abort();
     (build_cpu, listed_cpu, cached_cpu)
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
-    if protobot_e2e::bench_double::serve_if_child().await {
+    if protobot_e2e::bench::serve_if_child().await {
         return;
     }
     let mut args = std::env::args().skip(1);
     let completed: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(1_000);
     let new: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(10);
-    let (client, mut child) = protobot_e2e::bench_double::start().await;
+    let (client, mut child) = protobot_e2e::bench::start().await;
     let namespaces: kube::Api<k8s_openapi::api::core::v1::Namespace> =
         kube::Api::all(client.clone());
     for ns in ["alone", "backlog"] {

@@ -11,19 +11,6 @@ use std::{sync::Arc, time::Duration};
 use protobot_jobsite::scripted::{SiteOptions, ids, merges_on_main, site, world};
 use protobot_stores::{AdapterConfig, MemoryStore};
 
-fn cpu_seconds() -> f64 {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    let after = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or_default();
-    let fields: Vec<&str> = after.split_whitespace().collect();
-    let ticks = |i: usize| {
-        fields
-            .get(i)
-            .and_then(|f| f.parse::<f64>().ok())
-            .unwrap_or(0.0)
-    };
-    (ticks(11) + ticks(12)) / 100.0
-}
-
 fn main() {
     let mut args = std::env::args().skip(1);
     let items: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(32);
@@ -56,7 +43,10 @@ fn main() {
                     ..SiteOptions::default()
                 },
             ));
-            let (cpu, started) = (cpu_seconds(), std::time::Instant::now());
+            let (cpu, started) = (
+                protobot_e2e::bench::cpu_seconds(),
+                std::time::Instant::now(),
+            );
             tokio::spawn(async move { replica.run_until_idle().await })
                 .await
                 .unwrap()
@@ -69,7 +59,7 @@ fn main() {
             );
             (
                 items as f64 * 60.0 / took,
-                (cpu_seconds() - cpu) / items as f64,
+                (protobot_e2e::bench::cpu_seconds() - cpu) / items as f64,
             )
         });
         let base = *baseline.get_or_insert(per_minute);

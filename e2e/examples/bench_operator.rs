@@ -21,20 +21,6 @@ use protobot_jobsite::contract::BuildContract;
 use protobot_lifecycle::{AuthorizationContext, OperationEnvelope, Readiness, State};
 use protobot_stores::{AdapterConfig, KubeStore, WorkStore};
 
-fn cpu_seconds() -> f64 {
-    // utime + stime, fields 14 and 15 of /proc/self/stat, in clock ticks (100 Hz).
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    let after = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or_default();
-    let fields: Vec<&str> = after.split_whitespace().collect();
-    let ticks = |i: usize| {
-        fields
-            .get(i)
-            .and_then(|f| f.parse::<f64>().ok())
-            .unwrap_or(0.0)
-    };
-    (ticks(11) + ticks(12)) / 100.0
-}
-
 fn status_kib(key: &str) -> u64 {
     std::fs::read_to_string("/proc/self/status")
         .unwrap_or_default()
@@ -78,7 +64,7 @@ fn contract(i: usize) -> BuildContract {
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
-    if protobot_e2e::bench_double::serve_if_child().await {
+    if protobot_e2e::bench::serve_if_child().await {
         return;
     }
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -87,7 +73,7 @@ async fn main() {
     if std::env::var_os("KUBECONFIG").is_some() {
         return real(claimed, total).await;
     }
-    let (client, mut child) = protobot_e2e::bench_double::start().await;
+    let (client, mut child) = protobot_e2e::bench::start().await;
     measure(client, "default", "the API double", claimed, total).await;
     drop(child.stdin.take());
     let _ = child.wait();
@@ -133,7 +119,7 @@ async fn measure(client: Client, ns: &str, on: &str, claimed: usize, total: usiz
     );
     let materializer = context("materializer", "materializer", "materialize");
     let job_site = context("job-site", "bench-site", "claim");
-    let cpu0 = cpu_seconds();
+    let cpu0 = protobot_e2e::bench::cpu_seconds();
     let wall = Instant::now();
     for i in 0..claimed {
         let c = contract(i);
@@ -161,7 +147,7 @@ async fn measure(client: Client, ns: &str, on: &str, claimed: usize, total: usiz
             .unwrap();
         assert!(r.ok, "claim {i}: {:?}", r.code());
     }
-    let cpu = cpu_seconds() - cpu0;
+    let cpu = protobot_e2e::bench::cpu_seconds() - cpu0;
     println!(
         "operator on {on}: {claimed} change sets materialized and claimed: {cpu:.2} s CPU in {:.1} s wall (goal < 10 s CPU) {}",
         wall.elapsed().as_secs_f64(),

@@ -548,10 +548,26 @@ pub fn profile_with_proxy_in(text: &str, namespace: &str) -> String {
     )
 }
 
-/// The benchmarks' API double (`make bench`): served by a child process of the benchmark
-/// itself, so the double's CPU is not counted as the operator's.
-pub mod bench_double {
+/// What the benchmarks (`make bench`) share: this process's CPU time, and the API double
+/// served by a child process of the benchmark itself, so the double's CPU is not counted
+/// as the operator's.
+pub mod bench {
     use std::{io::Read, process::Stdio};
+
+    /// This process's CPU seconds so far: utime + stime, fields 14 and 15 of
+    /// `/proc/self/stat`, in clock ticks (100 Hz).
+    pub fn cpu_seconds() -> f64 {
+        let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+        let after = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or_default();
+        let fields: Vec<&str> = after.split_whitespace().collect();
+        let ticks = |i: usize| {
+            fields
+                .get(i)
+                .and_then(|f| f.parse::<f64>().ok())
+                .unwrap_or(0.0)
+        };
+        (ticks(11) + ticks(12)) / 100.0
+    }
 
     use kube::{
         Client,
@@ -611,4 +627,18 @@ pub mod bench_double {
             child,
         )
     }
+}
+
+/// The work store of the scripted scenarios' project `demo` in the cluster's namespace, as
+/// the operator's identity (leases of [`protobot_jobsite::scripted::LEASE`]).
+pub fn demo_store(cluster: &Cluster) -> std::sync::Arc<protobot_stores::KubeStore> {
+    std::sync::Arc::new(protobot_stores::KubeStore::new(
+        cluster.operator.clone(),
+        &cluster.namespace,
+        "demo",
+        protobot_stores::AdapterConfig {
+            materializer_subject: "m".into(),
+            lease_seconds: protobot_jobsite::scripted::LEASE,
+        },
+    ))
 }

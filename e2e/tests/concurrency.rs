@@ -15,7 +15,7 @@ use protobot_jobsite::{
     site::SiteAction,
 };
 use protobot_lifecycle::State;
-use protobot_stores::{AdapterConfig, KubeStore, WorkStore};
+use protobot_stores::WorkStore;
 
 const ITEMS: usize = 16;
 const SLOTS: usize = 8;
@@ -23,15 +23,7 @@ const SLOTS: usize = 8;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn eight_build_slots_build_eight_items_at_once_and_all_sixteen_once() {
     let cluster = Cluster::connect("concurrency").await;
-    let store = Arc::new(KubeStore::new(
-        cluster.operator.clone(),
-        &cluster.namespace,
-        "demo",
-        AdapterConfig {
-            materializer_subject: "m".into(),
-            lease_seconds: LEASE,
-        },
-    ));
+    let store = protobot_e2e::demo_store(&cluster);
     let items = ids(ITEMS);
     let w = world(store.clone(), &items).await;
     let slots = Arc::new(tokio::sync::Semaphore::new(SLOTS));
@@ -101,15 +93,7 @@ async fn eight_build_slots_build_eight_items_at_once_and_all_sixteen_once() {
 async fn a_replica_told_to_stop_mid_build_stops_at_a_boundary_and_another_completes_the_item_once()
 {
     let cluster = Cluster::connect("shutdown").await;
-    let store = Arc::new(KubeStore::new(
-        cluster.operator.clone(),
-        &cluster.namespace,
-        "demo",
-        AdapterConfig {
-            materializer_subject: "m".into(),
-            lease_seconds: LEASE,
-        },
-    ));
+    let store = protobot_e2e::demo_store(&cluster);
     let items = ids(1);
     let w = world(store.clone(), &items).await;
     let stop = protobot_jobsite::engine::StopSignal::new();
@@ -195,15 +179,7 @@ async fn a_dispatch_returns_while_its_builds_run_and_the_next_fills_each_freed_s
     const N: usize = 4;
     const DISPATCH_SLOTS: usize = 2;
     let cluster = Cluster::connect("dispatch").await;
-    let store = Arc::new(KubeStore::new(
-        cluster.operator.clone(),
-        &cluster.namespace,
-        "demo",
-        AdapterConfig {
-            materializer_subject: "m".into(),
-            lease_seconds: LEASE,
-        },
-    ));
+    let store = protobot_e2e::demo_store(&cluster);
     let items = ids(N);
     let w = world(store.clone(), &items).await;
     let slots = Arc::new(tokio::sync::Semaphore::new(DISPATCH_SLOTS));

@@ -15,9 +15,9 @@ use protobot_controller::{
 use protobot_e2e::{Cluster, timeout};
 use protobot_jobsite::{
     builds::Builds,
-    scripted::{LEASE, SiteOptions, ids, merges_on_main, site, world},
+    scripted::{SiteOptions, ids, merges_on_main, site, world},
 };
-use protobot_stores::{AdapterConfig, KubeStore, kubernetes::item_name};
+use protobot_stores::kubernetes::item_name;
 
 async fn until<F: Fn(&BuildWorkItem) -> bool>(
     items: &Api<BuildWorkItem>,
@@ -45,15 +45,7 @@ async fn until<F: Fn(&BuildWorkItem) -> bool>(
 async fn each_item_is_guarded_until_it_completes_and_a_ready_one_wakes_its_project() {
     let cluster = Cluster::connect("items").await;
     let ns = cluster.namespace.clone();
-    let store = Arc::new(KubeStore::new(
-        cluster.operator.clone(),
-        &ns,
-        "demo",
-        AdapterConfig {
-            materializer_subject: "m".into(),
-            lease_seconds: LEASE,
-        },
-    ));
+    let store = protobot_e2e::demo_store(&cluster);
     let items = ids(2);
     let w = world(store.clone(), &items).await;
 

@@ -22,15 +22,7 @@ const ITEMS: usize = 50;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_replicas_claim_and_merge_fifty_change_sets_once_and_survive_a_killed_replica() {
     let cluster = Cluster::connect("replicas").await;
-    let store = Arc::new(KubeStore::new(
-        cluster.operator.clone(),
-        &cluster.namespace,
-        "demo",
-        AdapterConfig {
-            materializer_subject: "m".into(),
-            lease_seconds: LEASE,
-        },
-    ));
+    let store = protobot_e2e::demo_store(&cluster);
     let items = ids(ITEMS);
     let w = world(store.clone(), &items).await;
     // replica-3 dies right after its first tests-pass, holding a lease.

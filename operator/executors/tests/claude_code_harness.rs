@@ -25,10 +25,7 @@ mod proxied;
 
 use std::path::PathBuf;
 
-use protobot_jobsite::{
-    escalation::{MODEL_FAILURE_FILE, ModelFailure},
-    executor::Termination,
-};
+use protobot_jobsite::escalation::ModelFailure;
 use protobot_model_double::{Scenario, Script, Step, ToolCall};
 use protobot_repo::{
     bundle::collect_bundle,
@@ -326,62 +323,16 @@ async fn claude_code_as_worker_a_gets_the_test_instructions_and_the_tasks_model_
     assert!(!prompt.contains("You are Worker B"));
     // Worker A never sees the implementation, and its test comes back accepted.
     assert!(!report.dest.join("src/README").exists());
-    let bundle = collect_bundle(
-        &out.out_dir.join("worker"),
-        &report.record,
-        &BundleLimits::default(),
-    )
-    .unwrap();
-    let accepted = accept_bundle(bundle, &report.record, &BundleLimits::default())
-        .unwrap_or_else(|r| panic!("the bundle was refused: {r:?}"));
-    let paths: Vec<_> = accepted
-        .bundle()
-        .commits
-        .iter()
-        .flat_map(|c| c.changes.iter().map(|ch| ch.path.clone()))
-        .collect();
-    assert_eq!(paths, ["tests/greet_args.sh"]);
+    assert_eq!(harness.bundle_paths(&out), ["tests/greet_args.sh"]);
 }
 
-/// A scenario that creates `src/greet.sh` and stops, after the model answers
-/// `failures` first.
+/// Creating `src/greet.sh`, after the model answers `failures` first.
 fn greet_with_outage(failures: Vec<u16>) -> Script {
-    Script {
-        scenarios: vec![Scenario {
-            marker: format!("worker-b for {WORK_ITEM}"),
-            failures,
-            steps: vec![
-                Step::ToolCalls {
-                    calls: vec![ToolCall {
-                        name: "Edit".into(),
-                        arguments: json!({"file_path": "/workspace/src/greet.sh", "old_string": "", "new_string": GREET}),
-                    }],
-                },
-                Step::Text {
-                    text: "Implemented REQ-GREET-00001 in src/greet.sh.".into(),
-                },
-            ],
-        }],
-    }
-}
-
-/// The paths a run's accepted bundle changes.
-fn bundle_paths(harness: &Harness, out: &protobot_jobsite::executor::RunOutput) -> Vec<String> {
-    let record = &harness.report.record;
-    let bundle = collect_bundle(
-        &out.out_dir.join("worker"),
-        record,
-        &BundleLimits::default(),
-    )
-    .unwrap();
-    let accepted = accept_bundle(bundle, record, &BundleLimits::default())
-        .unwrap_or_else(|r| panic!("the bundle was refused: {r:?}"));
-    accepted
-        .bundle()
-        .commits
-        .iter()
-        .flat_map(|c| c.changes.iter().map(|ch| ch.path.clone()))
-        .collect()
+    let write = ToolCall {
+        name: "Edit".into(),
+        arguments: json!({"file_path": "/workspace/src/greet.sh", "old_string": "", "new_string": GREET}),
+    };
+    proxied::harness::one_edit_after_outage(WORK_ITEM, write, failures)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -391,18 +342,14 @@ async fn claude_code_rides_out_a_brief_model_outage_with_its_own_retries() {
     else {
         return;
     };
-    let out = harness.run_ok().await;
-    assert_eq!(harness.proxy.double.failures_answered(), 2);
-    assert!(!out.out_dir.join(MODEL_FAILURE_FILE).exists());
-    assert_eq!(bundle_paths(&harness, &out), ["src/greet.sh"]);
+    harness.assert_rides_out(2, &["src/greet.sh"]).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn claude_code_reports_an_outage_it_cannot_ride_out_and_the_job_sites_retry_succeeds() {
     let test = "claude_code_harness_long_outage";
-    // Claude Code's own retries back off for minutes (10 by default); the
-    // class lets it retry twice, as a platform would that leaves retrying to
-    // the Job Site.
+    // Claude Code's own retries back off for minutes (10 by default); the class lets it
+    // retry twice, as a platform would that leaves retrying to the Job Site.
     let Some(harness) = prepare_with(
         test,
         Role::WorkerB,
@@ -414,37 +361,16 @@ async fn claude_code_reports_an_outage_it_cannot_ride_out_and_the_job_sites_retr
     else {
         return;
     };
-    let failed = harness.run().await;
-    assert_eq!(
-        failed.termination,
-        Termination::Exited { code: 2 },
-        "{}",
-        failed.stderr_tail
-    );
-    let answered = harness.proxy.double.failures_answered();
+    // A 5xx: retried by the Job Site on the same tier after a backoff.
+    let answered = harness
+        .assert_reports_outage_then_recovers(
+            ModelFailure::Status(503),
+            "model-network",
+            &["src/greet.sh"],
+        )
+        .await;
     assert_eq!(
         answered, 3,
         "Claude Code tried once and retried twice (PROTOBOT_MODEL_RETRIES=2)"
     );
-    // The harness said why, in the shape the Job Site reads: a 5xx, retried
-    // on the same tier after a backoff.
-    let report = std::fs::read(failed.out_dir.join(MODEL_FAILURE_FILE)).unwrap_or_else(|e| {
-        panic!(
-            "no {MODEL_FAILURE_FILE} ({e}); stderr: {}",
-            failed.stderr_tail
-        )
-    });
-    let failure = ModelFailure::from_report(&report).unwrap();
-    assert_eq!(failure, ModelFailure::Status(503));
-    assert_eq!(failure.attempt_label(), Some("model-network"));
-    assert!(
-        !failed.out_dir.join("worker").exists(),
-        "no bundle from a failed run"
-    );
-
-    // The model recovers; the Job Site's retry of the same cycle succeeds.
-    harness.proxy.double.end_outage();
-    let retried = harness.run_ok().await;
-    assert!(!retried.out_dir.join(MODEL_FAILURE_FILE).exists());
-    assert_eq!(bundle_paths(&harness, &retried), ["src/greet.sh"]);
 }

@@ -8,12 +8,17 @@ use std::{
 };
 
 use protobot_executors::{BubblewrapConfig, BubblewrapExecutor, LocalEgress};
-use protobot_jobsite::executor::{Executor, Limits, RunOutput, RunSpec, SandboxRole, Termination};
-use protobot_model_double::Script;
+use protobot_jobsite::{
+    escalation::{MODEL_FAILURE_FILE, ModelFailure},
+    executor::{Executor, Limits, RunOutput, RunSpec, SandboxRole, Termination},
+};
+use protobot_model_double::{Scenario, Script, Step, ToolCall};
 use protobot_repo::{
+    bundle::collect_bundle,
     catalog::ChangeScope,
     export::{ExportReport, ExportRequest, export_projection},
     role::Role,
+    validate::{Limits as BundleLimits, accept_bundle},
 };
 use serde_json::json;
 use tokio::sync::watch;
@@ -218,5 +223,99 @@ impl Harness {
             out.stderr_tail
         );
         out
+    }
+}
+
+impl Harness {
+    /// The paths the accepted bundle of `out` changes (a refused bundle panics).
+    pub fn bundle_paths(&self, out: &RunOutput) -> Vec<String> {
+        let record = &self.report.record;
+        let bundle = collect_bundle(
+            &out.out_dir.join("worker"),
+            record,
+            &BundleLimits::default(),
+        )
+        .unwrap();
+        let accepted = accept_bundle(bundle, record, &BundleLimits::default())
+            .unwrap_or_else(|r| panic!("the bundle was refused: {r:?}"));
+        accepted
+            .bundle()
+            .commits
+            .iter()
+            .flat_map(|c| c.changes.iter().map(|ch| ch.path.clone()))
+            .collect()
+    }
+
+    /// A brief outage the CLI rides out with its own retries: the run exits 0, writes no
+    /// model-failure report, the double answered `failures` failures, and the bundle
+    /// changes `paths`.
+    pub async fn assert_rides_out(&self, failures: usize, paths: &[&str]) {
+        let out = self.run_ok().await;
+        assert_eq!(self.proxy.double.failures_answered(), failures);
+        assert!(!out.out_dir.join(MODEL_FAILURE_FILE).exists());
+        assert_eq!(self.bundle_paths(&out), paths);
+    }
+
+    /// An outage longer than the CLI's own retries: the run exits 2 with a model-failure
+    /// report the Job Site reads as `expected`, transient under `label`, and brings no
+    /// bundle; once the outage ends, the same run again (the Job Site's retry of the
+    /// cycle) succeeds with a bundle changing `paths`. Returns how many failures the
+    /// double answered to the failed run.
+    pub async fn assert_reports_outage_then_recovers(
+        &self,
+        expected: ModelFailure,
+        label: &str,
+        paths: &[&str],
+    ) -> usize {
+        let failed = self.run().await;
+        assert_eq!(
+            failed.termination,
+            Termination::Exited { code: 2 },
+            "{}",
+            failed.stderr_tail
+        );
+        let answered = self.proxy.double.failures_answered();
+        let report = std::fs::read(failed.out_dir.join(MODEL_FAILURE_FILE)).unwrap_or_else(|e| {
+            panic!(
+                "no {MODEL_FAILURE_FILE} ({e}); stderr: {}",
+                failed.stderr_tail
+            )
+        });
+        let failure = ModelFailure::from_report(&report).unwrap();
+        assert_eq!(failure, expected);
+        assert_eq!(failure.attempt_label(), Some(label));
+        assert!(
+            failed.stderr_tail.contains("its model request failed"),
+            "{}",
+            failed.stderr_tail
+        );
+        assert!(
+            !failed.out_dir.join("worker").exists(),
+            "no bundle from a failed run"
+        );
+
+        self.proxy.double.end_outage();
+        let retried = self.run_ok().await;
+        assert!(!retried.out_dir.join(MODEL_FAILURE_FILE).exists());
+        assert_eq!(self.bundle_paths(&retried), paths);
+        assert_eq!(self.proxy.double.failures_answered(), answered);
+        answered
+    }
+}
+
+/// Worker B's scenario for `work_item`: one tool call (`write`, the CLI's way of creating
+/// `src/greet.sh`), then a closing text, after the model answers `failures` first.
+pub fn one_edit_after_outage(work_item: &str, write: ToolCall, failures: Vec<u16>) -> Script {
+    Script {
+        scenarios: vec![Scenario {
+            marker: format!("worker-b for {work_item}"),
+            failures,
+            steps: vec![
+                Step::ToolCalls { calls: vec![write] },
+                Step::Text {
+                    text: "Implemented REQ-GREET-00001 in src/greet.sh.".into(),
+                },
+            ],
+        }],
     }
 }
