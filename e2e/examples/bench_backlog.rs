@@ -30,6 +30,19 @@ const IDLE_DISPATCHES: usize = 20;
 /// clock's 10 ms ticks resolve them).
 const CACHED_DISPATCHES: usize = 1_000;
 
+/// The Kubernetes store of the project `demo` in `ns`.
+fn demo_store(client: &Client, ns: &str) -> KubeStore {
+    KubeStore::new(
+        client.clone(),
+        ns,
+        "demo",
+        AdapterConfig {
+            materializer_subject: "m".into(),
+            lease_seconds: LEASE,
+        },
+    )
+}
+
 /// One replica with eight build slots, no Inspector, `new` items in progress at most.
 fn options(new: usize) -> SiteOptions {
     SiteOptions {
@@ -45,15 +58,7 @@ fn options(new: usize) -> SiteOptions {
 /// listing through the API and reading the watch cache, in a namespace holding
 /// `completed` finished items.
 async fn measure(client: &Client, ns: &str, completed: usize, new: usize) -> (f64, f64, f64) {
-    let store = Arc::new(KubeStore::new(
-        client.clone(),
-        ns,
-        "demo",
-        AdapterConfig {
-            materializer_subject: "m".into(),
-            lease_seconds: LEASE,
-        },
-    ));
+    let store = Arc::new(demo_store(client, ns));
     let items = ids(new);
     let w = world(store.clone(), &items).await;
     if completed > 0 {
@@ -108,18 +113,7 @@ async fn measure(client: &Client, ns: &str, completed: usize, new: usize) -> (f6
         .for_each(|_| async {}),
     );
     reader.wait_until_ready().await.unwrap();
-    let cached = Arc::new(
-        KubeStore::new(
-            client.clone(),
-            ns,
-            "demo",
-            AdapterConfig {
-                materializer_subject: "m".into(),
-                lease_seconds: LEASE,
-            },
-        )
-        .with_item_cache(reader),
-    );
+    let cached = Arc::new(demo_store(client, ns).with_item_cache(reader));
     let from_cache = Arc::new(site_on(&w, cached, options(new)));
     let cpu = protobot_e2e::bench::cpu_seconds();
     for _ in 0..CACHED_DISPATCHES {

@@ -42,15 +42,13 @@ use protobot_controller::{
     jobsite::{ClaimSweeps, Settings},
     metrics::JobSiteMetrics,
 };
+use protobot_demo::example::{INTEGRATION, WORKER_A, WORKER_B, author};
 use protobot_e2e::{
     Cluster, LOCAL_REPOSITORIES, NoCounts, bwrap_installed, create_object, timeout, worker_class,
 };
 use protobot_executors::{BubblewrapConfig, LocalExecutor};
 use protobot_forge::metrics::{ForgeMetrics, Outcome};
-use protobot_jobsite::{
-    example::{INTEGRATION, WORKER_A, WORKER_B, author},
-    testing::git,
-};
+use protobot_jobsite::testing::git;
 use serde_json::json;
 use support::{Fake, OWNER, REPO};
 

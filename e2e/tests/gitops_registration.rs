@@ -483,7 +483,7 @@ async fn example_project(scenario: &str) -> (Cluster, tempfile::TempDir, std::pa
     let cluster = Cluster::connect(scenario).await;
     let tmp = tempfile::tempdir().unwrap();
     let (work, origin) = (tmp.path().join("work"), tmp.path().join("origin.git"));
-    protobot_jobsite::example::author(&work, &origin).unwrap();
+    protobot_demo::example::author(&work, &origin).unwrap();
     create_project(
         &cluster,
         "cli-sync",
@@ -689,7 +689,7 @@ async fn a_bug_report_naming_an_unknown_requirement_is_reported_and_materializes
 /// the workers' judgment.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_applied_bug_report_is_built_to_completed_by_the_in_cluster_job_site() {
-    use protobot_jobsite::example::{INTEGRATION, WORKER_A, WORKER_B};
+    use protobot_demo::example::{INTEGRATION, WORKER_A, WORKER_B};
     if !bwrap_installed() {
         return;
     }
@@ -697,7 +697,7 @@ async fn an_applied_bug_report_is_built_to_completed_by_the_in_cluster_job_site(
     let (client, ns) = (cluster.client.clone(), cluster.namespace.clone());
     let tmp = tempfile::tempdir().unwrap();
     let (work, origin) = (tmp.path().join("work"), tmp.path().join("origin.git"));
-    protobot_jobsite::example::author(&work, &origin).unwrap();
+    protobot_demo::example::author(&work, &origin).unwrap();
     let class = |script: &str| json!({"command": ["sh", "-c", script], "image": null}).to_string();
     let maps: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::namespaced(client.clone(), &ns);
     maps.create(
@@ -1110,7 +1110,7 @@ async fn a_bug_report_applied_before_its_project_is_registered_when_the_project_
     let cluster = Cluster::connect("bug-order").await;
     let tmp = tempfile::tempdir().unwrap();
     let (work, origin) = (tmp.path().join("work"), tmp.path().join("origin.git"));
-    protobot_jobsite::example::author(&work, &origin).unwrap();
+    protobot_demo::example::author(&work, &origin).unwrap();
     create_bug(&cluster, "gh-1", "GH-1", &["REQ-CLI-00001"]).await;
     let registry = prometheus::Registry::new();
     let metrics = protobot_controller::metrics::JobSiteMetrics::register(

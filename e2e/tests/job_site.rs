@@ -12,9 +12,9 @@ use protobot_api::{
     BuildWorkItem, ChangeSet, ConditionStatus, InspectionRun, LifecycleState, Project,
 };
 use protobot_controller::jobsite::{Settings, run};
+use protobot_demo::example::{INTEGRATION, WORKER_A, WORKER_B, author};
 use protobot_e2e::{Cluster, bwrap_installed, create_object, timeout, worker_class};
 use protobot_executors::{BubblewrapConfig, LocalExecutor};
-use protobot_jobsite::example::{INTEGRATION, WORKER_A, WORKER_B, author};
 use serde_json::json;
 
 #[path = "../../operator/repo/tests/support/git_servers.rs"]

@@ -34,9 +34,9 @@ use std::{
 
 use clap::{Args, ValueEnum};
 use jiff::{SignedDuration, Timestamp};
+use protobot_demo::authoring::git;
 use protobot_executors::{BubblewrapConfig, LocalExecutor};
 use protobot_jobsite::{
-    authoring::git,
     contract::{BuildContract, Intake, build},
     engine::{BuildReport, Engine, EngineConfig, WorkerClass},
     executor::Limits,
@@ -49,7 +49,7 @@ use protobot_lifecycle::{AuthorizationContext, State};
 use protobot_stores::{AdapterConfig, SqliteStore, WorkStore};
 use serde::Serialize;
 
-use protobot_jobsite::example::{INSPECTOR, INTEGRATION, PROJECT, WORKER_A, WORKER_B, author};
+use protobot_demo::example::{INSPECTOR, INTEGRATION, PROJECT, WORKER_A, WORKER_B, author};
 
 /// Report format.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -139,7 +139,7 @@ struct Evidence {
 #[derive(Debug, thiserror::Error)]
 enum DemoError {
     #[error(transparent)]
-    Example(#[from] protobot_jobsite::example::ExampleError),
+    Example(#[from] protobot_demo::example::ExampleError),
     #[error("failed to prepare {path}: {source}")]
     Io {
         path: PathBuf,

@@ -30,15 +30,13 @@ use std::{
     path::{Path, PathBuf},
 };
 
+use protobot_demo::example::{INSPECTOR, WORKER_A, WORKER_B};
 use protobot_egress::{
     Broker, Credential, CredentialStore, EgressMetrics, EgressPolicy, Limits, SessionRegistry,
     SessionSecret, Upstream, server::serve,
 };
 use protobot_executors::LocalEgress;
-use protobot_jobsite::{
-    engine::WorkerClass,
-    example::{INSPECTOR, WORKER_A, WORKER_B},
-};
+use protobot_jobsite::engine::WorkerClass;
 use protobot_model_double::{ModelDouble, Recorded, Scenario, Script, Step, ToolCall};
 use serde_json::json;
 use tokio::net::TcpListener;

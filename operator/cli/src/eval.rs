@@ -21,6 +21,7 @@ use std::{
 };
 
 use clap::Args;
+use protobot_demo::example::{PROJECT, REQUIREMENTS, VISIBLE_CHECKS};
 use protobot_eval::{
     evidence::{
         CheckOutcome, EgressDecision, GateEvidence, InspectionEvidence, JobSiteRun, ModelRequest,
@@ -35,7 +36,6 @@ use protobot_eval::{
 };
 use protobot_jobsite::{
     engine::InspectionReport,
-    example::{PROJECT, REQUIREMENTS, VISIBLE_CHECKS},
     inspection::{ProducerKind, parse_report},
     triage::TestResult,
 };

@@ -699,7 +699,7 @@ fn protobot_run_builds_a_change_set_of_your_repository_with_your_harness() {
         eprintln!("skipping: bubblewrap is not installed");
         return;
     }
-    use protobot_jobsite::example::{INTEGRATION, WORKER_A, WORKER_B, author};
+    use protobot_demo::example::{INTEGRATION, WORKER_A, WORKER_B, author};
     let tmp = tempfile::tempdir().unwrap();
     let (work, origin) = (tmp.path().join("work"), tmp.path().join("origin.git"));
     author(&work, &origin).unwrap();

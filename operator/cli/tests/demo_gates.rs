@@ -17,10 +17,8 @@ use std::{
     process::Command,
 };
 
-use protobot_jobsite::{
-    example::{INSPECTOR, VISIBLE_CHECKS, WORKER_A, WORKER_B},
-    inspection::{ProducerKind, parse_report},
-};
+use protobot_demo::example::{INSPECTOR, VISIBLE_CHECKS, WORKER_A, WORKER_B};
+use protobot_jobsite::inspection::{ProducerKind, parse_report};
 
 struct Workspace {
     _tmp: tempfile::TempDir,

@@ -34,8 +34,8 @@ use std::{process::Child, time::Duration};
 
 use kube::Api;
 use protobot_api::{BuildWorkItem, ChangeSet, ConditionStatus, LifecycleState, Project};
+use protobot_demo::example::{INTEGRATION, WORKER_A, WORKER_B, author};
 use protobot_e2e::{create_object, real, timeout, worker_class};
-use protobot_jobsite::example::{INTEGRATION, WORKER_A, WORKER_B, author};
 use serde_json::{Value, json};
 
 #[path = "support/conformance_job.rs"]

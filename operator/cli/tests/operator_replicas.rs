@@ -22,8 +22,8 @@ use std::{
 
 use kube::{Api, api::ResourceExt};
 use protobot_api::{BuildWorkItem, ChangeSet, LifecycleState, Project};
+use protobot_demo::example::{INTEGRATION, WORKER_A, WORKER_B, author};
 use protobot_e2e::{Cluster, create_object, worker_class};
-use protobot_jobsite::example::{INTEGRATION, WORKER_A, WORKER_B, author};
 use serde_json::json;
 #[path = "support/admin_http.rs"]
 mod admin_http;

@@ -294,7 +294,7 @@ async fn without_its_runtime_class_the_profile_fails_naming_it_and_the_project_s
     // The operator's Project controller reads the stored report and names what is missing.
     let tmp = s.tmp.path();
     let origin = tmp.join("origin.git");
-    protobot_jobsite::example::author(&tmp.join("author"), &origin).unwrap();
+    protobot_demo::example::author(&tmp.join("author"), &origin).unwrap();
     let operator_kubeconfig = tmp.join("operator.kubeconfig");
     std::fs::write(
         &operator_kubeconfig,

@@ -36,12 +36,12 @@ use k8s_openapi::api::{
 use kube::{Api, Client};
 use protobot_api::{BuildWorkItem, ChangeSet, InspectionRun, Project};
 use protobot_controller::jobsite::{Settings, run};
+use protobot_demo::example::{INTEGRATION, WORKER_A, WORKER_B, author};
 use protobot_e2e::{Cluster, create_object, worker_class};
 use protobot_egress::{
     Broker, Credential, CredentialStore, EgressMetrics, EgressPolicy, Limits, SessionRegistry,
     SessionSecret, Upstream, server::serve,
 };
-use protobot_jobsite::example::{INTEGRATION, WORKER_A, WORKER_B, author};
 use protobot_kube_executor::{
     KubeExecutorConfig, KubernetesExecutor, SandboxProfile, StagingOwnership, StagingVolume,
 };

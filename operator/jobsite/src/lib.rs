@@ -14,19 +14,14 @@
 //! - [`landing`]: how `merging` lands (direct push, or a pull request on a forge).
 //!
 //! The engine itself is [`engine`] (one module per stage) over [`site`] (one pass: reconcile,
-//! resume, dispatch). The bundled `cli-sync` example and its authoring harness (`example`,
-//! `authoring`) shell out to git for `protobot demo`, `protobot eval` and tests: they are
-//! compiled only with the `demo` feature (and `test-support`), never into the engine's use.
+//! resume, dispatch) and [`builds`] (each build a task of its own). The bundled `cli-sync`
+//! example and its authoring harness, which shell out to git, live in `protobot-demo`.
 
-#[cfg(feature = "demo")]
-pub mod authoring;
 pub mod builds;
 pub mod contract;
 pub mod dispatch;
 pub mod engine;
 pub mod escalation;
-#[cfg(feature = "demo")]
-pub mod example;
 pub mod executor;
 pub mod inspection;
 pub mod intake;

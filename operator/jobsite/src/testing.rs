@@ -4,7 +4,7 @@
 //! the controller tests; never part of a production build.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use crate::authoring;
+use protobot_demo::authoring;
 
 /// `authoring::git`, panicking on failure (tests).
 pub fn git(dir: &std::path::Path, args: &[&str]) -> String {

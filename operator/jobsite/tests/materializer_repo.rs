@@ -118,7 +118,7 @@ fn touched_paths_come_from_the_test_catalog_and_bugs_must_name_active_requiremen
     use protobot_jobsite::materializer::{BugIntake, read_bug_facts};
     let tmp = tempfile::tempdir().unwrap();
     let (work, origin) = (tmp.path().join("work"), tmp.path().join("origin.git"));
-    let merge = protobot_jobsite::example::author(&work, &origin).unwrap();
+    let merge = protobot_demo::example::author(&work, &origin).unwrap();
     let facts = read_facts(&work, &registration("CS-00001", Some(merge))).unwrap();
     assert_eq!(
         facts.touched_paths,
