@@ -14,7 +14,8 @@ struct Args {
     /// Address to listen on (port 0 picks one).
     #[arg(long, default_value = "127.0.0.1:0")]
     listen: SocketAddr,
-    /// The script: {"scenarios": [{"marker", "steps": [...]}]}.
+    /// The script: {"scenarios": [{"marker", "steps": [...], "failures": [429, 503]}]}
+    /// (failures, optional: HTTP statuses answered before the steps, a scripted outage).
     #[arg(long)]
     script: PathBuf,
     /// Append every request as a JSON line to this file.
