@@ -85,6 +85,17 @@ async fn eight_build_slots_build_eight_items_at_once_and_all_sixteen_once() {
         ITEMS,
         "each item merged exactly once: {merges:?}"
     );
+    // Each landing moved main under the builds still in flight; they merged it in and
+    // reran the integration gate, but their Workers' work stood: one Worker B run per
+    // item, so the builds did not land one Worker cycle apart.
+    let worker_b_runs = replica
+        .engine
+        .executor
+        .runs()
+        .iter()
+        .filter(|r| r.role == protobot_jobsite::executor::SandboxRole::WorkerB)
+        .count();
+    assert_eq!(worker_b_runs, ITEMS, "Worker B reran after a landing race");
     assert_eq!(slots.available_permits(), SLOTS);
     cluster.cleanup().await;
 }

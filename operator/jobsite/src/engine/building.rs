@@ -34,7 +34,11 @@ impl<S: WorkStore, E: Executor> Engine<S, E> {
         let attempts = &record.attempts;
         let head = self.head(item).await?;
         // Resume: the last cycle passed and the product is unchanged since (a crash
-        // before tests-pass, or a landing race that sent the item back).
+        // before tests-pass), or changed only by the default branch merged into it (a
+        // landing race that sent the item back: after a passed cycle nothing but the
+        // revalidation merges of `inspecting` adds to the work-item branch). Either way
+        // the Workers' work stands; `inspecting` merges the moved branch in and reruns the
+        // integration gate on the merged tree before anything lands.
         let passed = attempts.last().filter(|a| a.outcome == "passed");
         let unchanged = match passed.and_then(|a| Oid::from_str(&a.candidate_commit).ok()) {
             Some(candidate) => {
@@ -42,7 +46,11 @@ impl<S: WorkStore, E: Executor> Engine<S, E> {
                     let before = product_tree_digest(repo, candidate).ok();
                     let now = product_tree_digest(repo, head)
                         .map_err(git_err("compute the product tree digest"))?;
-                    Ok(before == Some(now))
+                    // The candidate may not be in this clone (another Job Site built it):
+                    // then nothing is known about it and the cycle runs.
+                    let absorbed_main = head != candidate
+                        && repo.graph_descendant_of(head, candidate).unwrap_or(false);
+                    Ok(before == Some(now) || absorbed_main)
                 })
                 .await?
             }
