@@ -1156,11 +1156,7 @@ pub async fn run<E: Executor + Send + Sync + 'static>(
         ),
         {
             let stop = settings.stop.clone();
-            async move {
-                while !stop.is_raised() {
-                    tokio::time::sleep(Duration::from_millis(200)).await;
-                }
-            }
+            async move { stop.raised().await }
         },
         (item_cache.clone(), item_writer),
     ));

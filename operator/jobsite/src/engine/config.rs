@@ -129,8 +129,14 @@ impl EngineConfig {
 
 /// Raised when the process shuts down (SIGTERM, SIGINT): engines stop at their next effect
 /// boundary and Job Sites claim nothing more. Shared by every engine of a process.
-#[derive(Clone, Debug, Default)]
-pub struct StopSignal(Arc<std::sync::atomic::AtomicBool>);
+#[derive(Clone, Debug)]
+pub struct StopSignal(Arc<tokio::sync::watch::Sender<bool>>);
+
+impl Default for StopSignal {
+    fn default() -> Self {
+        StopSignal(Arc::new(tokio::sync::watch::Sender::new(false)))
+    }
+}
 
 impl StopSignal {
     /// A signal not raised yet.
@@ -140,12 +146,19 @@ impl StopSignal {
 
     /// Raises it (idempotent).
     pub fn raise(&self) {
-        self.0.store(true, std::sync::atomic::Ordering::Release);
+        self.0.send_replace(true);
     }
 
     /// Whether it was raised.
     pub fn is_raised(&self) -> bool {
-        self.0.load(std::sync::atomic::Ordering::Acquire)
+        *self.0.borrow()
+    }
+
+    /// Resolves once it is raised (at once if it already was).
+    pub async fn raised(&self) {
+        let mut rx = self.0.subscribe();
+        // The sender lives in `self`: the channel cannot close while we wait.
+        let _ = rx.wait_for(|raised| *raised).await;
     }
 }
 
@@ -160,6 +173,21 @@ mod tests {
             egress,
             tiers: Default::default(),
         }
+    }
+
+    #[tokio::test]
+    async fn a_stop_signal_wakes_its_waiters_once_raised_and_stays_raised() {
+        let stop = StopSignal::new();
+        let waiter = tokio::spawn({
+            let stop = stop.clone();
+            async move { stop.raised().await }
+        });
+        tokio::task::yield_now().await;
+        assert!(!stop.is_raised() && !waiter.is_finished());
+        stop.raise();
+        waiter.await.unwrap();
+        assert!(stop.is_raised());
+        stop.raised().await;
     }
 
     #[test]
