@@ -96,8 +96,28 @@ kube-up: ## start the real API server on loopback (builds it once, cached in .to
 	@scripts/kube-test-env up
 
 .PHONY: kube-down
-kube-down: ## stop what kube-up started
-	@scripts/kube-test-env down
+kube-down: ## stop what kube-up and node-up started (a node: then check the host holds nothing of it)
+	@if [ -f "$${PROTOBOT_TOOLS:-.tools}/kube-env/node/started" ]; then \
+	  scripts/kube-node down && scripts/kube-test-env down && scripts/kube-node check-clean; \
+	else scripts/kube-test-env down; fi
+
+## A real node (containerd with runc and gVisor, kubelet, kube-scheduler, kube-proxy, kube-router, CoreDNS)
+.PHONY: node-up
+node-up: ## start the control plane and a real node on this machine (root; builds once, cached); last line KUBECONFIG=...
+	@scripts/install-helm.sh .tools
+	@scripts/kube-node up
+
+.PHONY: node-down
+node-down: ## stop the node, remove every trace of it from the host (the control plane keeps running)
+	@scripts/kube-node down
+	@scripts/kube-node check-clean
+
+.PHONY: e2e-node
+e2e-node: ## the real-node scenarios (pods in gVisor and runc, helm install for real); starts the node when needed
+	@scripts/install-helm.sh .tools
+	kubeconfig=$$(scripts/kube-node up | tail -1); \
+	  KUBECONFIG=$${kubeconfig#KUBECONFIG=} PROTOBOT_REQUIRE_NODE=1 HELM=$(abspath .tools/helm) \
+	  $(CARGO) nextest run -p protobot-cli --no-fail-fast -E 'binary(real_node)'
 
 .PHONY: e2e-real
 e2e-real: ## the e2e scenarios against the real API server, the operator under the chart's RBAC (starts it when needed)

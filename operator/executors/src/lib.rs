@@ -42,7 +42,7 @@ pub mod tree;
 pub use bubblewrap::{BubblewrapConfig, BubblewrapExecutor, SandboxIdentity};
 pub use conformance::{
     BackendIdentity, Capability, ConformanceCheck, ConformanceReport, ConformantExecutor,
-    SandboxBackend, run_broker_checks, run_conformance,
+    PROBE_MARKER_ENV, ProbeProcesses, SandboxBackend, run_broker_checks, run_conformance,
 };
 pub use egress::LocalEgress;
 pub use insecure::{InsecureProcessExecutor, LocalExecutor};

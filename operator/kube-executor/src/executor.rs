@@ -1117,6 +1117,40 @@ impl SandboxBackend for KubernetesExecutor {
     fn broker_probe_proxy(&self) -> Option<String> {
         self.broker().ok()
     }
+
+    /// The pod of the probe run: found by the marker in its sandbox container's environment
+    /// among this executor's pods. From the conformance Job's own pod the probe's processes
+    /// are in another PID namespace (and under gVisor another kernel); the pod object goes
+    /// only once the kubelet has ended its containers.
+    fn probe_processes(
+        &self,
+        marker: &str,
+    ) -> impl std::future::Future<Output = protobot_executors::ProbeProcesses> + Send {
+        let pods = self.pods();
+        let selector = format!(
+            "{LABEL_MANAGED_BY}={MANAGED_BY},{LABEL_EXECUTOR}={}",
+            self.inner.config.instance
+        );
+        let wanted = manifest::literal(marker);
+        async move {
+            let alive = match pods.list(&ListParams::default().labels(&selector)).await {
+                Ok(list) => list.items.iter().any(|pod| {
+                    pod.spec.iter().flat_map(|s| &s.containers).any(|c| {
+                        c.env.iter().flatten().any(|e| {
+                            e.name == protobot_executors::PROBE_MARKER_ENV
+                                && e.value.as_deref() == Some(wanted.as_str())
+                        })
+                    })
+                }),
+                // Unknown: counted as alive, so the check fails closed rather than passing.
+                Err(e) => {
+                    tracing::warn!("listing sandbox pods for SB-LIFE-001 failed: {e}");
+                    true
+                }
+            };
+            protobot_executors::ProbeProcesses::Sandbox { alive }
+        }
+    }
 }
 
 impl KubernetesExecutor {

@@ -8,7 +8,7 @@ use k8s_openapi::{
     api::{
         core::v1::{
             Capabilities, Container, EmptyDirVolumeSource, EnvVar, LocalObjectReference,
-            PersistentVolumeClaimVolumeSource, Pod, PodSecurityContext, PodSpec,
+            PersistentVolumeClaimVolumeSource, Pod, PodDNSConfig, PodSecurityContext, PodSpec,
             ResourceRequirements, SeccompProfile, SecurityContext, Volume, VolumeMount,
         },
         networking::v1::{
@@ -157,6 +157,13 @@ pub enum BuildError {
         "sandbox.denied: the run's command or environment contains a credential sentinel; credentials never enter a sandbox"
     )]
     Credential,
+}
+
+/// `s` as Kubernetes must be given it to pass it on unchanged: the kubelet expands `$(NAME)`
+/// in a container's command, args and env values and reads `$$` as `$`, so every `$` is
+/// doubled (a script's `$$` or `$(cmd)` reaches the shell as written).
+pub fn literal(s: &str) -> String {
+    s.replace('$', "$$")
 }
 
 /// The role's label value (its serde name).
@@ -331,7 +338,7 @@ pub fn build_pod(
     .into_iter()
     .map(|(k, v)| EnvVar {
         name: k.to_owned(),
-        value: Some(v.to_owned()),
+        value: Some(literal(v)),
         value_from: None,
     })
     .collect();
@@ -345,27 +352,31 @@ pub fn build_pod(
         ] {
             env.push(EnvVar {
                 name: k.to_owned(),
-                value: Some(v),
+                value: Some(literal(&v)),
                 value_from: None,
             });
         }
     }
     env.extend(spec.env.iter().map(|(k, v)| EnvVar {
         name: k.clone(),
-        value: Some(v.clone()),
+        value: Some(literal(v)),
         value_from: None,
     }));
-    let resources: BTreeMap<String, Quantity> = [
-        ("cpu", format!("{}m", profile.cpu_millis())),
-        ("memory", spec.limits.memory_bytes.to_string()),
-        (
-            "ephemeral-storage",
-            profile.ephemeral_storage_bytes().to_string(),
-        ),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_owned(), Quantity(v)))
-    .collect();
+    // Memory and disk: request = limit. CPU: the profile's request (a share of a node's
+    // cores), its limit the ceiling.
+    let resources = |cpu_millis: u64| -> BTreeMap<String, Quantity> {
+        [
+            ("cpu", format!("{cpu_millis}m")),
+            ("memory", spec.limits.memory_bytes.to_string()),
+            (
+                "ephemeral-storage",
+                profile.ephemeral_storage_bytes().to_string(),
+            ),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_owned(), Quantity(v)))
+        .collect()
+    };
     let staged = |part: &str| format!("{RUNS_DIR}/{}/{name}/{part}", config.instance);
     let mount = |path: &str, sub: Option<String>, read_only: bool, volume: &str| VolumeMount {
         name: volume.to_owned(),
@@ -411,8 +422,8 @@ pub fn build_pod(
         volume_mounts.push(mount(SUPERVISOR_DIR, None, true, SUPERVISOR_VOLUME));
     }
     let requirements = ResourceRequirements {
-        requests: Some(resources.clone()),
-        limits: Some(resources),
+        requests: Some(resources(profile.cpu_request_millis())),
+        limits: Some(resources(profile.cpu_millis())),
         ..ResourceRequirements::default()
     };
     // The init container copies the binary with the binary itself (no shell or `cp`
@@ -423,13 +434,17 @@ pub fn build_pod(
             name: SUPERVISOR_INIT_CONTAINER.to_owned(),
             image: Some(sup.image.clone()),
             image_pull_policy: Some("IfNotPresent".to_owned()),
-            command: Some(vec![
-                sup.binary_path.clone(),
-                "sandbox".to_owned(),
-                "install-supervisor".to_owned(),
-                "--to".to_owned(),
-                SUPERVISOR_BINARY.to_owned(),
-            ]),
+            command: Some(
+                [
+                    sup.binary_path.as_str(),
+                    "sandbox",
+                    "install-supervisor",
+                    "--to",
+                    SUPERVISOR_BINARY,
+                ]
+                .map(literal)
+                .to_vec(),
+            ),
             resources: Some(requirements.clone()),
             security_context: Some(security_context.clone()),
             volume_mounts: Some(vec![mount(SUPERVISOR_DIR, None, false, SUPERVISOR_VOLUME)]),
@@ -441,7 +456,7 @@ pub fn build_pod(
         name: CONTAINER.to_owned(),
         image: Some(image),
         image_pull_policy: Some("IfNotPresent".to_owned()),
-        command: Some(command),
+        command: Some(command.iter().map(|a| literal(a)).collect()),
         working_dir: Some("/workspace".to_owned()),
         env: Some(env),
         resources: Some(requirements),
@@ -494,6 +509,14 @@ pub fn build_pod(
             }),
             automount_service_account_token: Some(false),
             enable_service_links: Some(false),
+            // No resolver: the kubelet would otherwise write the cluster DNS into every
+            // container's /etc/resolv.conf (SB-NET-005). DNS is denied by the NetworkPolicy
+            // too; the only nameserver is the sandbox's own loopback, where nothing answers.
+            dns_policy: Some("None".to_owned()),
+            dns_config: Some(PodDNSConfig {
+                nameservers: Some(vec!["127.0.0.1".to_owned()]),
+                ..PodDNSConfig::default()
+            }),
             host_network: Some(false),
             host_pid: Some(false),
             host_ipc: Some(false),
@@ -617,6 +640,83 @@ mod tests {
         serde_json::to_value(t).unwrap()
     }
 
+    /// The kubelet's expansion of a command, arg or env value: `$$` is `$`, `$(NAME)` the
+    /// value of an earlier variable (left as written when there is none).
+    fn kubelet_expand(value: &str, env: &[(String, String)]) -> String {
+        let (mut out, mut rest) = (String::new(), value);
+        while let Some(i) = rest.find('$') {
+            out.push_str(&rest[..i]);
+            let tail = &rest[i..];
+            if let Some(t) = tail.strip_prefix("$$") {
+                out.push('$');
+                rest = t;
+            } else if let Some(end) = tail.strip_prefix("$(").and_then(|t| t.find(')')) {
+                match env.iter().rev().find(|(k, _)| k == &tail[2..2 + end]) {
+                    Some((_, v)) => out.push_str(v),
+                    None => out.push_str(&tail[..3 + end]),
+                }
+                rest = &tail[3 + end..];
+            } else {
+                out.push('$');
+                rest = &tail[1..];
+            }
+        }
+        out.push_str(rest);
+        out
+    }
+
+    #[test]
+    fn the_kubelet_runs_exactly_the_command_and_environment_the_run_asked_for() {
+        // Found on the real node: the probes' `$$` reached the shell as `$`.
+        let mut run = spec();
+        run.command = vec![
+            "sh".into(),
+            "-c".into(),
+            "echo $$ $(HOME) ${PATH} $(echo $$x) $$$ $".into(),
+        ];
+        run.env.insert("TRICKY".into(), "a$(HOME)b$$c$".into());
+        let pod = json_of(&build_pod(&profile(), &config(), &run, None).unwrap());
+        let c = &pod["spec"]["containers"][0];
+        let env: Vec<(String, String)> = c["env"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| {
+                (
+                    e["name"].as_str().unwrap().to_owned(),
+                    e["value"].as_str().unwrap().to_owned(),
+                )
+            })
+            .collect();
+        // Env values first (each sees the earlier ones), then the command with all of them.
+        let mut expanded: Vec<(String, String)> = Vec::new();
+        for (k, v) in &env {
+            let value = kubelet_expand(v, &expanded);
+            expanded.push((k.clone(), value));
+        }
+        let tricky = expanded.iter().find(|(k, _)| k == "TRICKY").unwrap();
+        assert_eq!(tricky.1, "a$(HOME)b$$c$");
+        let home = expanded.iter().find(|(k, _)| k == "HOME").unwrap();
+        assert_eq!(home.1, "/tmp");
+        let argv: Vec<String> = c["command"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| kubelet_expand(a.as_str().unwrap(), &expanded))
+            .collect();
+        assert!(
+            argv.ends_with(&run.command),
+            "the container runs {argv:?}, the run asked for {:?}",
+            run.command
+        );
+        for property_case in ["", "$", "$$", "$(", "$()", "$(A)$(B", "x$$(y)$"] {
+            assert_eq!(
+                kubelet_expand(&literal(property_case), &expanded),
+                property_case
+            );
+        }
+    }
+
     #[test]
     fn image_pull_secrets_of_the_profile_reach_the_pod_and_bad_names_are_refused() {
         let text = include_str!("../../../sandbox-profiles/kata.yaml").replace(
@@ -669,6 +769,12 @@ mod tests {
         assert!(s.get("imagePullSecrets").is_none(), "none unless named");
         assert_eq!(s["automountServiceAccountToken"], json!(false));
         assert_eq!(s["enableServiceLinks"], json!(false));
+        assert_eq!(
+            s["dnsPolicy"],
+            json!("None"),
+            "no cluster resolver in a sandbox"
+        );
+        assert_eq!(s["dnsConfig"], json!({"nameservers": ["127.0.0.1"]}));
         assert_eq!(s["restartPolicy"], json!("Never"));
         assert_eq!(s["activeDeadlineSeconds"], json!(91), "rounded up");
         assert_eq!(s["securityContext"]["runAsNonRoot"], json!(true));
@@ -688,7 +794,12 @@ mod tests {
         assert_eq!(csc["seccompProfile"]["type"], json!("RuntimeDefault"));
         let want = json!({"cpu": "2000m", "memory": (1u64 << 30).to_string(), "ephemeral-storage": (2u64 << 30).to_string()});
         assert_eq!(c["resources"]["limits"], want);
-        assert_eq!(c["resources"]["requests"], want);
+        let mut requested = want.clone();
+        requested["cpu"] = json!("250m");
+        assert_eq!(
+            c["resources"]["requests"], requested,
+            "the profile's cpuRequest is reserved, its cpu the ceiling"
+        );
         let mounts: Vec<(String, Option<String>, bool)> = c["volumeMounts"]
             .as_array()
             .unwrap()

@@ -190,8 +190,13 @@ pub struct ProfileSeccomp {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ProfileResources {
-    /// CPU request = limit of every sandbox container (`"2"`, `"500m"`).
+    /// CPU limit of every sandbox container (`"2"`, `"500m"`).
     pub cpu: String,
+    /// CPU the scheduler reserves for every sandbox container (`"250m"`); at most `cpu`.
+    /// Absent: `cpu` (request = limit). A smaller request lets runs share a node's cores
+    /// and still burst to `cpu`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_request: Option<String>,
     /// The largest memory limit a run may ask for (`4Gi`); larger runs are refused.
     pub max_memory: String,
     /// Ephemeral-storage request = limit (container writable layer and logs).
@@ -242,6 +247,7 @@ pub struct ConformanceSource {
 pub struct SandboxProfile {
     doc: ProfileDocument,
     cpu_millis: u64,
+    cpu_request_millis: u64,
     max_memory_bytes: u64,
     ephemeral_storage_bytes: u64,
     tmp_size_bytes: u64,
@@ -422,6 +428,20 @@ impl SandboxProfile {
                 ),
             )
         })?;
+        let cpu_request_millis = match &r.cpu_request {
+            None => cpu_millis,
+            Some(q) => parse_cpu_millis(q)
+                .filter(|m| *m > 0 && *m <= cpu_millis)
+                .ok_or_else(|| {
+                    invalid(
+                        "spec.resources.cpuRequest",
+                        format!(
+                            "{q:?} is not a positive CPU quantity at most spec.resources.cpu ({:?})",
+                            r.cpu
+                        ),
+                    )
+                })?,
+        };
         let bytes = |field: &str, q: &str| {
             parse_bytes(q).filter(|b| *b > 0).ok_or_else(|| {
                 invalid(
@@ -518,6 +538,7 @@ impl SandboxProfile {
         Ok(SandboxProfile {
             doc,
             cpu_millis,
+            cpu_request_millis,
             max_memory_bytes,
             ephemeral_storage_bytes,
             tmp_size_bytes,
@@ -539,9 +560,15 @@ impl SandboxProfile {
         &self.doc.spec
     }
 
-    /// CPU request and limit, in millicores.
+    /// CPU limit, in millicores.
     pub fn cpu_millis(&self) -> u64 {
         self.cpu_millis
+    }
+
+    /// The CPU request of every sandbox container, in millicores (`cpuRequest`, else the
+    /// limit).
+    pub fn cpu_request_millis(&self) -> u64 {
+        self.cpu_request_millis
     }
 
     /// Largest memory limit a run may ask for.
@@ -704,6 +731,16 @@ mod tests {
                 "spec.runtimeClassName",
             ),
             ("cpu: \"2\"", "cpu: two", "spec.resources.cpu"),
+            (
+                "cpuRequest: 250m",
+                "cpuRequest: \"3\"",
+                "spec.resources.cpuRequest",
+            ),
+            (
+                "cpuRequest: 250m",
+                "cpuRequest: 0m",
+                "spec.resources.cpuRequest",
+            ),
             (
                 "maxMemory: 4Gi",
                 "maxMemory: 256Mi",

@@ -102,6 +102,16 @@ impl GitServers {
     /// Starts both servers with the HTTPS basic-auth `(username, password)` given, e.g. a
     /// forge's `x-access-token` and the token it mints; else as [`GitServers::start`].
     pub fn start_as(login: Option<(&str, &str)>) -> Option<GitServers> {
+        GitServers::start_with(login, None)
+    }
+
+    /// Starts both servers listening on `host` (an address of this machine, e.g. the real
+    /// node's address that pods reach), HTTPS on `https_port`; else as [`GitServers::start`].
+    pub fn start_on(host: &str, https_port: u16) -> Option<GitServers> {
+        GitServers::start_with(None, Some((host, https_port)))
+    }
+
+    fn start_with(login: Option<(&str, &str)>, listen: Option<(&str, u16)>) -> Option<GitServers> {
         let script = script();
         let check = Command::new(&script)
             .arg("check")
@@ -117,8 +127,12 @@ impl GitServers {
         }
         let dir = Scratch::new();
         let root = dir.path().join("servers");
-        let (https_port, ssh_port) = (free_port(), free_port());
+        let https_port = listen.map_or_else(free_port, |(_, port)| port);
+        let ssh_port = free_port();
         let mut start = Command::new(&script);
+        if let Some((host, _)) = listen {
+            start.env("GIT_TEST_HOST", host);
+        }
         start
             .arg("start")
             .arg(&root)

@@ -61,8 +61,9 @@ fn field_ref(pod: &Value, path: &str) -> Option<String> {
     })
 }
 
-/// Expand `$(NAME)` references to variables defined earlier; `$$` escapes.
-fn expand(value: &str, env: &[(String, String)]) -> String {
+/// Expand `$(NAME)` references to variables defined earlier; `$$` escapes. The kubelet does
+/// this to env values, and to a container's `command` and `args` with its whole environment.
+pub(crate) fn expand(value: &str, env: &[(String, String)]) -> String {
     let mut out = String::new();
     let mut rest = value;
     while let Some(i) = rest.find('$') {

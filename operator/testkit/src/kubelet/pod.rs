@@ -132,8 +132,11 @@ impl PodRun {
                 })
                 .unwrap_or_default()
         };
-        let mut argv = strs("command");
+        // As a real kubelet: `$(NAME)` in command and args is the container's variable, `$$`
+        // a literal `$` (a command that means `$$` must say `$$$$`).
+        let mut argv: Vec<String> = strs("command");
         argv.extend(strs("args"));
+        let argv: Vec<String> = argv.iter().map(|a| super::env::expand(a, &env)).collect();
         let image = c.get("image").and_then(Value::as_str).unwrap_or("");
         // The image's own directories first: volumes mount over them, as on a node.
         let mut mounts: Vec<Mount> = self

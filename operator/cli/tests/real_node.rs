@@ -1,0 +1,473 @@
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+//! Issue 31: pods on a real node (`scripts/kube-node up`), no simulated kubelet. The node's
+//! containerd runs them with runc or gVisor; its kubelet enforces the image's user, the
+//! security context, the RuntimeClass, init containers and cgroup limits; kube-router
+//! enforces NetworkPolicies; CoreDNS serves cluster names. Images are built here
+//! (`scripts/node-images`) and loaded into the node: the operator image holds this build's
+//! binary.
+//!
+//! Skipped without a node (one line); `PROTOBOT_REQUIRE_NODE=1` (CI) makes that a failure.
+//! The scenarios run one at a time (`.config/nextest.toml`, group `real-node`): the node has
+//! two CPUs.
+
+use std::time::Duration;
+
+use k8s_openapi::api::{
+    apps::v1::Deployment,
+    core::v1::{ConfigMap, PersistentVolume, Pod},
+};
+use kube::{
+    Api,
+    api::{DeleteParams, PostParams},
+};
+use serde_json::json;
+
+#[path = "support/real_node.rs"]
+mod real_node;
+
+#[path = "../../repo/tests/support/git_servers.rs"]
+#[allow(dead_code)]
+mod git_servers;
+
+use git_servers::{GitServers, files_containing};
+use protobot_api::{BuildWorkItem, ChangeSet, LifecycleState, Project};
+use protobot_demo::example::{INTEGRATION, WORKER_A, WORKER_B, author};
+use protobot_e2e::{create_object, worker_class};
+use real_node::{GVISOR, NODE_IP, PodRecorder, RUNC, TestNamespace, load_images, node_or_skip};
+
+/// A pod of the sandbox profiles' shape (restricted security context, no token) running
+/// `script` in the Worker base image under `runtime_class`.
+fn probe_pod(name: &str, image: &str, runtime_class: &str, script: &str) -> Pod {
+    serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {
+            "runtimeClassName": runtime_class,
+            "restartPolicy": "Never",
+            "automountServiceAccountToken": false,
+            "securityContext": {
+                "runAsNonRoot": true, "runAsUser": 65532, "runAsGroup": 65532,
+                "seccompProfile": {"type": "RuntimeDefault"},
+            },
+            "containers": [{
+                "name": "probe",
+                "image": image,
+                "imagePullPolicy": "Never",
+                "command": ["/bin/sh", "-c", script],
+                "securityContext": {
+                    "readOnlyRootFilesystem": true, "allowPrivilegeEscalation": false,
+                    "capabilities": {"drop": ["ALL"]},
+                },
+                "resources": {
+                    "requests": {"cpu": "50m", "memory": "64Mi"},
+                    "limits": {"cpu": "500m", "memory": "256Mi"},
+                },
+            }],
+        },
+    }))
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn pods_run_in_gvisor_and_runc_as_the_profile_user_with_containerd_ids() {
+    let Some(node) = node_or_skip("pods_run_in_gvisor_and_runc").await else {
+        return;
+    };
+    println!(
+        "node {} kubelet {} containerRuntimeVersion {}",
+        node.name, node.kubelet, node.runtime
+    );
+    assert!(
+        node.runtime.starts_with("containerd://"),
+        "{}",
+        node.runtime
+    );
+    let [worker] = <[String; 1]>::try_from(load_images(&["worker"])).unwrap();
+    let ns = TestNamespace::create(&node.client, "real-node-pods").await;
+    let pods = ns.pods();
+    // gVisor's kernel answers `dmesg` with its own boot lines; runc shares the host kernel.
+    let script = "id -u; id -g; uname -r; (dmesg 2>/dev/null || true) | head -3; touch /x 2>&1 || echo read-only";
+    for class in [GVISOR, RUNC] {
+        let name = format!("probe-{class}");
+        pods.create(
+            &PostParams::default(),
+            &probe_pod(&name, &worker, class, script),
+        )
+        .await
+        .unwrap();
+        let pod = real_node::until_finished(&pods, &name, Duration::from_secs(180)).await;
+        let log = real_node::logs(&pods, &name, "probe").await;
+        println!("{class} pod:\n{log}");
+        assert_eq!(
+            pod.status.as_ref().and_then(|s| s.phase.as_deref()),
+            Some("Succeeded"),
+            "{log}"
+        );
+        let ids = real_node::container_ids(&pod);
+        assert!(
+            ids.values().all(|id| id.starts_with("containerd://")),
+            "{ids:?}"
+        );
+        let mut lines = log.lines();
+        assert_eq!(lines.next(), Some("65532"), "the profile's uid: {log}");
+        assert_eq!(lines.next(), Some("65532"), "the profile's gid: {log}");
+        assert!(
+            log.contains("read-only"),
+            "the root filesystem is read-only: {log}"
+        );
+        let host_kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
+        if class == GVISOR {
+            assert!(log.contains("gVisor"), "gVisor's kernel booted: {log}");
+        } else {
+            assert!(
+                log.contains(host_kernel.trim()),
+                "runc shares the host kernel: {log}"
+            );
+        }
+    }
+    ns.delete().await;
+}
+
+/// Issue 31's acceptance. The chart installed with `helm install`: the operator Deployment
+/// (two replicas of the image built here), the egress proxy, and the conformance Job (a
+/// post-install hook) measuring the gVisor profile with probe pods on the node; the stored
+/// report passes every required capability. Then a Project over HTTPS from a git server on
+/// the node address and a ChangeSet: Worker A, Worker B and the Inspector run as gVisor pods
+/// and the item lands on the served `main` exactly once. The credential is nowhere: not in
+/// pod logs from the node, Events, objects or files.
+#[tokio::test(flavor = "multi_thread")]
+async fn helm_install_builds_a_change_set_with_gvisor_pods_on_the_real_node() {
+    let Some(node) = node_or_skip("helm_install_on_the_real_node").await else {
+        return;
+    };
+    // The repository, on an address pods reach (HTTPS on 443: the chart's operator
+    // NetworkPolicy allows the API server's and HTTPS ports).
+    let Some(servers) = GitServers::start_on(NODE_IP, 443) else {
+        panic!("the git test servers are required on the real node");
+    };
+    let [operator, worker] = <[String; 2]>::try_from(load_images(&["operator", "worker"])).unwrap();
+    let (repository, tag) = operator.rsplit_once(':').unwrap();
+    let client = node.client.clone();
+    let ns = TestNamespace::create(&client, "real-node-helm").await;
+    let release = "pbnode";
+    let recorder = PodRecorder::start(&client, &ns.name);
+
+    // The platform: the staging claim's volume (a directory on the node) and the egress
+    // Secrets the chart names.
+    let staging = tempfile::Builder::new()
+        .prefix("protobot-staging-")
+        .tempdir_in("/var/tmp")
+        .unwrap();
+    std::fs::set_permissions(
+        staging.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o777),
+    )
+    .unwrap();
+    let pv_name = format!("{}-staging", ns.name);
+    Api::<PersistentVolume>::all(client.clone())
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "metadata": {"name": pv_name},
+                "spec": {
+                    "capacity": {"storage": "20Gi"},
+                    "accessModes": ["ReadWriteMany"],
+                    "persistentVolumeReclaimPolicy": "Delete",
+                    "storageClassName": "",
+                    "hostPath": {"path": staging.path(), "type": "Directory"},
+                    "claimRef": {"namespace": ns.name, "name": "protobot-staging"},
+                },
+            }))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    let mut session = [0u8; 48];
+    for (i, b) in session.iter_mut().enumerate() {
+        *b = (i as u8).wrapping_mul(37).wrapping_add(11);
+    }
+    protobot_e2e::create_secret(
+        &client,
+        &ns.name,
+        "protobot-egress-session",
+        [("secret".to_owned(), session.to_vec())].into(),
+    )
+    .await;
+    protobot_e2e::create_secret(
+        &client,
+        &ns.name,
+        "protobot-egress-credentials",
+        Default::default(),
+    )
+    .await;
+
+    let sets = [
+        format!("image.repository={repository}"),
+        format!("image.tag={tag}"),
+        "image.pullPolicy=Never".to_owned(),
+        "jobSite.sandboxProfile=gvisor".to_owned(),
+        format!("jobSite.sandboxImage={worker}"),
+        "egressProxy.enabled=true".to_owned(),
+        "egressProxy.credentialsSecret=protobot-egress-credentials".to_owned(),
+        "egressProxy.sessionSecret=protobot-egress-session".to_owned(),
+    ];
+    let mut args: Vec<String> = vec![
+        "install".into(),
+        release.into(),
+        real_node::chart(),
+        "--namespace".into(),
+        ns.name.clone(),
+        "--kubeconfig".into(),
+        std::env::var("KUBECONFIG").unwrap(),
+        "--wait".into(),
+        "--timeout".into(),
+        "15m".into(),
+    ];
+    for set in &sets {
+        args.push("--set".into());
+        args.push(set.clone());
+    }
+    let started = std::time::Instant::now();
+    let out = real_node::helm(&args);
+    let seen = recorder.seen();
+    println!(
+        "helm install ({:.0} s): {}{}",
+        started.elapsed().as_secs_f64(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for pod in &seen {
+        println!(
+            "pod {} runtimeClass={:?} node={:?} phase={} containers={:?} terminated={:?}",
+            pod.name, pod.runtime_class, pod.node, pod.phase, pod.container_ids, pod.terminated
+        );
+    }
+    assert!(out.status.success(), "helm install failed");
+
+    // The operator: two replicas of the image built here, Running on the node.
+    let deployment = Api::<Deployment>::namespaced(client.clone(), &ns.name)
+        .get(&format!("{release}-protobot"))
+        .await
+        .unwrap();
+    assert_eq!(
+        deployment.status.as_ref().and_then(|s| s.ready_replicas),
+        Some(2),
+        "{:#?}",
+        deployment.status
+    );
+    let operators: Vec<_> = seen
+        .iter()
+        .filter(|p| p.name.starts_with(&format!("{release}-protobot-")) && p.phase == "Running")
+        .filter(|p| !p.name.contains("egress") && !p.name.contains("conformance"))
+        .collect();
+    assert!(operators.len() >= 2, "two operator pods ran: {seen:#?}");
+    for p in &operators {
+        assert_eq!(p.node.as_deref(), Some(node.name.as_str()));
+        assert!(
+            p.container_ids
+                .values()
+                .all(|id| id.starts_with("containerd://")),
+            "{p:?}"
+        );
+    }
+
+    // The conformance Job's probes ran as gVisor pods, and the stored report passes.
+    let probes: Vec<_> = seen
+        .iter()
+        .filter(|p| p.runtime_class.as_deref() == Some(GVISOR))
+        .collect();
+    assert!(!probes.is_empty(), "no gVisor pod ran: {seen:#?}");
+    for p in &probes {
+        assert!(
+            !p.container_ids.is_empty()
+                && p.container_ids
+                    .values()
+                    .all(|id| id.starts_with("containerd://")),
+            "a probe pod without containerd ids: {p:?}"
+        );
+    }
+    let report = Api::<ConfigMap>::namespaced(client.clone(), &ns.name)
+        .get("protobot-conformance-gvisor")
+        .await
+        .expect("the conformance Job stored its report");
+    let report: serde_json::Value =
+        serde_json::from_str(&report.data.unwrap()["report.json"]).unwrap();
+    println!(
+        "conformance report: {}",
+        serde_json::to_string_pretty(&report).unwrap()
+    );
+    assert_eq!(report["profile"], "gvisor");
+    assert_eq!(report["passed"], true, "{report:#}");
+
+    // The Project over HTTPS and a ChangeSet, as a person applies them.
+    let tmp = tempfile::tempdir().unwrap();
+    let (work, origin) = (tmp.path().join("author"), tmp.path().join("origin.git"));
+    let merge = author(&work, &origin).unwrap();
+    let pushed = std::process::Command::new("git")
+        .args(["push", "-q", "--force"])
+        .arg(&servers.bare)
+        .arg("main:main")
+        .current_dir(&origin)
+        .output()
+        .unwrap();
+    assert!(pushed.status.success(), "{pushed:?}");
+    let credential = servers.password.clone();
+    protobot_e2e::create_secret(
+        &client,
+        &ns.name,
+        "cli-sync-git",
+        servers.https_secret(&servers.password),
+    )
+    .await;
+    create_object(
+        &Api::<ConfigMap>::namespaced(client.clone(), &ns.name),
+        json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "cli-sync-workers", "namespace": ns.name},
+            "data": {
+                "worker-a": worker_class(WORKER_A),
+                "worker-b": worker_class(WORKER_B),
+                "integration": worker_class(INTEGRATION),
+            },
+        }),
+    )
+    .await;
+    create_object(
+        &Api::<Project>::namespaced(client.clone(), &ns.name),
+        json!({
+            "apiVersion": "protobot.dev/v1alpha1", "kind": "Project",
+            "metadata": {"name": "cli-sync", "namespace": ns.name},
+            "spec": {
+                "repoUrl": servers.https_url,
+                "sandboxProfile": GVISOR,
+                "workerClassesRef": {"name": "cli-sync-workers"},
+                "credentialsSecretRef": {"name": "cli-sync-git"},
+            },
+        }),
+    )
+    .await;
+    create_object(
+        &Api::<ChangeSet>::namespaced(client.clone(), &ns.name),
+        json!({
+            "apiVersion": "protobot.dev/v1alpha1", "kind": "ChangeSet",
+            "metadata": {"name": "cs-00001", "namespace": ns.name},
+            "spec": {"projectRef": {"name": "cli-sync"}, "changeSetId": "CS-00001", "mergeCommit": merge},
+        }),
+    )
+    .await;
+    let operator_logs = || async {
+        let pods = Api::<Pod>::namespaced(client.clone(), &ns.name);
+        let mut all = String::new();
+        for p in pods.list(&Default::default()).await.unwrap().items {
+            let name = p.metadata.name.unwrap_or_default();
+            if let Ok(log) = pods.logs(&name, &Default::default()).await {
+                all.push_str(&format!("--- {name}\n{log}\n"));
+            }
+        }
+        all
+    };
+    let items: Api<BuildWorkItem> = Api::namespaced(client.clone(), &ns.name);
+    let change_sets: Api<ChangeSet> = Api::namespaced(client.clone(), &ns.name);
+    let started = std::time::Instant::now();
+    let completed = loop {
+        let item_name = change_sets
+            .get("cs-00001")
+            .await
+            .ok()
+            .and_then(|c| c.status)
+            .and_then(|s| s.work_item_ref)
+            .map(|r| r.name);
+        if let Some(item_name) = item_name {
+            let item = items.get(&item_name).await.unwrap();
+            if item
+                .status
+                .as_ref()
+                .is_some_and(|s| s.state == LifecycleState::Completed)
+            {
+                break item;
+            }
+        }
+        if started.elapsed() > Duration::from_secs(900) {
+            panic!(
+                "the ChangeSet's item did not complete in 15 min; items: {:#?}\npods seen: {:#?}\nlogs:\n{}",
+                items.list(&Default::default()).await.map(|l| l
+                    .items
+                    .into_iter()
+                    .map(|i| i.status)
+                    .collect::<Vec<_>>()),
+                recorder.seen(),
+                operator_logs().await
+            );
+        }
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    };
+    println!(
+        "item {} completed in {:.0} s",
+        completed.spec.work_item_id,
+        started.elapsed().as_secs_f64()
+    );
+    let merged = completed
+        .status
+        .as_ref()
+        .and_then(|s| s.merge_commit.clone())
+        .expect("the completed item names its merge commit");
+    assert_eq!(servers.main_head().to_string(), merged);
+    assert_eq!(
+        protobot_e2e::work_item_trailers(&servers.bare),
+        std::slice::from_ref(&completed.spec.work_item_id),
+        "exactly one merge on the served main carries the item's trailer"
+    );
+    // Worker A, Worker B and the integration runner ran as gVisor pods on the node.
+    let seen = recorder.seen();
+    for role in ["worker-a", "worker-b", "integration-runner"] {
+        let ran: Vec<_> = seen
+            .iter()
+            .filter(|p| p.role.as_deref() == Some(role))
+            .collect();
+        assert!(
+            ran.iter()
+                .any(|p| p.runtime_class.as_deref() == Some(GVISOR)
+                    && p.container_ids
+                        .values()
+                        .any(|id| id.starts_with("containerd://"))),
+            "no {role} pod ran in gVisor on the node: {seen:#?}"
+        );
+    }
+
+    // The credential went nowhere: objects and Events, pod logs from the node, files.
+    let needle = credential.as_bytes();
+    let objects = protobot_e2e::readable_objects(&client, &ns.name).await;
+    assert!(
+        !objects.contains(&credential),
+        "the credential is in an object or Event of the namespace"
+    );
+    assert!(
+        !operator_logs().await.contains(&credential),
+        "the credential is in a pod's log"
+    );
+    for dir in [
+        staging.path(),
+        std::path::Path::new("/var/lib/protobot-node"),
+    ] {
+        let found = files_containing(dir, needle);
+        assert!(
+            found.is_empty(),
+            "the credential is in files on the node: {found:?}"
+        );
+    }
+
+    let _ = real_node::helm(&[
+        "uninstall".into(),
+        release.into(),
+        "--namespace".into(),
+        ns.name.clone(),
+        "--kubeconfig".into(),
+        std::env::var("KUBECONFIG").unwrap(),
+        "--wait".into(),
+    ]);
+    let _ = Api::<PersistentVolume>::all(client.clone())
+        .delete(&pv_name, &DeleteParams::default())
+        .await;
+    drop(recorder);
+    ns.delete().await;
+}
