@@ -149,7 +149,10 @@ async fn helm_install_builds_a_change_set_with_gvisor_pods_on_the_real_node() {
     let (repository, tag) = operator.rsplit_once(':').unwrap();
     let client = node.client.clone();
     let ns = TestNamespace::create(&client, "real-node-helm").await;
-    let release = "pbnode";
+    // Cluster-scoped objects (ClusterRoles) carry the release's name: one per scenario, so a
+    // failed run's leftovers never block the next install.
+    let release = format!("pb{}", ns.name.rsplit('-').next().unwrap());
+    let release = release.as_str();
     let recorder = PodRecorder::start(&client, &ns.name);
 
     // The platform: the staging claim's volume (a directory on the node) and the egress
@@ -277,15 +280,28 @@ async fn helm_install_builds_a_change_set_with_gvisor_pods_on_the_real_node() {
         .filter(|p| p.runtime_class.as_deref() == Some(GVISOR))
         .collect();
     assert!(!probes.is_empty(), "no gVisor pod ran: {seen:#?}");
+    // Every container that started has a containerd id (a probe cancelled before its
+    // container started, SB-LIFE-001, has none), and probes ran their sandbox container.
     for p in &probes {
         assert!(
-            !p.container_ids.is_empty()
-                && p.container_ids
-                    .values()
-                    .all(|id| id.starts_with("containerd://")),
-            "a probe pod without containerd ids: {p:?}"
+            p.container_ids
+                .values()
+                .all(|id| id.starts_with("containerd://")),
+            "a probe container not run by containerd: {p:?}"
         );
     }
+    let sandboxes = probes
+        .iter()
+        .filter(|p| p.container_ids.contains_key("sandbox"))
+        .count();
+    assert!(
+        sandboxes >= 20,
+        "only {sandboxes} probes ran their sandbox container: {probes:#?}"
+    );
+    println!(
+        "{} gVisor probe pods, {sandboxes} ran their sandbox container",
+        probes.len()
+    );
     let report = Api::<ConfigMap>::namespaced(client.clone(), &ns.name)
         .get("protobot-conformance-gvisor")
         .await
@@ -445,9 +461,11 @@ async fn helm_install_builds_a_change_set_with_gvisor_pods_on_the_real_node() {
         !operator_logs().await.contains(&credential),
         "the credential is in a pod's log"
     );
+    // The staging volume, and on the node the pods' volumes and container logs.
     for dir in [
         staging.path(),
-        std::path::Path::new("/var/lib/protobot-node"),
+        std::path::Path::new("/var/lib/protobot-node/kubelet/pods"),
+        std::path::Path::new("/var/lib/protobot-node/pod-logs"),
     ] {
         let found = files_containing(dir, needle);
         assert!(

@@ -217,6 +217,10 @@ impl Drop for GitServers {
 
 /// Every file under `dir` (recursively) whose bytes contain `needle`.
 pub fn files_containing(dir: &Path, needle: &[u8]) -> Vec<PathBuf> {
+    // Regular files only (never a FIFO, socket or device: a node's state directories hold
+    // them) and at most 64 MiB each (larger ones are images and binaries, never written
+    // with a credential); links are not followed.
+    const LARGEST: u64 = 64 << 20;
     let mut found = Vec::new();
     let mut stack = vec![dir.to_path_buf()];
     while let Some(d) = stack.pop() {
@@ -225,10 +229,15 @@ pub fn files_containing(dir: &Path, needle: &[u8]) -> Vec<PathBuf> {
         };
         for entry in entries.flatten() {
             let path = entry.path();
-            if path.is_dir() {
+            let Ok(meta) = std::fs::symlink_metadata(&path) else {
+                continue;
+            };
+            if meta.is_dir() {
                 stack.push(path);
-            } else if std::fs::read(&path)
-                .is_ok_and(|bytes| bytes.windows(needle.len()).any(|w| w == needle))
+            } else if meta.is_file()
+                && meta.len() <= LARGEST
+                && std::fs::read(&path)
+                    .is_ok_and(|bytes| bytes.windows(needle.len()).any(|w| w == needle))
             {
                 found.push(path);
             }
