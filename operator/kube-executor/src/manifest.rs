@@ -640,31 +640,6 @@ mod tests {
         serde_json::to_value(t).unwrap()
     }
 
-    /// The kubelet's expansion of a command, arg or env value: `$$` is `$`, `$(NAME)` the
-    /// value of an earlier variable (left as written when there is none).
-    fn kubelet_expand(value: &str, env: &[(String, String)]) -> String {
-        let (mut out, mut rest) = (String::new(), value);
-        while let Some(i) = rest.find('$') {
-            out.push_str(&rest[..i]);
-            let tail = &rest[i..];
-            if let Some(t) = tail.strip_prefix("$$") {
-                out.push('$');
-                rest = t;
-            } else if let Some(end) = tail.strip_prefix("$(").and_then(|t| t.find(')')) {
-                match env.iter().rev().find(|(k, _)| k == &tail[2..2 + end]) {
-                    Some((_, v)) => out.push_str(v),
-                    None => out.push_str(&tail[..3 + end]),
-                }
-                rest = &tail[3 + end..];
-            } else {
-                out.push('$');
-                rest = &tail[1..];
-            }
-        }
-        out.push_str(rest);
-        out
-    }
-
     #[test]
     fn the_kubelet_runs_exactly_the_command_and_environment_the_run_asked_for() {
         // Found on the real node: the probes' `$$` reached the shell as `$`.
@@ -691,7 +666,7 @@ mod tests {
         // Env values first (each sees the earlier ones), then the command with all of them.
         let mut expanded: Vec<(String, String)> = Vec::new();
         for (k, v) in &env {
-            let value = kubelet_expand(v, &expanded);
+            let value = protobot_testkit::kubelet::expand(v, &expanded);
             expanded.push((k.clone(), value));
         }
         let tricky = expanded.iter().find(|(k, _)| k == "TRICKY").unwrap();
@@ -702,7 +677,7 @@ mod tests {
             .as_array()
             .unwrap()
             .iter()
-            .map(|a| kubelet_expand(a.as_str().unwrap(), &expanded))
+            .map(|a| protobot_testkit::kubelet::expand(a.as_str().unwrap(), &expanded))
             .collect();
         assert!(
             argv.ends_with(&run.command),
@@ -711,7 +686,7 @@ mod tests {
         );
         for property_case in ["", "$", "$$", "$(", "$()", "$(A)$(B", "x$$(y)$"] {
             assert_eq!(
-                kubelet_expand(&literal(property_case), &expanded),
+                protobot_testkit::kubelet::expand(&literal(property_case), &expanded),
                 property_case
             );
         }

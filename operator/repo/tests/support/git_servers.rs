@@ -107,6 +107,7 @@ impl GitServers {
 
     /// Starts both servers listening on `host` (an address of this machine, e.g. the real
     /// node's address that pods reach), HTTPS on `https_port`; else as [`GitServers::start`].
+    #[allow(dead_code)] // the real-node scenarios (operator/cli/tests/real_node.rs)
     pub fn start_on(host: &str, https_port: u16) -> Option<GitServers> {
         GitServers::start_with(None, Some((host, https_port)))
     }

@@ -63,7 +63,7 @@ fn field_ref(pod: &Value, path: &str) -> Option<String> {
 
 /// Expand `$(NAME)` references to variables defined earlier; `$$` escapes. The kubelet does
 /// this to env values, and to a container's `command` and `args` with its whole environment.
-pub(crate) fn expand(value: &str, env: &[(String, String)]) -> String {
+pub fn expand(value: &str, env: &[(String, String)]) -> String {
     let mut out = String::new();
     let mut rest = value;
     while let Some(i) = rest.find('$') {

@@ -39,6 +39,7 @@ use tokio::{
 
 mod bubblewrap;
 pub use bubblewrap::BubblewrapContainerExecutor;
+pub use env::expand;
 pub use executor::{
     Confinement, ContainerExecutor, ContainerExit, ContainerLaunch, ExecFuture, ExecutorError,
     KillSignal, Mount, ProcessExecutor,
