@@ -489,3 +489,158 @@ async fn helm_install_builds_a_change_set_with_gvisor_pods_on_the_real_node() {
     drop(recorder);
     ns.delete().await;
 }
+
+/// The sandbox's NetworkPolicy, enforced by the node: a pod built by the Kubernetes executor
+/// (`manifest::build_pod`, the gVisor profile) connects to a listener on the node address and
+/// to the cluster DNS over TCP. Without the run's NetworkPolicy both connect (the control:
+/// the probe can see a connection); with it (`manifest::build_network_policy`) neither does.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_runs_network_policy_refuses_a_direct_connection_and_dns_on_the_node() {
+    use protobot_jobsite::executor::{Limits, RunSpec, SandboxRole};
+    use protobot_kube_executor::{KubeExecutorConfig, SandboxProfile, StagingVolume, manifest};
+
+    let Some(node) = node_or_skip("network_policy_on_the_real_node").await else {
+        return;
+    };
+    let [worker] = <[String; 1]>::try_from(load_images(&["worker"])).unwrap();
+    let client = node.client.clone();
+    let ns = TestNamespace::create(&client, "real-node-netpol").await;
+    let listener = std::net::TcpListener::bind((NODE_IP, 0)).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let accepted = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = accepted.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            if stream.is_ok() {
+                counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            }
+        }
+    });
+    // The staging claim the pod mounts (its sub-paths are created by the kubelet).
+    let staging = tempfile::Builder::new()
+        .prefix("protobot-netpol-")
+        .tempdir_in("/var/tmp")
+        .unwrap();
+    let pv_name = format!("{}-staging", ns.name);
+    Api::<PersistentVolume>::all(client.clone())
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "metadata": {"name": pv_name},
+                "spec": {
+                    "capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteMany"],
+                    "storageClassName": "",
+                    "hostPath": {"path": staging.path(), "type": "Directory"},
+                    "claimRef": {"namespace": ns.name, "name": "protobot-staging"},
+                },
+            }))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    create_object(
+        &Api::<k8s_openapi::api::core::v1::PersistentVolumeClaim>::namespaced(
+            client.clone(),
+            &ns.name,
+        ),
+        json!({
+            "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+            "metadata": {"name": "protobot-staging", "namespace": ns.name},
+            "spec": {"accessModes": ["ReadWriteMany"], "storageClassName": "", "volumeName": pv_name,
+                     "resources": {"requests": {"storage": "1Gi"}}},
+        }),
+    )
+    .await;
+    create_object(
+        &Api::<k8s_openapi::api::core::v1::ServiceAccount>::namespaced(client.clone(), &ns.name),
+        json!({"apiVersion": "v1", "kind": "ServiceAccount",
+               "metadata": {"name": "protobot-sandbox", "namespace": ns.name}}),
+    )
+    .await;
+    let profile = SandboxProfile::parse(
+        &std::fs::read_to_string(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../../sandbox-profiles/gvisor.yaml"),
+        )
+        .unwrap(),
+        "gvisor.yaml",
+    )
+    .unwrap();
+    let mut config = KubeExecutorConfig::new(
+        &ns.name,
+        StagingVolume {
+            claim_name: "protobot-staging".into(),
+            mount_path: staging.path().to_path_buf(),
+        },
+        staging.path().join("collected"),
+    );
+    config.default_image = Some(worker);
+    let script = format!(
+        "r=''; timeout 5 bash -c 'exec 3<>/dev/tcp/{NODE_IP}/{port}' 2>/dev/null && r=\"$r direct\"; \
+         timeout 5 bash -c 'exec 3<>/dev/tcp/{NODE_IP}/53' 2>/dev/null && r=\"$r dns\"; echo \"result:$r\""
+    );
+    let pods = ns.pods();
+    let mut outcomes = Vec::new();
+    for with_policy in [false, true] {
+        let spec = RunSpec {
+            run_id: format!("netpol-{with_policy}"),
+            role: SandboxRole::WorkerB,
+            workspace: staging.path().join("unused"),
+            task: json!({}),
+            command: vec!["/bin/bash".into(), "-c".into(), script.clone()],
+            image: None,
+            env: Default::default(),
+            limits: Limits {
+                wall_clock: Duration::from_secs(120),
+                memory_bytes: 256 << 20,
+                ..Limits::default()
+            },
+            egress_proxy: None,
+            audit: Default::default(),
+        };
+        if with_policy {
+            let policy = manifest::build_network_policy(&profile, &config, &spec, None);
+            Api::<k8s_openapi::api::networking::v1::NetworkPolicy>::namespaced(
+                client.clone(),
+                &ns.name,
+            )
+            .create(&PostParams::default(), &policy)
+            .await
+            .unwrap();
+            // kube-router programs the policy from its watch.
+            tokio::time::sleep(Duration::from_secs(3)).await;
+        }
+        let pod = manifest::build_pod(&profile, &config, &spec, None).unwrap();
+        let name = pod.metadata.name.clone().unwrap();
+        pods.create(&PostParams::default(), &pod).await.unwrap();
+        let done = real_node::until_finished(&pods, &name, Duration::from_secs(180)).await;
+        let log = real_node::logs(&pods, &name, manifest::CONTAINER).await;
+        println!(
+            "NetworkPolicy {}: {} ({:?})",
+            if with_policy { "present" } else { "absent" },
+            log.trim(),
+            done.status.and_then(|s| s.phase)
+        );
+        outcomes.push(log);
+    }
+    assert!(
+        outcomes[0].contains("result: direct dns"),
+        "without the policy the pod reaches the node and its DNS (the control): {}",
+        outcomes[0]
+    );
+    assert!(
+        outcomes[1].contains("result:")
+            && !outcomes[1].contains("direct")
+            && !outcomes[1].contains("dns"),
+        "the run's NetworkPolicy refuses a direct connection and DNS: {}",
+        outcomes[1]
+    );
+    println!(
+        "connections the host listener accepted: {}",
+        accepted.load(std::sync::atomic::Ordering::SeqCst)
+    );
+    let _ = Api::<PersistentVolume>::all(client.clone())
+        .delete(&pv_name, &DeleteParams::default())
+        .await;
+    ns.delete().await;
+}
