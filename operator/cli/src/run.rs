@@ -187,15 +187,13 @@ pub(crate) fn project_id_at(repo: &Path, branch: &str) -> Result<String, RunErro
         .ok_or_else(|| bad("project.yaml has no project id".into()))
 }
 
+/// Locks the work store's directory itself (flock on the directory), so no
+/// lock file is left behind; released when the returned handle drops.
 pub(crate) fn lock(store: &Path) -> Result<std::fs::File, RunError> {
     let dir = store.parent().unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir)
         .map_err(|e| RunError::Input(format!("cannot create {}: {e}", dir.display())))?;
-    let file = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(dir.join(".protobot-run.lock"))
+    let file = std::fs::File::open(dir)
         .map_err(|e| RunError::Input(format!("cannot lock {}: {e}", dir.display())))?;
     file.try_lock().map_err(|_| {
         RunError::Input(format!(
@@ -495,12 +493,18 @@ async fn run_inner(args: &RunArgs, mode: Mode) -> Result<serde_json::Value, RunE
     }
     let mut config = EngineConfig::new(worker_a, worker_b, integration, scratch.clone());
     config.target_branch = args.default_branch.clone();
+    let inspected = inspector.is_some();
     if let Some(class) = inspector {
         config.producers = vec![Producer {
             name: "inspector".into(),
             kind: ProducerKind::Inspector,
             class,
         }];
+    } else if args.output == Output::Human {
+        eprintln!(
+            "protobot: warning: {} has no inspector.sh: an item is inspected by no one before it merges (its Inspection Run seals with zero producers and zero findings)",
+            harness.display()
+        );
     }
     let mut sandbox_config = sandbox_config;
     sandbox_config.extra_ro_binds.push(staged.clone());
@@ -627,6 +631,7 @@ async fn run_inner(args: &RunArgs, mode: Mode) -> Result<serde_json::Value, RunE
         "traces": scratch.join("traces"),
         "job_site_clone": prepared.path,
         "retried_at_contract_version": retried,
+        "inspectors": if inspected { 1 } else { 0 },
         "your_clone": {
             "path": user_clone,
             "tracking_ref": format!("origin/{}", args.default_branch),
@@ -829,6 +834,12 @@ fn human_report(report: &serde_json::Value, args: &RunArgs) -> String {
         ));
     }
     if report["state"] == serde_json::json!(State::Completed) {
+        if report["inspectors"] == serde_json::json!(0) {
+            lines.push(
+                "warning: merged without inspection: the harness has no inspector.sh (docs/worker-harnesses.md)"
+                    .into(),
+            );
+        }
         lines.push(format!(
             "your clone is untouched; `git pull --ff-only` brings the merge into {}",
             args.default_branch

@@ -69,6 +69,10 @@ fn the_getting_started_guide_runs_as_written() {
     assert!(init.contains("src/"), "protobot init listed src/: {init}");
     let built = s.ok(&s.work(), &format!("cd greet\n{run}"));
     assert!(built.contains("is completed"), "{built}");
+    assert!(
+        built.contains("warning: merged without inspection"),
+        "the guide's harness has no inspector.sh, and the report says so: {built}"
+    );
     // The user's clone is as they left it: nothing staged, nothing deleted,
     // and `git commit -am` has nothing of the build to commit away.
     assert_eq!(s.ok(&s.repo(), "git status --porcelain"), "");
@@ -83,6 +87,12 @@ fn the_getting_started_guide_runs_as_written() {
         "internal branches stay out of the user's namespace"
     );
     assert_eq!(merges_on_main(&s.work().join("greet-origin.git")), 1);
+    // No lock file is left in the origin or beside the work store.
+    let locks = s.ok(
+        &s.work(),
+        "find greet-origin.git greet/.git/protobot -maxdepth 1 -name '*lock*'",
+    );
+    assert_eq!(locks, "", "lock files left behind");
     let rest = s.ok(&s.repo(), &after);
     assert!(rest.contains("Hello, World!"), "{rest}");
     assert_eq!(s.ok(&s.repo(), "git status --porcelain"), "");
