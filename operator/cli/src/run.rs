@@ -815,7 +815,10 @@ fn human_report(report: &serde_json::Value, args: &RunArgs) -> String {
         report["state"].as_str().unwrap_or("unknown"),
         report["merge_commit"].as_str().unwrap_or("none")
     )];
-    if let Some(reason) = report["block_reason"].as_str() {
+    // A block reason outlives its block in the record: only a blocked item shows it.
+    if report["state"] == serde_json::json!(State::Blocked)
+        && let Some(reason) = report["block_reason"].as_str()
+    {
         lines.push(format!("blocked: {reason}"));
         if let Some(traces) = report["traces"].as_str() {
             lines.push(format!("trace: {traces}/{}.jsonl", text("work_item")));

@@ -401,6 +401,14 @@ fn a_blocked_item_is_abandoned_through_the_lifecycle_and_nothing_is_merged() {
         "{abandoned}"
     );
     assert_eq!(status(&s)[0]["state"], "abandoned");
+    // The old block reason is not shown under an item that is no longer blocked.
+    let table = s.ok(&s.repo(), "protobot status --repo .");
+    assert!(table.contains("abandoned"), "{table}");
+    assert!(!table.contains("blocked:"), "{table}");
+    let rerun = s.bash(&s.repo(), &run);
+    let rerun = String::from_utf8_lossy(&rerun.stdout).into_owned();
+    assert!(rerun.contains("is abandoned"), "{rerun}");
+    assert!(!rerun.contains("blocked:"), "{rerun}");
     // Abandoned is final: neither abandon nor retry moves it again.
     let again = s.bash(
         &s.repo(),
