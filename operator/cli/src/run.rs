@@ -340,6 +340,11 @@ async fn run_inner(args: &RunArgs, mode: Mode) -> Result<serde_json::Value, RunE
             };
             let facts = read_facts(&repo, &registration)
                 .map_err(|e| RunError::Input(unpushed_hint(e.to_string())))?;
+            // Checked before anything is registered: an approved change set whose impact
+            // assessment is not reviewed would only ever block.
+            if let Some(refusal) = impact_refusal(&facts, &args.default_branch) {
+                return Err(RunError::Input(refusal));
+            }
             build(&Intake::ChangeSet(facts)).map_err(|e| RunError::Input(e.to_string()))?
         }
         (None, Some(bug)) => {
@@ -638,6 +643,48 @@ async fn run_inner(args: &RunArgs, mode: Mode) -> Result<serde_json::Value, RunE
             "tracking_head": tracking,
         },
     }))
+}
+
+/// Why an approved change set cannot be built because its impact assessment is
+/// not reviewed (what `ears-manager check` says at its merge commit), and the
+/// way on: a follow-up change set that restates its requirements with the
+/// reviewed assessment. `None` when the assessment is complete. Pure.
+fn impact_refusal(
+    facts: &protobot_jobsite::contract::ChangeSetFacts,
+    branch: &str,
+) -> Option<String> {
+    use protobot_jobsite::contract::{Action, AssessmentStatus};
+    let why = match facts.assessment_status {
+        AssessmentStatus::Complete => return None,
+        AssessmentStatus::Incomplete => "incomplete",
+        AssessmentStatus::Stale => "stale (reviewed against another base)",
+    };
+    let restated: Vec<&str> = facts
+        .operations
+        .iter()
+        .filter(|(action, _)| *action != Action::Retire)
+        .map(|(_, id)| id.as_str())
+        .collect();
+    let detail = format!(
+        " (`ears-manager impact --change-set {cs} --at {merge}` lists the requirements it had to review{})",
+        if facts.check_errors.is_empty() {
+            String::new()
+        } else {
+            format!("; check: {}", facts.check_errors.join("; "))
+        },
+        cs = facts.change_set_id,
+        merge = facts.merge_commit,
+    );
+    Some(format!(
+        "change set {cs} was approved (merge {merge}) with an {why} impact assessment{detail}. The Job Site builds a change set only with a reviewed assessment, and an approved change set is not edited again. Way on: a follow-up change set with the review: on {branch}, `ears-manager change-set create …`, then for {reqs} `ears-manager requirement update --change-set CS-NEW --id REQ-… --text \"<its current text>\"`, `ears-manager --output json impact --change-set CS-NEW > impact.json` (fill in each candidate's disposition and rationale), `ears-manager change-set update --change-set CS-NEW --impact-file impact.json`, `ears-manager check --change-set CS-NEW`; merge and push it, then `protobot run --change-set CS-NEW` (docs/getting-started.md, \"When check says the impact assessment is incomplete\"). Run `ears-manager check` before merging a change set",
+        cs = facts.change_set_id,
+        merge = facts.merge_commit,
+        reqs = if restated.is_empty() {
+            "each requirement it changes".to_owned()
+        } else {
+            restated.join(", ")
+        },
+    ))
 }
 
 /// Runs the probe of [`crate::harness::probe_command`] in the sandbox and

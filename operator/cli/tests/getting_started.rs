@@ -18,6 +18,10 @@
 //! - `a_harness_whose_integration_needs_what_the_sandbox_lacks_stops_before_the_first_cycle`:
 //!   a `requires` line the sandbox cannot resolve, and a `path` line that is
 //!   no directory, stop `protobot run` before any cycle, naming them;
+//! - `a_change_set_approved_without_its_impact_review_is_refused_and_a_follow_up_builds_it`:
+//!   a change set merged although `check` failed on its impact assessment is
+//!   refused before anything is registered, naming the review and the way on;
+//!   the follow-up change set the message describes builds;
 //! - `a_projection_that_forgets_src_blocks_naming_the_path_and_retry_completes_it`:
 //!   the same guide with `src/` removed from the policy: the run ends blocked
 //!   naming `src/greet.sh` and the fix, and `protobot retry` after the fix on
@@ -196,6 +200,79 @@ fn a_harness_whose_integration_needs_what_the_sandbox_lacks_stops_before_the_fir
     let relative = s.bash(&s.repo(), &run);
     assert!(String::from_utf8_lossy(&relative.stderr).contains("line 1"));
     assert_eq!(merges_on_main(&s.work().join("greet-origin.git")), 0);
+}
+
+#[test]
+fn a_change_set_approved_without_its_impact_review_is_refused_and_a_follow_up_builds_it() {
+    if skip_without_bwrap() {
+        return;
+    }
+    let s = Session::new("greet");
+    let blocks = sh_blocks(GUIDE);
+    let (before, run, after) = split_at_run(&blocks);
+    s.ok(&s.work(), &before);
+    s.ok(&s.repo(), &run);
+    s.ok(&s.repo(), &after);
+    // CS-00002 is merged although `ears-manager check` fails on its impact assessment.
+    let unreviewed: String = SECOND_CHANGE_SET
+        .lines()
+        .filter(|l| {
+            !l.contains("impact")
+                && !l.starts_with("for c in")
+                && !l.starts_with("    c.update")
+                && !l.starts_with("json.dump")
+                && !l.starts_with("import json")
+                && !l.starts_with("ears-manager check")
+        })
+        .map(|l| format!("{l}\n"))
+        .collect();
+    assert!(!unreviewed.contains("impact"), "{unreviewed}");
+    s.ok(&s.repo(), &unreviewed);
+    let second = run.replace("CS-00001", "CS-00002");
+    let refused = s.bash(&s.repo(), &second);
+    let stderr = String::from_utf8_lossy(&refused.stderr).into_owned();
+    assert_eq!(refused.status.code(), Some(2), "{stderr}");
+    for names in [
+        "change set CS-00002 was approved",
+        "incomplete impact assessment",
+        "`ears-manager impact --change-set CS-00002 --at ",
+        "for REQ-CLI-00002 `ears-manager requirement update --change-set CS-NEW",
+        "--impact-file impact.json",
+        "protobot run --change-set CS-NEW",
+    ] {
+        assert!(stderr.contains(names), "names {names}: {stderr}");
+    }
+    let items = s.ok(&s.repo(), "protobot status --repo . --output json");
+    assert!(
+        !items.contains("wi-cs-00002"),
+        "nothing was registered: {items}"
+    );
+    // The way on, as the message says.
+    s.ok(
+        &s.repo(),
+        r#"git checkout -q main
+ears-manager change-set create --intent "Review the impact of CS-00002" --affected-scope cli --implementation-required true
+ears-manager change-set update --change-set CS-00003 --affected-interface greet-cli
+ears-manager requirement update --change-set CS-00003 --id REQ-CLI-00002   --text "The command-line tool shall end every greeting with an exclamation mark."
+ears-manager --output json impact --change-set CS-00003 | python3 -c '
+import json, sys
+impact = json.load(sys.stdin)
+for c in impact["data"]["candidates"]:
+    c.update(disposition="not-applicable", rationale="reviewed: the greeting stays")
+json.dump(impact, sys.stdout)' > ../impact.json
+ears-manager change-set update --change-set CS-00003 --impact-file ../impact.json
+ears-manager check --change-set CS-00003
+git add -A
+git commit -q -m "CS-00003: review the impact of CS-00002"
+cs_branch=$(git branch --show-current)
+git checkout -q main
+git merge -q --no-ff -m "Merge CS-00003" "$cs_branch"
+git push -q origin main
+"#,
+    );
+    let built = s.ok(&s.repo(), &run.replace("CS-00001", "CS-00003"));
+    assert!(built.contains("is completed"), "{built}");
+    assert_eq!(merges_on_main(&s.work().join("greet-origin.git")), 2);
 }
 
 /// A second change set, authored and approved as the guide's first one is.
