@@ -196,6 +196,19 @@ fn a_harness_whose_integration_needs_what_the_sandbox_lacks_stops_before_the_fir
         stderr.contains("`path /opt/nowhere` is not a directory"),
         "{stderr}"
     );
+    // With a uid per run (root), a `path` under a directory closed to others is refused
+    // up front, naming that directory.
+    if s.ok(&s.work(), "id -u").trim() == "0" {
+        s.ok(
+            &s.work(),
+            "mkdir -p private/venv && chmod 700 private && printf 'path %s/private/venv\n' \"$PWD\" > greet-harness/sandbox",
+        );
+        let closed = s.bash(&s.repo(), &run);
+        let stderr = String::from_utf8_lossy(&closed.stderr).into_owned();
+        assert_eq!(closed.status.code(), Some(2), "{stderr}");
+        assert!(stderr.contains("cannot enter"), "{stderr}");
+        assert!(stderr.contains("/work/private (mode 0700"), "{stderr}");
+    }
     s.ok(&s.work(), "printf 'path etc\n' > greet-harness/sandbox");
     let relative = s.bash(&s.repo(), &run);
     assert!(String::from_utf8_lossy(&relative.stderr).contains("line 1"));
