@@ -262,6 +262,9 @@ async fn run_inner(args: &RunArgs, mode: Mode) -> Result<serde_json::Value, RunE
     {
         eprintln!("protobot: note: {note}");
     }
+    // One protobot process per work store from here on: the staged harness and the
+    // store are this run's.
+    let _lock = lock(&store_path)?;
     // The scripts run from a read-only copy of the harness staged beside the
     // runs, where the sandbox's uid can reach it (a harness under a private
     // home would be out of its reach); toolchain paths cannot be copied, so
@@ -297,7 +300,6 @@ async fn run_inner(args: &RunArgs, mode: Mode) -> Result<serde_json::Value, RunE
             staged.display()
         ))
     })?;
-    let _lock = lock(&store_path)?;
     let user_clone = repo;
     let prepared = crate::clone::prepare(
         &user_clone,
