@@ -315,7 +315,11 @@ async fn run(
             )
         }
     };
-    let mut sandbox_config = BubblewrapConfig::under(&root.join("sandbox"));
+    let (mut sandbox_config, _) = sandbox_config(&root.join("sandbox"), args.insecure_no_sandbox)
+        .map_err(|reason| DemoError::Rejected {
+        command: "demo",
+        code: reason,
+    })?;
     if let Some(a) = &agents {
         sandbox_config.egress = Some(a.egress.clone());
         sandbox_config
@@ -615,6 +619,45 @@ async fn run(
     })
 }
 
+/// The sandbox configuration for runs staged under `base`, decided before any
+/// work. With a dedicated uid per run (a root control plane), that uid must be
+/// able to reach the scratch root where each run is staged; under a directory
+/// closed to others (`mktemp -d` makes one) it cannot. Runs are then staged
+/// under the system's temporary directory instead (the same folder for the
+/// same `base`), and the note says so; when that is closed too, the error
+/// names the directory and the fix.
+pub(crate) fn sandbox_config(
+    base: &Path,
+    insecure_no_sandbox: bool,
+) -> Result<(BubblewrapConfig, Option<String>), String> {
+    use std::hash::{Hash, Hasher};
+    let mut config = BubblewrapConfig::under(base);
+    if insecure_no_sandbox || !protobot_executors::reach::per_run_uid_applies() {
+        return Ok((config, None));
+    }
+    let Err(blocked) = protobot_executors::reach::check_reachable(&config.scratch_root) else {
+        return Ok((config, None));
+    };
+    let mut hasher = std::hash::DefaultHasher::new();
+    std::path::absolute(base)
+        .unwrap_or_else(|_| base.to_path_buf())
+        .hash(&mut hasher);
+    let fallback = std::env::temp_dir().join(format!("protobot-sandbox-{:016x}", hasher.finish()));
+    match protobot_executors::reach::check_reachable(&fallback) {
+        Ok(()) => {
+            let note = format!(
+                "the sandbox's uid cannot enter {} (mode {:04o}), so sandbox runs are staged under {} instead",
+                blocked.blocking.display(),
+                blocked.mode,
+                fallback.display()
+            );
+            config.scratch_root = fallback;
+            Ok((config, Some(note)))
+        }
+        Err(_) => Err(blocked.to_string()),
+    }
+}
+
 /// Why Workers cannot run here (bubblewrap missing and no explicit insecure
 /// mode), as the one line to print before any work; `None` when they can.
 pub(crate) fn sandbox_refusal(insecure_no_sandbox: bool, command: &str) -> Option<String> {
@@ -717,6 +760,14 @@ pub fn demo_with(args: DemoArgs, target: Option<crate::eval::Target>) -> ExitCod
     if let Some(refusal) = sandbox_refusal(args.insecure_no_sandbox, "demo") {
         eprintln!("{refusal}");
         return ExitCode::from(2);
+    }
+    match sandbox_config(&root.join("sandbox"), args.insecure_no_sandbox) {
+        Ok((_, Some(note))) if args.output == Output::Human => eprintln!("protobot: note: {note}"),
+        Ok(_) => {}
+        Err(reason) => {
+            eprintln!("protobot: {reason}");
+            return ExitCode::from(2);
+        }
     }
     // One Job Site per work store: the lock makes adopting our own lease after a
     // kill safe (no other live process can hold it under the same identity).

@@ -44,15 +44,18 @@ pub struct InitArgs {
     pub name: Option<String>,
     /// The canonical remote recorded in project.yaml (an https://, ssh:// or
     /// git@host:path URL; default: `origin` when it is one, else a placeholder
-    /// to review).
+    /// to review). A local repository (a path or file:// URL, as a local
+    /// `origin` is) is accepted: project.yaml then records a placeholder,
+    /// since it holds only network URLs, and `protobot run` lands on `origin`.
     #[arg(long)]
     pub canonical_remote: Option<String>,
     /// `single-player` or `multi-player`.
     #[arg(long, default_value = "single-player", value_parser = ["single-player", "multi-player"])]
     pub review_mode: String,
-    /// The default branch.
-    #[arg(long, default_value = "main")]
-    pub default_branch: String,
+    /// The default branch (default: the branch checked out now, even if it has
+    /// no commit yet).
+    #[arg(long)]
+    pub default_branch: Option<String>,
     /// `human` or `json`.
     #[arg(long, value_enum, default_value = "human")]
     pub output: Output,
@@ -314,23 +317,143 @@ fn ears(root: &Path, args: &[&str]) -> Result<(), InitError> {
     })
 }
 
-fn remote_for(root: &Path, id: &str, given: Option<&str>) -> (String, bool) {
-    if let Some(r) = given {
-        return (r.to_owned(), false);
+/// The canonical remote `init` records, and the note to print about it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RemoteChoice {
+    /// What project.yaml records.
+    pub remote: String,
+    /// Why it is a placeholder, when it is one.
+    pub note: Option<String>,
+}
+
+/// A remote given as a local repository: a path or a `file://` URL.
+fn is_local(remote: &str) -> bool {
+    remote.starts_with("file://") || !(remote.contains("://") || remote.starts_with("git@"))
+}
+
+/// Decides the canonical remote from `--canonical-remote` (`given`) and the
+/// clone's `origin`. Pure. Refuses only what no project can use: a remote
+/// with credentials or a malformed URL.
+pub fn choose_remote(
+    id: &str,
+    given: Option<&str>,
+    origin: Option<&str>,
+) -> Result<RemoteChoice, String> {
+    use protobot_spec::rules::{RemoteCheck, check_remote};
+    let placeholder = format!("https://example.invalid/{id}.git");
+    match given {
+        Some(r) if !r.is_empty() && is_local(r) => Ok(RemoteChoice {
+            note: Some(format!(
+                "{r} is a local repository: protobot run lands merges on your clone's `origin` ({r} when that is it), and project.yaml records the placeholder {placeholder}, since it holds only https://, ssh:// or git@host:path URLs; set repository.canonical_remote there when the project gets one"
+            )),
+            remote: placeholder,
+        }),
+        Some(r) => match check_remote(r) {
+            RemoteCheck::Ok => Ok(RemoteChoice {
+                remote: r.to_owned(),
+                note: None,
+            }),
+            RemoteCheck::Credentials => Err(format!(
+                "--canonical-remote {r} carries credentials: remove the user information from the URL (credentials belong in a credential helper)"
+            )),
+            RemoteCheck::Invalid => Err(format!(
+                "--canonical-remote {r} is not an https://, ssh:// or git@host:path URL, nor a local repository path"
+            )),
+        },
+        None => match origin.filter(|o| check_remote(o) == RemoteCheck::Ok) {
+            Some(o) => Ok(RemoteChoice {
+                remote: o.to_owned(),
+                note: None,
+            }),
+            None => Ok(RemoteChoice {
+                note: Some(format!(
+                    "project.yaml records the placeholder canonical remote {placeholder}: set repository.canonical_remote to your project's https:// or ssh:// URL"
+                )),
+                remote: placeholder,
+            }),
+        },
     }
-    let origin = git(root, &["remote", "get-url", "origin"]).unwrap_or_default();
-    let usable = origin.starts_with("https://")
-        || origin.starts_with("ssh://")
-        || (origin.starts_with("git@") && origin.contains(':'));
-    // ears-manager refuses a remote that carries credentials (`https://user@…`).
-    let credentials = origin
-        .strip_prefix("https://")
-        .and_then(|rest| rest.split('/').next())
-        .is_some_and(|host| host.contains('@'));
-    if usable && !credentials {
-        (origin, false)
-    } else {
-        (format!("https://example.invalid/{id}.git"), true)
+}
+
+/// Decides the default branch: `--default-branch` (`given`) or the branch
+/// checked out now (`current`, `None` on a detached HEAD). `resolves` says
+/// whether a branch has a commit; the current branch may have none yet (the
+/// template commit creates it). Pure.
+pub fn choose_branch(
+    given: Option<&str>,
+    current: Option<&str>,
+    resolves: &dyn Fn(&str) -> bool,
+) -> Result<String, String> {
+    match (given, current) {
+        (Some(b), _) if resolves(b) || Some(b) == current => Ok(b.to_owned()),
+        (Some(b), Some(c)) => Err(format!(
+            "--default-branch {b} has no commit in this repository (the branch checked out is {c}): pass `--default-branch {c}`, or create {b} first (`git branch {b}` or `git checkout -b {b}`)"
+        )),
+        (Some(b), None) => Err(format!(
+            "--default-branch {b} has no commit in this repository and HEAD is detached: check out the default branch, or create {b} first"
+        )),
+        (None, Some(c)) => Ok(c.to_owned()),
+        (None, None) => Err(
+            "HEAD is detached: check out the default branch, or name it with `--default-branch BRANCH`".into(),
+        ),
+    }
+}
+
+/// Whether `refs/heads/<branch>` names a commit.
+fn branch_resolves(root: &Path, branch: &str) -> bool {
+    git(
+        root,
+        &[
+            "rev-parse",
+            "-q",
+            "--verify",
+            &format!("refs/heads/{branch}^{{commit}}"),
+        ],
+    )
+    .is_ok()
+}
+
+/// What `init` changed so far, so a refusal can put the repository back.
+#[derive(Default)]
+struct Undo {
+    /// HEAD's commit before the template commit (`None`: the branch was unborn).
+    head_before: Option<Option<String>>,
+    /// Files written (relative to the root).
+    files: Vec<String>,
+    /// Directories created for them, outermost first (removed when empty).
+    dirs: Vec<PathBuf>,
+    /// `.protobot/` did not exist before.
+    protobot_created: bool,
+}
+
+impl Undo {
+    /// Puts back what `init` changed: the template commit is undone (the index
+    /// and work tree keep nothing of it), written files and a new `.protobot/`
+    /// are removed. Best effort: every step runs even if one fails.
+    fn roll_back(&self, root: &Path, branch: &str) {
+        match &self.head_before {
+            Some(Some(before)) => {
+                let _ = git(root, &["reset", "-q", "--soft", before]);
+            }
+            Some(None) => {
+                let _ = git(root, &["update-ref", "-d", &format!("refs/heads/{branch}")]);
+            }
+            None => {}
+        }
+        if !self.files.is_empty() {
+            let mut rm = vec!["rm", "-q", "--cached", "--ignore-unmatch", "--"];
+            rm.extend(self.files.iter().map(String::as_str));
+            let _ = git(root, &rm);
+        }
+        for f in &self.files {
+            let _ = std::fs::remove_file(root.join(f));
+        }
+        for d in self.dirs.iter().rev() {
+            let _ = std::fs::remove_dir(d);
+        }
+        if self.protobot_created {
+            let _ = std::fs::remove_dir_all(root.join(".protobot"));
+        }
     }
 }
 
@@ -339,7 +462,7 @@ fn init_inner(args: &InitArgs) -> Result<serde_json::Value, InitError> {
         InitError::Input(format!(
             "repository {}: {e}; create it with `git init -b {} {}`",
             args.repo.display(),
-            args.default_branch,
+            args.default_branch.as_deref().unwrap_or("main"),
             args.repo.display()
         ))
     })?;
@@ -347,7 +470,7 @@ fn init_inner(args: &InitArgs) -> Result<serde_json::Value, InitError> {
         InitError::Input(format!(
             "{} is not a Git working tree; run `git init -b {}` there first",
             root.display(),
-            args.default_branch
+            args.default_branch.as_deref().unwrap_or("main")
         ))
     })?;
     if Path::new(&top).canonicalize().ok().as_deref() != Some(root.as_path()) {
@@ -356,23 +479,95 @@ fn init_inner(args: &InitArgs) -> Result<serde_json::Value, InitError> {
             root.display()
         )));
     }
+    let current = git(&root, &["symbolic-ref", "-q", "--short", "HEAD"]).ok();
+    let resolves = |b: &str| branch_resolves(&root, b);
+    let branch = choose_branch(
+        args.default_branch.as_deref(),
+        current.as_deref(),
+        &resolves,
+    )
+    .map_err(InitError::Input)?;
+    let mut undo = Undo {
+        protobot_created: !root.join(".protobot").exists(),
+        ..Undo::default()
+    };
+    match init_steps(args, &root, &branch, &mut undo) {
+        Ok(report) => Ok(report),
+        Err(e) => {
+            undo.roll_back(&root, &branch);
+            Err(e)
+        }
+    }
+}
+
+/// Everything `init` writes, after the checks that need no write; on an error
+/// the caller rolls back what `undo` recorded.
+fn init_steps(
+    args: &InitArgs,
+    root: &Path,
+    branch: &str,
+    undo: &mut Undo,
+) -> Result<serde_json::Value, InitError> {
+    let root = root.to_path_buf();
     let name = args.name.clone().unwrap_or_else(|| args.id.clone());
     let mut wrote = Vec::new();
     let mut notes = Vec::new();
     let project_exists = root.join(".protobot/project.yaml").is_file();
     if !project_exists {
+        // Every input is checked before the first write.
+        let origin = git(&root, &["remote", "get-url", "origin"]).ok();
+        let choice = choose_remote(
+            &args.id,
+            args.canonical_remote.as_deref(),
+            origin.as_deref(),
+        )
+        .map_err(InitError::Input)?;
+        let dirty = git(
+            &root,
+            &["status", "--porcelain", "--", VISION, ARCHITECTURE],
+        )?;
+        if !dirty.is_empty() {
+            return Err(InitError::Input(format!(
+                "{VISION} and {ARCHITECTURE} must be committed before the project is initialized: `git add {VISION} {ARCHITECTURE} && git commit -m 'Vision and Architecture'`, then run protobot init again"
+            )));
+        }
+        let will_write = [VISION, ARCHITECTURE]
+            .iter()
+            .any(|p| !root.join(p).exists());
+        if !will_write && !branch_resolves(&root, branch) {
+            return Err(InitError::Input(format!(
+                "the default branch {branch} has no commit yet: commit {VISION} and {ARCHITECTURE} on it, then run protobot init again"
+            )));
+        }
+        if will_write {
+            for key in ["user.name", "user.email"] {
+                if git(&root, &["config", key]).is_err() {
+                    return Err(InitError::Input(format!(
+                        "protobot init commits the Vision and Architecture templates, and git has no {key}: set your identity with `git config user.name NAME` and `git config user.email EMAIL`, then run protobot init again"
+                    )));
+                }
+            }
+        }
+        if let Some(note) = &choice.note {
+            notes.push(note.clone());
+        }
         // ears-manager's prerequisites: Vision and Architecture, committed.
         for path in [VISION, ARCHITECTURE] {
             let file = root.join(path);
             if !file.exists() {
                 if let Some(parent) = file.parent() {
+                    if !parent.exists() {
+                        undo.dirs.push(parent.to_path_buf());
+                    }
                     std::fs::create_dir_all(parent).map_err(io("create", parent))?;
                 }
                 std::fs::write(&file, template(path, &name)).map_err(io("write", &file))?;
                 wrote.push(path.to_owned());
+                undo.files.push(path.to_owned());
             }
         }
         if !wrote.is_empty() {
+            undo.head_before = Some(git(&root, &["rev-parse", "-q", "--verify", "HEAD"]).ok());
             let mut add = vec!["add", "--"];
             add.extend(wrote.iter().map(String::as_str));
             git(&root, &add)?;
@@ -394,21 +589,7 @@ fn init_inner(args: &InitArgs) -> Result<serde_json::Value, InitError> {
                 other => other,
             })?;
         }
-        let dirty = git(
-            &root,
-            &["status", "--porcelain", "--", VISION, ARCHITECTURE],
-        )?;
-        if !dirty.is_empty() {
-            return Err(InitError::Input(format!(
-                "{VISION} and {ARCHITECTURE} must be committed before the project is initialized: `git add {VISION} {ARCHITECTURE} && git commit -m 'Vision and Architecture'`, then run protobot init again"
-            )));
-        }
-        let (remote, placeholder) = remote_for(&root, &args.id, args.canonical_remote.as_deref());
-        if placeholder {
-            notes.push(format!(
-                "project.yaml records the placeholder canonical remote {remote}: set repository.canonical_remote to your project's https:// or ssh:// URL"
-            ));
-        }
+        let remote = choice.remote;
         ears(
             &root,
             &[
@@ -423,7 +604,7 @@ fn init_inner(args: &InitArgs) -> Result<serde_json::Value, InitError> {
                 "--review-mode",
                 &args.review_mode,
                 "--default-branch",
-                &args.default_branch,
+                branch,
             ],
         )?;
     }
@@ -454,6 +635,7 @@ fn init_inner(args: &InitArgs) -> Result<serde_json::Value, InitError> {
     let catalog_created = !catalog.exists();
     if catalog_created {
         std::fs::write(&catalog, "").map_err(io("write", &catalog))?;
+        undo.files.push(CATALOG.to_owned());
     }
     if planned.assumed_layout {
         notes.push(
@@ -472,7 +654,8 @@ fn init_inner(args: &InitArgs) -> Result<serde_json::Value, InitError> {
         "catalog_created": catalog_created,
         "notes": notes,
         "review": [PROJECTION, CATALOG, VISION, ARCHITECTURE],
-        "next": format!("review, then `git add .protobot && git commit -m 'protobot: projection policy and test catalog' && git push origin {}`", args.default_branch),
+        "default_branch": branch,
+        "next": format!("review, then `git add .protobot && git commit -m 'protobot: projection policy and test catalog' && git push origin {branch}`"),
     }))
 }
 
@@ -654,6 +837,54 @@ mod tests {
         let classified = |p: &str| p == "src" || p == CATALOG;
         let p = plan(&[dir("src"), dir("tests")], &[], &classified);
         assert_eq!(classes(&p), [("tests/".to_owned(), "test")]);
+    }
+
+    #[test]
+    fn a_local_canonical_remote_is_accepted_as_a_placeholder_and_a_bad_one_refused() {
+        for local in [
+            "../greet-origin.git",
+            "/srv/git/greet.git",
+            "file:///srv/greet.git",
+        ] {
+            let c = choose_remote("greet", Some(local), None).unwrap();
+            assert_eq!(c.remote, "https://example.invalid/greet.git", "{local}");
+            assert!(c.note.as_deref().unwrap_or_default().contains(local));
+        }
+        let url = choose_remote("greet", Some("https://git.example/greet.git"), None).unwrap();
+        assert_eq!(url.remote, "https://git.example/greet.git");
+        assert_eq!(url.note, None);
+        let creds = choose_remote("greet", Some("https://me:pw@git.example/g.git"), None);
+        assert!(creds.unwrap_err().contains("credentials"));
+        assert!(choose_remote("greet", Some("ftp://git.example/g.git"), None).is_err());
+        // No flag: origin when it is a URL, else the placeholder with a note.
+        let from_origin = choose_remote("greet", None, Some("git@git.example:g.git")).unwrap();
+        assert_eq!(from_origin.remote, "git@git.example:g.git");
+        let local_origin = choose_remote("greet", None, Some("../greet-origin.git")).unwrap();
+        assert!(local_origin.remote.contains("example.invalid"));
+        assert!(local_origin.note.is_some());
+    }
+
+    #[test]
+    fn the_default_branch_is_the_current_one_and_a_missing_one_names_the_flag() {
+        let none = |_: &str| false;
+        let main_only = |b: &str| b == "main";
+        assert_eq!(choose_branch(None, Some("trunk"), &none).unwrap(), "trunk");
+        assert_eq!(
+            choose_branch(Some("main"), Some("trunk"), &main_only).unwrap(),
+            "main"
+        );
+        // The unborn current branch is fine: the template commit creates it.
+        assert_eq!(
+            choose_branch(Some("trunk"), Some("trunk"), &none).unwrap(),
+            "trunk"
+        );
+        let refused = choose_branch(Some("main"), Some("trunk"), &none).unwrap_err();
+        assert!(refused.contains("--default-branch trunk"), "{refused}");
+        assert!(
+            choose_branch(None, None, &none)
+                .unwrap_err()
+                .contains("--default-branch")
+        );
     }
 
     #[test]

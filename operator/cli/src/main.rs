@@ -12,6 +12,7 @@ mod demo;
 mod demo_agents;
 mod egress;
 mod eval;
+mod harness;
 mod init;
 mod lifecycle;
 mod operator;

@@ -82,6 +82,7 @@ pub fn export(args: ExportArgs) -> ExitCode {
         revised: set(args.revised),
         retired: set(args.retired),
         changed_control_surfaces: set(args.changed_surfaces),
+        build_base: None,
     };
     match seams::projection_export(&args.repo, &args.at, args.role, &args.dest, scope) {
         Ok(report) => match print_json(&report) {

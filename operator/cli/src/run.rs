@@ -28,7 +28,7 @@ use std::{
 
 use clap::Args;
 use jiff::{SignedDuration, Timestamp};
-use protobot_executors::{BubblewrapConfig, LocalExecutor};
+use protobot_executors::LocalExecutor;
 use protobot_jobsite::{
     contract::{Intake, build},
     engine::{Engine, EngineConfig, Producer, WorkerClass},
@@ -105,11 +105,14 @@ pub(crate) enum RunError {
     Failed(String),
 }
 
-fn read_harness(dir: &Path, name: &str) -> Result<Option<WorkerClass>, RunError> {
+/// A harness script as a worker class: run by its path (the harness directory
+/// is mounted read-only at the same path), under its `#!` interpreter or `sh`
+/// (`crate::harness::script_command`).
+fn read_harness(dir: &Path, name: &str, run_at: &Path) -> Result<Option<WorkerClass>, RunError> {
     let path = dir.join(name);
     match std::fs::read_to_string(&path) {
         Ok(script) => Ok(Some(WorkerClass {
-            command: vec!["sh".into(), "-c".into(), script],
+            command: crate::harness::script_command(&run_at.join(name), &script),
             image: None,
             egress: false,
             tiers: Default::default(),
@@ -122,8 +125,8 @@ fn read_harness(dir: &Path, name: &str) -> Result<Option<WorkerClass>, RunError>
     }
 }
 
-fn required(dir: &Path, name: &str) -> Result<WorkerClass, RunError> {
-    read_harness(dir, name)?.ok_or_else(|| {
+fn required(dir: &Path, name: &str, run_at: &Path) -> Result<WorkerClass, RunError> {
+    read_harness(dir, name, run_at)?.ok_or_else(|| {
         RunError::Input(format!(
             "the harness directory {} has no {name}; see docs/worker-harnesses.md",
             dir.display()
@@ -184,15 +187,13 @@ pub(crate) fn project_id_at(repo: &Path, branch: &str) -> Result<String, RunErro
         .ok_or_else(|| bad("project.yaml has no project id".into()))
 }
 
+/// Locks the work store's directory itself (flock on the directory), so no
+/// lock file is left behind; released when the returned handle drops.
 pub(crate) fn lock(store: &Path) -> Result<std::fs::File, RunError> {
     let dir = store.parent().unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir)
         .map_err(|e| RunError::Input(format!("cannot create {}: {e}", dir.display())))?;
-    let file = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(dir.join(".protobot-run.lock"))
+    let file = std::fs::File::open(dir)
         .map_err(|e| RunError::Input(format!("cannot lock {}: {e}", dir.display())))?;
     file.try_lock().map_err(|_| {
         RunError::Input(format!(
@@ -204,10 +205,13 @@ pub(crate) fn lock(store: &Path) -> Result<std::fs::File, RunError> {
 }
 
 async fn run_inner(args: &RunArgs, mode: Mode) -> Result<serde_json::Value, RunError> {
-    let worker_a = required(&args.harness, "worker-a.sh")?;
-    let worker_b = required(&args.harness, "worker-b.sh")?;
-    let integration = required(&args.harness, "integration.sh")?;
-    let inspector = read_harness(&args.harness, "inspector.sh")?;
+    // Scripts run by their path, mounted at the same place: an absolute one.
+    let harness = args.harness.canonicalize().map_err(|e| {
+        RunError::Input(format!(
+            "the harness directory {}: {e}; see docs/worker-harnesses.md",
+            args.harness.display()
+        ))
+    })?;
     let repo = args
         .repo
         .canonicalize()
@@ -216,7 +220,86 @@ async fn run_inner(args: &RunArgs, mode: Mode) -> Result<serde_json::Value, RunE
         .store
         .clone()
         .unwrap_or_else(|| repo.join(".git").join("protobot").join("wms.sqlite"));
+    let control_plane = std::path::absolute(store_path.parent().unwrap_or(Path::new(".")))
+        .unwrap_or_else(|_| store_path.clone());
+    let needs = match std::fs::read_to_string(harness.join("sandbox")) {
+        Ok(text) => crate::harness::parse_sandbox(&text, &control_plane)
+            .map_err(|e| RunError::Input(format!("{}: {e}", harness.join("sandbox").display())))?,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Default::default(),
+        Err(e) => {
+            return Err(RunError::Input(format!(
+                "cannot read {}: {e}",
+                harness.join("sandbox").display()
+            )));
+        }
+    };
+    for path in &needs.paths {
+        if !path.is_dir() {
+            return Err(RunError::Input(format!(
+                "{}: `path {}` is not a directory on this machine; fix the line or create it",
+                harness.join("sandbox").display(),
+                path.display()
+            )));
+        }
+    }
+    if control_plane.starts_with(&harness) {
+        return Err(RunError::Input(format!(
+            "the harness directory {} holds the work store {}: keep the harness outside the repository's .git",
+            harness.display(),
+            control_plane.display()
+        )));
+    }
+    let scratch = store_path
+        .parent()
+        .unwrap_or(Path::new("."))
+        .join("scratch");
+    // Before any work: the sandbox's uid must reach where runs are staged.
+    let (sandbox_config, note) =
+        crate::demo::sandbox_config(&scratch.join("sandbox"), args.insecure_no_sandbox)
+            .map_err(RunError::Input)?;
+    if args.output == Output::Human
+        && let Some(note) = &note
+    {
+        eprintln!("protobot: note: {note}");
+    }
+    // One protobot process per work store from here on: the staged harness and the
+    // store are this run's.
     let _lock = lock(&store_path)?;
+    // The scripts run from a read-only copy of the harness staged beside the
+    // runs, where the sandbox's uid can reach it (a harness under a private
+    // home would be out of its reach); toolchain paths cannot be copied, so
+    // they must be reachable themselves.
+    let staged = sandbox_config.scratch_root.join(".harness");
+    for name in ["worker-a.sh", "worker-b.sh", "integration.sh"] {
+        if !harness.join(name).is_file() {
+            return Err(RunError::Input(format!(
+                "the harness directory {} has no {name}; see docs/worker-harnesses.md",
+                harness.display()
+            )));
+        }
+    }
+    let worker_a = required(&harness, "worker-a.sh", &staged)?;
+    let worker_b = required(&harness, "worker-b.sh", &staged)?;
+    let integration = required(&harness, "integration.sh", &staged)?;
+    let inspector = read_harness(&harness, "inspector.sh", &staged)?;
+    if !args.insecure_no_sandbox && protobot_executors::reach::per_run_uid_applies() {
+        for path in &needs.paths {
+            protobot_executors::reach::check_reachable(path).map_err(|e| {
+                RunError::Input(format!(
+                    "{}: `path {}`: {e}",
+                    harness.join("sandbox").display(),
+                    path.display()
+                ))
+            })?;
+        }
+    }
+    crate::harness::stage(&harness, &staged).map_err(|e| {
+        RunError::Failed(format!(
+            "failed to stage the harness {} at {}: {e}",
+            harness.display(),
+            staged.display()
+        ))
+    })?;
     let user_clone = repo;
     let prepared = crate::clone::prepare(
         &user_clone,
@@ -259,6 +342,11 @@ async fn run_inner(args: &RunArgs, mode: Mode) -> Result<serde_json::Value, RunE
             };
             let facts = read_facts(&repo, &registration)
                 .map_err(|e| RunError::Input(unpushed_hint(e.to_string())))?;
+            // Checked before anything is registered: an approved change set whose impact
+            // assessment is not reviewed would only ever block.
+            if let Some(refusal) = impact_refusal(&facts, &args.default_branch) {
+                return Err(RunError::Input(refusal));
+            }
             build(&Intake::ChangeSet(facts)).map_err(|e| RunError::Input(e.to_string()))?
         }
         (None, Some(bug)) => {
@@ -410,23 +498,35 @@ async fn run_inner(args: &RunArgs, mode: Mode) -> Result<serde_json::Value, RunE
         }
         retried = Some(version);
     }
-    let scratch = store_path
-        .parent()
-        .unwrap_or(Path::new("."))
-        .join("scratch");
     let mut config = EngineConfig::new(worker_a, worker_b, integration, scratch.clone());
     config.target_branch = args.default_branch.clone();
+    let inspected = inspector.is_some();
     if let Some(class) = inspector {
         config.producers = vec![Producer {
             name: "inspector".into(),
             kind: ProducerKind::Inspector,
             class,
         }];
+    } else if args.output == Output::Human {
+        eprintln!(
+            "protobot: warning: {} has no inspector.sh: an item is inspected by no one before it merges (its Inspection Run seals with zero producers and zero findings)",
+            harness.display()
+        );
     }
-    let executor = LocalExecutor::new(
-        BubblewrapConfig::under(&scratch.join("sandbox")),
-        args.insecure_no_sandbox,
-    );
+    let mut sandbox_config = sandbox_config;
+    sandbox_config.extra_ro_binds.push(staged.clone());
+    sandbox_config
+        .extra_ro_binds
+        .extend(needs.paths.iter().cloned());
+    let executor = LocalExecutor::new(sandbox_config, args.insecure_no_sandbox);
+    // Before the first cycle: what the integration needs exists in the sandbox.
+    preflight(
+        &executor,
+        &crate::harness::required_commands(&config.integration.command, &needs),
+        &scratch,
+        &harness,
+    )
+    .await?;
     let human = args.output == Output::Human;
     let engine = Engine {
         store: store.clone(),
@@ -474,14 +574,40 @@ async fn run_inner(args: &RunArgs, mode: Mode) -> Result<serde_json::Value, RunE
         .await
         .map_err(|e| RunError::Failed(e.to_string()))?;
     for a in &actions {
-        if let SiteAction::Failed { error, .. } | SiteAction::MergeUnverified { error, .. } = a {
-            return Err(RunError::Failed(format!("the build stopped: {error}")));
+        if let SiteAction::Failed {
+            work_item_id,
+            error,
+        }
+        | SiteAction::MergeUnverified {
+            work_item_id,
+            error,
+        } = a
+        {
+            let state = store
+                .get(work_item_id)
+                .await
+                .ok()
+                .flatten()
+                .map_or_else(|| "unknown".to_owned(), |r| r.state.to_string());
+            return Err(RunError::Failed(stopped_message(
+                error,
+                work_item_id,
+                &state,
+                &scratch.join("traces").join(format!("{work_item_id}.jsonl")),
+                args,
+                &user_clone,
+            )));
         }
     }
     let record = store
         .get(&contract.work_item_id)
         .await
         .map_err(|e| RunError::Failed(e.to_string()))?;
+    if let Some(r) = &record
+        && r.state == State::Completed
+    {
+        remove_item_scratch(&scratch, &r.id);
+    }
     let built = actions.iter().find_map(|a| match a {
         SiteAction::Built { report } => Some(report.clone()),
         _ => None,
@@ -512,12 +638,176 @@ async fn run_inner(args: &RunArgs, mode: Mode) -> Result<serde_json::Value, RunE
         "traces": scratch.join("traces"),
         "job_site_clone": prepared.path,
         "retried_at_contract_version": retried,
+        "inspectors": if inspected { 1 } else { 0 },
         "your_clone": {
             "path": user_clone,
             "tracking_ref": format!("origin/{}", args.default_branch),
             "tracking_head": tracking,
         },
     }))
+}
+
+/// Why an approved change set cannot be built because its impact assessment is
+/// not reviewed (what `ears-manager check` says at its merge commit), and the
+/// way on: a follow-up change set that restates its requirements with the
+/// reviewed assessment. `None` when the assessment is complete. Pure.
+fn impact_refusal(
+    facts: &protobot_jobsite::contract::ChangeSetFacts,
+    branch: &str,
+) -> Option<String> {
+    use protobot_jobsite::contract::{Action, AssessmentStatus};
+    let why = match facts.assessment_status {
+        AssessmentStatus::Complete => return None,
+        AssessmentStatus::Incomplete => "incomplete",
+        AssessmentStatus::Stale => "stale (reviewed against another base)",
+    };
+    let restated: Vec<&str> = facts
+        .operations
+        .iter()
+        .filter(|(action, _)| *action != Action::Retire)
+        .map(|(_, id)| id.as_str())
+        .collect();
+    let detail = format!(
+        " (`ears-manager impact --change-set {cs} --at {merge}` lists the requirements it had to review{})",
+        if facts.check_errors.is_empty() {
+            String::new()
+        } else {
+            format!("; check: {}", facts.check_errors.join("; "))
+        },
+        cs = facts.change_set_id,
+        merge = facts.merge_commit,
+    );
+    Some(format!(
+        "change set {cs} was approved (merge {merge}) with an {why} impact assessment{detail}. The Job Site builds a change set only with a reviewed assessment, and an approved change set is not edited again. Way on: a follow-up change set with the review: on {branch}, `ears-manager change-set create …`, then for {reqs} `ears-manager requirement update --change-set CS-NEW --id REQ-… --text \"<its current text>\"`, `ears-manager --output json impact --change-set CS-NEW > impact.json` (fill in each candidate's disposition and rationale), `ears-manager change-set update --change-set CS-NEW --impact-file impact.json`, `ears-manager check --change-set CS-NEW`; merge and push it, then `protobot run --change-set CS-NEW` (docs/getting-started.md, \"When check says the impact assessment is incomplete\"). Run `ears-manager check` before merging a change set",
+        cs = facts.change_set_id,
+        merge = facts.merge_commit,
+        reqs = if restated.is_empty() {
+            "each requirement it changes".to_owned()
+        } else {
+            restated.join(", ")
+        },
+    ))
+}
+
+/// Runs the probe of [`crate::harness::probe_command`] in the sandbox and
+/// refuses, naming what is missing and how to provide it.
+async fn preflight(
+    executor: &LocalExecutor,
+    commands: &[String],
+    scratch: &Path,
+    harness: &Path,
+) -> Result<(), RunError> {
+    use protobot_jobsite::executor::{Executor, RunSpec, SandboxRole, Termination};
+    if commands.is_empty() {
+        return Ok(());
+    }
+    let dir = scratch.join("preflight");
+    let _ = std::fs::remove_dir_all(&dir);
+    let workspace = dir.join("workspace");
+    git2::Repository::init(&workspace).map_err(|e| {
+        RunError::Failed(format!(
+            "failed to prepare the sandbox check in {}: {e}",
+            workspace.display()
+        ))
+    })?;
+    let spec = RunSpec {
+        run_id: format!("preflight-{}", std::process::id()),
+        role: SandboxRole::IntegrationRunner,
+        workspace,
+        task: serde_json::json!({"role": "preflight"}),
+        command: crate::harness::probe_command(commands),
+        image: None,
+        env: Default::default(),
+        limits: Default::default(),
+        egress_proxy: None,
+        audit: Default::default(),
+    };
+    let (_stop, cancel) = tokio::sync::watch::channel(false);
+    let out = executor.run(spec, cancel).await.map_err(|e| {
+        RunError::Failed(format!(
+            "the sandbox check before the first cycle could not run: {e}"
+        ))
+    });
+    let _ = std::fs::remove_dir_all(&dir);
+    let out = out?;
+    if out.termination == (Termination::Exited { code: 0 }) {
+        return Ok(());
+    }
+    let missing = crate::harness::missing_from(&out.stderr_tail);
+    if missing.is_empty() {
+        return Err(RunError::Failed(format!(
+            "the sandbox check before the first cycle failed ({:?}): {}",
+            out.termination,
+            protobot_jobsite::triage::sanitized_stderr_tail(&out.stderr_tail)
+        )));
+    }
+    Err(RunError::Input(format!(
+        "the sandbox has no {}: the integration needs {} (its interpreter or a `requires` line of {}). The sandbox holds the system /usr, the harness directory and the `path` lines of that file: add a `path /dir` line for the directory that holds {} (a venv, a toolchain), or install it under /usr; docs/worker-harnesses.md",
+        missing.join(", "),
+        if missing.len() == 1 { "it" } else { "them" },
+        harness.join("sandbox").display(),
+        if missing.len() == 1 { "it" } else { "each" },
+    )))
+}
+
+/// Removes what a completed item's build left under `scratch`: its cycles'
+/// projections and the collected `/out` folders of its runs (the trace stays,
+/// in `scratch/traces`). A completed item is never built again.
+fn remove_item_scratch(scratch: &Path, work_item_id: &str) {
+    let prefix = format!("{work_item_id}-");
+    for dir in [scratch.to_path_buf(), scratch.join("sandbox").join("out")] {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            if entry.file_name().to_string_lossy().starts_with(&prefix) {
+                let path = entry.path();
+                let _ = if path.is_dir() {
+                    std::fs::remove_dir_all(&path)
+                } else {
+                    std::fs::remove_file(&path)
+                };
+            }
+        }
+    }
+}
+
+/// What a stopped build prints: the error, the state the item is left in, its
+/// trace, and the next command for that state. A build stops with its lease
+/// held (`building`, `inspecting`, `merging`): running the same command again
+/// resumes it; `abandon` drops it.
+fn stopped_message(
+    error: &str,
+    work_item_id: &str,
+    state: &str,
+    trace: &Path,
+    args: &RunArgs,
+    user_clone: &Path,
+) -> String {
+    let target = match (&args.change_set, &args.bug) {
+        (Some(cs), _) => format!("--change-set {cs}"),
+        (None, Some(bug)) => format!("--bug {bug}"),
+        (None, None) => String::new(),
+    };
+    let next = if state == "blocked" {
+        format!(
+            "fix the cause on {branch} and push it, then `protobot retry --repo {repo} {target} --harness {harness}`",
+            branch = args.default_branch,
+            repo = user_clone.display(),
+            harness = args.harness.display(),
+        )
+    } else {
+        format!(
+            "fix the cause, then run `protobot run --repo {repo} {target} --harness {harness}` again: it resumes the item where it stopped (the Job Site adopts the lease it holds)",
+            repo = user_clone.display(),
+            harness = args.harness.display(),
+        )
+    };
+    format!(
+        "the build stopped: {error}\nwork item {work_item_id} is {state}; trace: {trace}\nnext: {next}; or drop it with `protobot abandon --repo {repo} --work-item {work_item_id}`",
+        trace = trace.display(),
+        repo = user_clone.display(),
+    )
 }
 
 /// Runs `protobot run` (or, with [`Mode::Retry`], `protobot retry`).
@@ -574,8 +864,14 @@ fn human_report(report: &serde_json::Value, args: &RunArgs) -> String {
         report["state"].as_str().unwrap_or("unknown"),
         report["merge_commit"].as_str().unwrap_or("none")
     )];
-    if let Some(reason) = report["block_reason"].as_str() {
+    // A block reason outlives its block in the record: only a blocked item shows it.
+    if report["state"] == serde_json::json!(State::Blocked)
+        && let Some(reason) = report["block_reason"].as_str()
+    {
         lines.push(format!("blocked: {reason}"));
+        if let Some(traces) = report["traces"].as_str() {
+            lines.push(format!("trace: {traces}/{}.jsonl", text("work_item")));
+        }
         let target = match (&args.change_set, &args.bug) {
             (Some(cs), _) => format!("--change-set {cs}"),
             (None, Some(bug)) => format!("--bug {bug}"),
@@ -590,6 +886,12 @@ fn human_report(report: &serde_json::Value, args: &RunArgs) -> String {
         ));
     }
     if report["state"] == serde_json::json!(State::Completed) {
+        if report["inspectors"] == serde_json::json!(0) {
+            lines.push(
+                "warning: merged without inspection: the harness has no inspector.sh (docs/worker-harnesses.md)"
+                    .into(),
+            );
+        }
         lines.push(format!(
             "your clone is untouched; `git pull --ff-only` brings the merge into {}",
             args.default_branch

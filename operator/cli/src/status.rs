@@ -11,26 +11,65 @@ use crate::demo::Output;
 /// Arguments of `protobot status`.
 #[derive(Debug, Args)]
 pub struct StatusArgs {
+    /// Your clone, as `protobot run` takes it: the store is
+    /// `<repo>/.git/protobot/wms.sqlite` and the project the one
+    /// `.protobot/project.yaml` declares on the branch checked out (default:
+    /// the current directory, unless `--store` is given).
+    #[arg(long)]
+    pub repo: Option<PathBuf>,
     /// The SQLite work store (the demo writes `<dir>/wms.sqlite`).
     #[arg(long)]
-    pub store: PathBuf,
-    /// The project the store serves.
+    pub store: Option<PathBuf>,
+    /// The project the store serves (default with `--repo`: the repository's).
     #[arg(long)]
-    pub project: String,
+    pub project: Option<String>,
     /// `human` (a table) or `json` (the records).
     #[arg(long, value_enum, default_value = "human")]
     pub output: Output,
 }
 
+/// The store and project `status` reads: `--store`/`--project` as given, else
+/// derived from `--repo` (or the current directory).
+fn resolve(args: &StatusArgs) -> Result<(PathBuf, String), String> {
+    let repo = args.repo.clone().unwrap_or_else(|| PathBuf::from("."));
+    let store = match &args.store {
+        Some(store) => store.clone(),
+        None => repo.join(".git").join("protobot").join("wms.sqlite"),
+    };
+    if !store.is_file() {
+        return Err(format!(
+            "unable to read {}: no such work store (`protobot run --repo REPO …` creates it in REPO/.git/protobot; for a demo pass `--store DIR/wms.sqlite --project cli-sync`)",
+            store.display()
+        ));
+    }
+    let project = match &args.project {
+        Some(project) => project.clone(),
+        None => {
+            let branch = git2::Repository::open(&repo)
+                .ok()
+                .and_then(|r| r.head().ok().and_then(|h| h.shorthand().ok().map(str::to_owned)))
+                .ok_or_else(|| {
+                    format!(
+                        "{} has no branch checked out to read the project id from: pass --project ID",
+                        repo.display()
+                    )
+                })?;
+            crate::run::project_id_at(&repo, &branch)
+                .map_err(|e| format!("{e}; or pass --project ID"))?
+        }
+    };
+    Ok((store, project))
+}
+
 /// Runs the command.
 pub fn status(args: StatusArgs) -> ExitCode {
-    if !args.store.is_file() {
-        eprintln!(
-            "protobot: unable to read {}: no such work store (run `protobot demo` or pass --store)",
-            args.store.display()
-        );
-        return ExitCode::from(2);
-    }
+    let (store_path, project) = match resolve(&args) {
+        Ok(found) => found,
+        Err(e) => {
+            eprintln!("protobot: {e}");
+            return ExitCode::from(2);
+        }
+    };
     let runtime = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -42,7 +81,7 @@ pub fn status(args: StatusArgs) -> ExitCode {
         }
     };
     let listed = runtime.block_on(async {
-        let store = SqliteStore::open(&args.store, &args.project, AdapterConfig::default())?;
+        let store = SqliteStore::open(&store_path, &project, AdapterConfig::default())?;
         store.list(&ItemFilter::default()).await
     });
     let items = match listed {
@@ -50,7 +89,7 @@ pub fn status(args: StatusArgs) -> ExitCode {
         Err(e) => {
             eprintln!(
                 "protobot: failed to read the work store {}: {e}",
-                args.store.display()
+                store_path.display()
             );
             return ExitCode::from(1);
         }
@@ -84,7 +123,8 @@ fn table(items: &[protobot_lifecycle::WorkItemRecord]) -> String {
             r.contract_version,
             holder
         ));
-        if !r.block_reason.is_empty() {
+        // A block reason outlives its block in the record; only a blocked item shows it.
+        if r.state == protobot_lifecycle::State::Blocked && !r.block_reason.is_empty() {
             lines.push(format!("  blocked: {}", r.block_reason));
         }
     }

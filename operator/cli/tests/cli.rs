@@ -633,6 +633,42 @@ fn the_demo_with_opencode_workers_merges_through_the_egress_proxy() {
     assert_eq!(inspector_model["settings"]["harness"], "opencode");
 }
 
+/// Issue 32: `protobot demo --dir "$(mktemp -d)/d"`. `mktemp -d` makes a
+/// 0700 directory, which a per-run sandbox uid cannot enter; the demo stages
+/// its runs where the sandbox can reach and completes (or, when it cannot run
+/// per-run uids, never needed to).
+#[test]
+fn a_demo_under_a_private_directory_completes_and_says_where_runs_are_staged() {
+    use std::os::unix::fs::PermissionsExt;
+    if !bwrap_available() {
+        assert!(
+            std::env::var_os("PROTOBOT_REQUIRE_BWRAP").is_none(),
+            "PROTOBOT_REQUIRE_BWRAP is set but bwrap is not installed"
+        );
+        eprintln!("skipping: bubblewrap is not installed");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let private = tmp.path().join("mktemp");
+    std::fs::create_dir(&private).unwrap();
+    std::fs::set_permissions(&private, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let dir = private.join("d");
+    let output = protobot(&["demo", "--dir", dir.to_str().unwrap()]);
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert!(
+        output.status.success(),
+        "{}\n{stderr}",
+        String::from_utf8_lossy(&output.stdout)
+    );
+    let root = std::fs::metadata("/proc/self").map(|m| std::os::unix::fs::MetadataExt::uid(&m));
+    if root.ok() == Some(0) {
+        assert!(stderr.contains("staged under"), "{stderr}");
+        assert!(stderr.contains(private.to_str().unwrap()), "{stderr}");
+    }
+    assert_eq!(merges_on_main(&dir.join("origin.git")), 1);
+}
+
 #[test]
 fn a_demo_killed_mid_build_resumes_from_its_store_and_merges_once() {
     if !bwrap_available() {

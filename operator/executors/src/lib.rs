@@ -18,6 +18,8 @@
 //! - [`guest`]: the in-guest resource-limit supervisor (`protobot sandbox
 //!   supervise`), which sets CPU-time, process, file-size and open-file rlimits
 //!   on itself and execs the role's command inside a sandbox pod;
+//! - [`reach`]: whether a per-run sandbox uid can reach the scratch root
+//!   (checked before any work, with the directory that blocks it and the fix);
 //! - [`procfs`]: the `/proc` scans used to prove that no process of a run
 //!   survives it;
 //! - [`tree`]: the file-tree primitives (sealed-workspace check, link-safe
@@ -34,6 +36,7 @@ pub mod egress;
 pub mod guest;
 pub mod insecure;
 pub mod procfs;
+pub mod reach;
 mod rundir;
 mod supervise;
 mod tools;

@@ -63,6 +63,16 @@ pub enum MaterializeError {
         /// Detail.
         reason: String,
     },
+    /// No branch of the repository holds the change set's manifest: the ID is wrong.
+    #[error(
+        "there is no change set {change_set_id} on {branch} or any other branch of the repository; check the ID (`ears-manager change-set list` on {branch} lists the approved ones)"
+    )]
+    NotFound {
+        /// Change set.
+        change_set_id: String,
+        /// Default branch.
+        branch: String,
+    },
     /// The registrar named another commit than the default branch merged.
     #[error(
         "registration names merge commit {registered} but {branch} merged change set {change_set_id} in {actual}; fix the ChangeSet's mergeCommit"
@@ -220,6 +230,21 @@ fn touched_paths(
     paths
 }
 
+/// A branch (local or remote-tracking) whose head holds the manifest of
+/// `change_set_id` under `store_dir`, if any: where an unapproved change set is.
+fn branch_holding(repo: &git2::Repository, change_set_id: &str, store_dir: &str) -> Option<String> {
+    let digits = change_set_id.strip_prefix("CS-")?;
+    let manifest = format!("{}/cs-{digits}.yaml", store_dir.trim_end_matches('/'));
+    let refs = repo.references().ok()?;
+    refs.flatten()
+        .filter(|r| r.is_branch() || r.is_remote())
+        .find_map(|r| {
+            let tree = r.peel_to_commit().ok()?.tree().ok()?;
+            tree.get_path(Path::new(&manifest)).ok()?;
+            r.shorthand().ok().map(str::to_owned)
+        })
+}
+
 /// Reads the facts of a registration from the work tree at `workdir`.
 pub fn read_facts(workdir: &Path, reg: &Registration) -> Result<ChangeSetFacts, MaterializeError> {
     let repo = git2::Repository::open(workdir).map_err(|e| repo_error(workdir, e))?;
@@ -235,13 +260,33 @@ pub fn read_facts(workdir: &Path, reg: &Registration) -> Result<ChangeSetFacts, 
         snapshot::open(vfs).map_err(|f| repo_error(workdir, f.message))
     };
     let store_dir = at(head)?.project.store_dir(StoreKind::ChangeSets);
-    let approved =
-        protobot_repo::land::approved_merge(&repo, &branch_ref, &reg.change_set_id, &store_dir)
-            .map_err(|e| MaterializeError::NotApproved {
+    let approved = protobot_repo::land::approved_merge(
+        &repo,
+        &branch_ref,
+        &reg.change_set_id,
+        &store_dir,
+    )
+    .map_err(
+        |e| match branch_holding(&repo, &reg.change_set_id, &store_dir) {
+            None if matches!(e, protobot_repo::land::ApprovedMergeError::NotApproved(_)) => {
+                MaterializeError::NotFound {
+                    change_set_id: reg.change_set_id.clone(),
+                    branch: reg.default_branch.clone(),
+                }
+            }
+            found => MaterializeError::NotApproved {
                 change_set_id: reg.change_set_id.clone(),
                 branch: reg.default_branch.clone(),
-                reason: e.to_string(),
-            })?;
+                reason: match found {
+                    Some(other) => format!(
+                        "{e}; it is on {other}: merge that into {} with a merge commit and push it",
+                        reg.default_branch
+                    ),
+                    None => e.to_string(),
+                },
+            },
+        },
+    )?;
     if let Some(registered) = &reg.merge_commit
         && !registered.eq_ignore_ascii_case(&approved.merge_commit)
     {

@@ -208,6 +208,116 @@ impl Triage for HeuristicTriage {
     }
 }
 
+/// Failing tests named in a cause (the trace keeps them all).
+const TESTS_SHOWN: usize = 5;
+
+/// Why a gate did not pass, in one sentence for people, from the harness's own output:
+/// the failing test ids with their status, the build errors, the refused paths and the
+/// end of the integration run's stderr. `None` when every test passed and nothing was
+/// refused. Never forwarded to a Worker (the sanitizer decides what they see).
+pub fn describe_gate_failure(
+    input: &TriageInput,
+    refusals: &[String],
+    integration_stderr: &str,
+) -> Option<String> {
+    let failing: Vec<String> = input
+        .results
+        .iter()
+        .filter(|r| r.status != Status::Pass)
+        .map(|r| {
+            format!(
+                "{} ({})",
+                r.test_id,
+                if r.status == Status::Fail {
+                    "fail"
+                } else {
+                    "error"
+                }
+            )
+        })
+        .collect();
+    let mut parts = Vec::new();
+    if !input.build_errors.is_empty() {
+        let shown: Vec<String> = input
+            .build_errors
+            .iter()
+            .take(TESTS_SHOWN)
+            .map(|e| format!("{}: {}", e.artifact, sanitized_stderr_tail(&e.message)))
+            .collect();
+        parts.push(format!("build errors: {}", shown.join("; ")));
+    }
+    if !failing.is_empty() {
+        let more = failing.len().saturating_sub(TESTS_SHOWN);
+        let mut shown = failing[..failing.len().min(TESTS_SHOWN)].join(", ");
+        if more > 0 {
+            shown.push_str(&format!(" and {more} more"));
+        }
+        parts.push(format!("failing tests: {shown}"));
+    }
+    if input.results.is_empty() && input.build_errors.is_empty() {
+        parts.push("the integration run reported no test results".into());
+    }
+    parts.extend(refusals.iter().cloned());
+    if parts.is_empty() {
+        return None;
+    }
+    let tail = sanitized_stderr_tail(integration_stderr);
+    if !tail.is_empty() && (!failing.is_empty() || input.results.is_empty()) {
+        parts.push(format!("integration output ends: {tail}"));
+    }
+    Some(parts.join("; "))
+}
+
+/// Why a Worker's output did not enter this cycle's candidate.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Refusal {
+    /// The output could not be collected, applied or merged.
+    NotImported,
+    /// The ownership validator refused paths of the patch.
+    Paths,
+}
+
+/// The gate's decision from the tests' verdict and the refusals of this cycle. A candidate
+/// whose tests all pass stands: a refused extra or redundant file changes nothing in it (the
+/// refusal is reported in the trace and the progress, not turned into rework). Otherwise a
+/// refused output is rework for its author, whatever the tests say.
+pub fn gate_decision(
+    tested: Decision,
+    refused: &[(Side, Refusal)],
+    requirement_ids: &BTreeSet<String>,
+) -> Decision {
+    if refused.is_empty() || tested == Decision::Pass {
+        return tested;
+    }
+    let sides: BTreeSet<Side> = refused.iter().map(|(side, _)| *side).collect();
+    let fault = match (
+        sides.contains(&Side::Tests),
+        sides.contains(&Side::Implementation),
+    ) {
+        (true, true) => Fault::Both,
+        (true, false) => Fault::Test,
+        _ => Fault::Implementation,
+    };
+    Decision::Rework {
+        fault,
+        assignments: sides
+            .iter()
+            .map(|side| Assignment {
+                side: *side,
+                requirement_ids: requirement_ids.clone(),
+                reason: if refused
+                    .iter()
+                    .any(|(s, r)| s == side && *r == Refusal::NotImported)
+                {
+                    "your output could not be imported: return a plain repository whose commits build linearly on the projection root and only reference objects you were given or wrote".into()
+                } else {
+                    "your patch touched paths your role does not own".into()
+                },
+            })
+            .collect(),
+    }
+}
+
 /// One path of a Worker patch the ownership policy refused, with the class the
 /// work item's `.protobot/projection.yaml` gives it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -362,6 +472,101 @@ pub fn harness_failure(termination: &crate::executor::Termination, stderr: &str)
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_gate_failure_is_described_from_the_harness_output_and_a_pass_is_not() {
+        let result = |id: &str, status| TestResult {
+            test_id: id.into(),
+            requirement_ids: vec!["REQ-CLI-00001".into()],
+            status,
+            baseline: false,
+        };
+        let failing = TriageInput {
+            build_errors: vec![],
+            results: vec![
+                result("test_ok", Status::Pass),
+                result("test_greet", Status::Fail),
+                result("test_setup", Status::Error),
+            ],
+        };
+        let cause = describe_gate_failure(
+            &failing,
+            &[],
+            "E   ModuleNotFoundError: No module named pytest\n",
+        )
+        .unwrap();
+        assert!(
+            cause.contains("failing tests: test_greet (fail), test_setup (error)"),
+            "{cause}"
+        );
+        assert!(!cause.contains("test_ok"), "{cause}");
+        assert!(cause.contains("No module named pytest"), "{cause}");
+        let passing = TriageInput {
+            build_errors: vec![],
+            results: vec![result("test_ok", Status::Pass)],
+        };
+        assert_eq!(describe_gate_failure(&passing, &[], "noise"), None);
+        let built = TriageInput {
+            build_errors: vec![BuildError {
+                owner: Side::Implementation,
+                artifact: "src/greet.sh".into(),
+                message: "syntax error near `fi'".into(),
+            }],
+            results: vec![],
+        };
+        let cause =
+            describe_gate_failure(&built, &["worker-a's patch was refused: x".into()], "").unwrap();
+        assert!(
+            cause.contains("build errors: src/greet.sh: syntax error"),
+            "{cause}"
+        );
+        assert!(cause.contains("worker-a's patch was refused"), "{cause}");
+        let silent =
+            describe_gate_failure(&TriageInput::default(), &[], "python3: not found").unwrap();
+        assert!(
+            silent.contains("no test results") && silent.contains("python3: not found"),
+            "{silent}"
+        );
+    }
+
+    #[test]
+    fn a_passing_candidate_stands_whatever_was_refused_and_a_failing_one_is_rework_for_the_refused()
+    {
+        let ids: BTreeSet<String> = ["REQ-CLI-00001".to_string()].into();
+        let refused = [(Side::Tests, Refusal::Paths)];
+        assert_eq!(
+            gate_decision(Decision::Pass, &refused, &ids),
+            Decision::Pass
+        );
+        let failing = Decision::Rework {
+            fault: Fault::Implementation,
+            assignments: vec![],
+        };
+        let Decision::Rework { fault, assignments } =
+            gate_decision(failing.clone(), &refused, &ids)
+        else {
+            panic!("a failing gate with a refusal is rework");
+        };
+        assert_eq!(fault, Fault::Test);
+        assert_eq!(assignments.len(), 1);
+        assert!(
+            assignments[0]
+                .reason
+                .contains("paths your role does not own")
+        );
+        assert_eq!(assignments[0].requirement_ids, ids);
+        let both = [
+            (Side::Implementation, Refusal::NotImported),
+            (Side::Tests, Refusal::Paths),
+        ];
+        let Decision::Rework { fault, assignments } = gate_decision(failing.clone(), &both, &ids)
+        else {
+            panic!("rework");
+        };
+        assert_eq!(fault, Fault::Both);
+        assert!(assignments[1].reason.contains("could not be imported"));
+        assert_eq!(gate_decision(failing.clone(), &[], &ids), failing);
+    }
 
     fn result(id: &str, req: &str, status: Status, baseline: bool) -> TestResult {
         TestResult {

@@ -58,8 +58,17 @@ fn a_wrong_merge_commit_and_an_unmerged_change_set_are_refused() {
         matches!(&err, MaterializeError::MergeMismatch { registered, actual, .. } if *registered == wrong && *actual == merge),
         "{err}"
     );
+    // A change set on a branch of its own is not approved yet, and says where it is.
     let err = read_facts(tmp.path(), &registration("CS-00002", None)).unwrap_err();
     assert!(matches!(err, MaterializeError::NotApproved { .. }), "{err}");
+    assert!(err.to_string().contains("it is on cs/00002-"), "{err}");
+    // An ID no branch holds is named as such, not as "not approved".
+    let err = read_facts(tmp.path(), &registration("CS-00042", None)).unwrap_err();
+    assert!(matches!(err, MaterializeError::NotFound { .. }), "{err}");
+    assert!(
+        err.to_string().contains("ears-manager change-set list"),
+        "{err}"
+    );
     let err = read_facts(&tmp.path().join("missing"), &registration("CS-00001", None)).unwrap_err();
     assert!(matches!(err, MaterializeError::Repository { .. }), "{err}");
 }

@@ -11,8 +11,14 @@
 //! - implementation-aware and one of its declared control surfaces changed → **quarantined**;
 //! - unmapped (no `verifies`) → **legacy**: integration-only, needs an Inspector disposition.
 //!
-//! A test file is shown to Worker A only when at least one catalog entry lists it and every
-//! entry listing it is valid; `test`-class files no entry lists are legacy too.
+//! What Worker A sees of its own area ([`TestSelection::withheld_files`]): every `test`-class
+//! file, catalogued or not, except a file that a quarantined or legacy entry lists. A file no
+//! entry lists is a test the Workers wrote in an earlier build (or one the project added by
+//! hand): it needs no line, Worker A sees it and may rewrite it. A quarantined test stays out
+//! of sight (it checks a requirement as it was), but Worker A may write its replacement at the
+//! same path; a legacy test is integration-only and stays both hidden and read-only. Files the
+//! current build changed are always Worker A's own ([`ChangeScope::build_base`], applied by
+//! the projector).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -108,6 +114,10 @@ pub struct ChangeScope {
     pub retired: BTreeSet<String>,
     /// Internal control surfaces the work item changes.
     pub changed_control_surfaces: BTreeSet<String>,
+    /// The commit the work item's branch was cut from, when projecting for a build: test
+    /// files that differ from it were written by this build, so Worker A always sees them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub build_base: Option<String>,
 }
 
 /// Why a test is quarantined.
@@ -129,6 +139,16 @@ pub enum QuarantineReason {
         /// The changed surfaces it uses.
         control_surfaces: Vec<String>,
     },
+}
+
+/// Why the catalog keeps a test file from Worker A.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum TestWithholding {
+    /// A quarantined entry lists it: hidden, but Worker A may write its replacement.
+    Quarantined,
+    /// A legacy (unmapped) entry lists it: integration-only, neither shown nor writable.
+    Legacy,
 }
 
 /// The selection decision for one test.
@@ -170,21 +190,24 @@ pub struct TestSelection {
 }
 
 impl TestSelection {
-    /// Files Worker A may see: listed by at least one entry, and every entry listing them valid.
-    pub fn valid_files(&self) -> BTreeSet<String> {
-        let mut verdict: BTreeMap<&str, bool> = BTreeMap::new();
+    /// Files the catalog keeps from Worker A, with the reason: every file a quarantined or
+    /// legacy entry lists (legacy wins when both do, since a legacy file is read-only too).
+    /// Files listed only by valid entries, and files no entry lists, are not here: Worker A
+    /// sees them.
+    pub fn withheld_files(&self) -> BTreeMap<String, TestWithholding> {
+        let mut withheld: BTreeMap<String, TestWithholding> = BTreeMap::new();
         for test in &self.tests {
-            let ok = test.validity == Validity::Valid;
+            let reason = match test.validity {
+                Validity::Valid => continue,
+                Validity::Quarantined { .. } => TestWithholding::Quarantined,
+                Validity::Legacy => TestWithholding::Legacy,
+            };
             for path in &test.paths {
-                let slot = verdict.entry(path.as_str()).or_insert(true);
-                *slot &= ok;
+                let slot = withheld.entry(path.clone()).or_insert(reason);
+                *slot = (*slot).max(reason);
             }
         }
-        verdict
-            .into_iter()
-            .filter(|(_, ok)| *ok)
-            .map(|(p, _)| p.to_owned())
-            .collect()
+        withheld
     }
 
     /// The active catalog: IDs of valid tests.
@@ -298,6 +321,7 @@ mod tests {
             revised: ["REQ-CLI-00002".to_string()].into(),
             retired: ["REQ-CLI-00003".to_string()].into(),
             changed_control_surfaces: ["sync::queue".to_string()].into(),
+            build_base: None,
         }
     }
 
@@ -363,8 +387,27 @@ mod tests {
         );
         let b = entry("T-2", &["tests/common.rs"], &["REQ-CLI-00002"]);
         let selection = select_tests(&[a, b], &scope());
-        assert_eq!(selection.valid_files(), ["tests/one.rs".to_string()].into());
+        assert_eq!(
+            selection.withheld_files(),
+            [("tests/common.rs".to_string(), TestWithholding::Quarantined)].into()
+        );
         assert_eq!(selection.active_test_ids(), vec!["T-1".to_string()]);
+    }
+
+    #[test]
+    fn a_file_a_legacy_entry_lists_is_read_only_even_if_a_quarantined_one_lists_it_too() {
+        let quarantined = entry("T-1", &["tests/both.rs", "tests/q.rs"], &["REQ-CLI-00002"]);
+        let legacy = entry("T-2", &["tests/both.rs"], &[]);
+        let valid = entry("T-3", &["tests/ok.rs"], &["REQ-CLI-00001"]);
+        let withheld = select_tests(&[legacy, quarantined, valid], &scope()).withheld_files();
+        assert_eq!(
+            withheld,
+            [
+                ("tests/both.rs".to_string(), TestWithholding::Legacy),
+                ("tests/q.rs".to_string(), TestWithholding::Quarantined),
+            ]
+            .into()
+        );
     }
 
     #[test]

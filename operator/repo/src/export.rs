@@ -41,7 +41,7 @@ use crate::{
     catalog::{self, CATALOG_PATH, CatalogError, ChangeScope, TestSelection},
     manifest::{MANIFEST_PATH, ManifestError, PathClass, ProjectionManifest},
     pack::{ObjectKind, PackEntry, PackWriter, encode_entry},
-    plan::{SourceEntry, WithheldReason, plan_projection},
+    plan::{SourceEntry, TestVisibility, WithheldReason, plan_projection},
     role::Role,
     source_odb::{Found, LargeObject, ReadLimits, SourceObjects, SourceReadError, SourceReader},
     tree::{TreeFile, list_files, mode},
@@ -88,6 +88,10 @@ pub struct ProjectionRecord {
     pub exported: BTreeSet<String>,
     /// Paths of the source commit that were withheld from this role.
     pub withheld: BTreeSet<String>,
+    /// Withheld paths the role may nevertheless write whole (Worker A: quarantined tests,
+    /// which it replaces without seeing them).
+    #[serde(default, skip_serializing_if = "BTreeSet::is_empty")]
+    pub replaceable: BTreeSet<String>,
 }
 
 impl ProjectionRecord {
@@ -313,6 +317,39 @@ pub(crate) fn read_tree_text(
     ))
 }
 
+/// `test`-class files of `files` whose content or mode differs from the same path at `base`
+/// (or that `base` does not have): what the current build wrote.
+fn files_changed_since(
+    repo: &Repository,
+    files: &[TreeFile],
+    manifest: &ProjectionManifest,
+    base: &str,
+) -> Result<BTreeSet<String>, ExportError> {
+    let base_commit = repo
+        .revparse_single(base)
+        .and_then(|o| o.peel_to_commit())
+        .map_err(|source| ExportError::ResolveCommit {
+            at: base.to_owned(),
+            source,
+        })?;
+    let base_tree = base_commit
+        .tree()
+        .map_err(git("read the build base tree"))?;
+    let base_files = list_files(repo, &base_tree).map_err(git("list the build base tree"))?;
+    let before: BTreeMap<&str, (Oid, i32)> = base_files
+        .iter()
+        .filter_map(|file| Some((file.path.as_deref()?, (file.id, file.mode))))
+        .collect();
+    Ok(files
+        .iter()
+        .filter_map(|file| {
+            let path = file.path.as_deref()?;
+            let changed = before.get(path) != Some(&(file.id, file.mode));
+            (changed && manifest.classify(path) == Some(PathClass::Test)).then(|| path.to_owned())
+        })
+        .collect())
+}
+
 /// Loads the projection manifest of a flattened tree (absent → empty manifest).
 pub fn load_manifest(
     repo: &Repository,
@@ -365,10 +402,16 @@ pub fn export_projection_with(
     } else {
         None
     };
-    let valid_tests = selection
-        .as_ref()
-        .map(TestSelection::valid_files)
-        .unwrap_or_default();
+    let tests = match &selection {
+        Some(selection) => TestVisibility {
+            withheld: selection.withheld_files(),
+            own: match &request.scope.build_base {
+                Some(base) => files_changed_since(&source, &files, &manifest, base)?,
+                None => BTreeSet::new(),
+            },
+        },
+        None => TestVisibility::default(),
+    };
 
     let entries: Vec<SourceEntry> = files
         .iter()
@@ -381,7 +424,7 @@ pub fn export_projection_with(
         .iter()
         .map(|f| String::from_utf8_lossy(&f.path_bytes).into_owned())
         .collect();
-    let plan = plan_projection(&entries, &lossy, &manifest, request.role, &valid_tests);
+    let plan = plan_projection(&entries, &lossy, &manifest, request.role, &tests);
 
     let existed = request.dest.exists();
     prepare_destination(&request.dest)?;
@@ -471,17 +514,22 @@ pub fn export_projection_with(
 
         let mut withheld_summary = WithheldSummary::default();
         let mut withheld = BTreeSet::new();
+        let mut replaceable = BTreeSet::new();
         for (path, reason) in &plan.withheld {
             let key = match reason {
                 WithheldReason::Unclassified => "unclassified".to_owned(),
                 WithheldReason::HiddenClass { class } => format!("hidden-class:{class}"),
-                WithheldReason::NotAValidTest => "not-a-valid-test".to_owned(),
+                WithheldReason::QuarantinedTest => "quarantined-test".to_owned(),
+                WithheldReason::LegacyTest => "legacy-test".to_owned(),
                 WithheldReason::UnsafePath { .. } => "unsafe-path".to_owned(),
                 WithheldReason::NonUtf8Path => "non-utf8-path".to_owned(),
                 WithheldReason::UnsupportedMode { .. } => "unsupported-mode".to_owned(),
             };
             *withheld_summary.by_reason.entry(key).or_insert(0) += 1;
             withheld.insert(path.clone());
+            if *reason == WithheldReason::QuarantinedTest {
+                replaceable.insert(path.clone());
+            }
         }
         let record = ProjectionRecord {
             format: RECORD_FORMAT.to_owned(),
@@ -491,6 +539,7 @@ pub fn export_projection_with(
             manifest,
             exported,
             withheld,
+            replaceable,
         };
         let record_path = record_path_for(&request.dest);
         record.write(&record_path)?;

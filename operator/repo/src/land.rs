@@ -432,7 +432,8 @@ fn remote_head_with(
     Ok(found)
 }
 
-/// An exclusive lock on a local remote (`None` for network remotes).
+/// An exclusive lock on a local remote (`None` for network remotes): a flock on the
+/// remote's directory itself, so nothing is left in the user's repository.
 fn local_push_lock(repo: &Repository, remote: &str) -> Result<Option<std::fs::File>, LandError> {
     let handle = repo.find_remote(remote).map_err(git("find the remote"))?;
     let url = handle.url().unwrap_or_default();
@@ -444,12 +445,7 @@ fn local_push_lock(repo: &Repository, remote: &str) -> Result<Option<std::fs::Fi
         operation: "lock the local remote for a guarded push",
         source: git2::Error::from_str(&e.to_string()),
     };
-    let file = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(path.join("protobot-push.lock"))
-        .map_err(lock)?;
+    let file = std::fs::File::open(path).map_err(lock)?;
     file.lock().map_err(lock)?;
     Ok(Some(file))
 }

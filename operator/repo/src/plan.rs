@@ -1,15 +1,16 @@
 //! Deciding which files of a source tree enter a role projection.
 //!
-//! Pure: takes the flattened source tree, the manifest, the role and (for Worker A) the set of
-//! valid test files, and returns what to export and what to withhold, with a reason for every
-//! withheld path. Deny by default: a path is exported only when it is a canonical project
+//! Pure: takes the flattened source tree, the manifest, the role and (for Worker A) what the
+//! test catalog withholds and which test files the build wrote itself, and returns what to
+//! export and what to withhold, with a reason for every withheld path. Deny by default: a path is exported only when it is a canonical project
 //! path, a regular or executable file, and visible to the role.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
 use crate::{
+    catalog::TestWithholding,
     manifest::{PathClass, ProjectionManifest},
     path::{PathProblem, check_project_path},
     role::{Role, Visibility},
@@ -36,8 +37,12 @@ pub enum WithheldReason {
         /// The class.
         class: PathClass,
     },
-    /// A `test` path that the test catalog does not select as valid (quarantined or legacy).
-    NotAValidTest,
+    /// A `test` path a quarantined catalog entry lists: it verifies a requirement this work
+    /// item revises or retires (or uses a control surface it changes). Worker A may write its
+    /// replacement at the same path.
+    QuarantinedTest,
+    /// A `test` path a legacy (unmapped) catalog entry lists: integration-only.
+    LegacyTest,
     /// Not a canonical project path.
     UnsafePath {
         /// What is wrong with it.
@@ -50,6 +55,28 @@ pub enum WithheldReason {
         /// Octal mode.
         mode: String,
     },
+}
+
+/// What Worker A may see of its own (`test`) area.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TestVisibility {
+    /// Files the test catalog withholds, and why.
+    pub withheld: BTreeMap<String, TestWithholding>,
+    /// Files the current build wrote: shown whatever the catalog says.
+    pub own: BTreeSet<String>,
+}
+
+impl TestVisibility {
+    /// Why `path` is kept from Worker A, if it is.
+    fn withholds(&self, path: &str) -> Option<WithheldReason> {
+        if self.own.contains(path) {
+            return None;
+        }
+        self.withheld.get(path).map(|reason| match reason {
+            TestWithholding::Quarantined => WithheldReason::QuarantinedTest,
+            TestWithholding::Legacy => WithheldReason::LegacyTest,
+        })
+    }
 }
 
 /// An exported file.
@@ -76,7 +103,7 @@ pub fn plan_projection(
     lossy_paths: &[String],
     manifest: &ProjectionManifest,
     role: Role,
-    valid_tests: &BTreeSet<String>,
+    tests: &TestVisibility,
 ) -> ProjectionPlan {
     let mut plan = ProjectionPlan::default();
     for (index, entry) in entries.iter().enumerate() {
@@ -85,7 +112,7 @@ pub fn plan_projection(
             plan.withheld.push((shown, WithheldReason::NonUtf8Path));
             continue;
         };
-        match decide(path, entry.mode, manifest, role, valid_tests) {
+        match decide(path, entry.mode, manifest, role, tests) {
             Ok(class) => plan.include.push((
                 index,
                 PlannedFile {
@@ -104,7 +131,7 @@ fn decide(
     entry_mode: i32,
     manifest: &ProjectionManifest,
     role: Role,
-    valid_tests: &BTreeSet<String>,
+    tests: &TestVisibility,
 ) -> Result<PathClass, WithheldReason> {
     check_project_path(path).map_err(|problem| WithheldReason::UnsafePath { problem })?;
     let class = manifest
@@ -112,10 +139,12 @@ fn decide(
         .ok_or(WithheldReason::Unclassified)?;
     match role.visibility(Some(class)) {
         Visibility::Hidden => return Err(WithheldReason::HiddenClass { class }),
-        Visibility::IfValidTest if !valid_tests.contains(path) => {
-            return Err(WithheldReason::NotAValidTest);
+        Visibility::IfValidTest => {
+            if let Some(reason) = tests.withholds(path) {
+                return Err(reason);
+            }
         }
-        Visibility::IfValidTest | Visibility::Visible => {}
+        Visibility::Visible => {}
     }
     if entry_mode != mode::FILE && entry_mode != mode::EXECUTABLE {
         return Err(WithheldReason::UnsupportedMode {

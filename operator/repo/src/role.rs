@@ -27,7 +27,8 @@ pub enum Role {
 pub enum Visibility {
     /// Exported.
     Visible,
-    /// Exported only when the test catalog selects the file as valid.
+    /// Exported unless the test catalog withholds it (quarantined or legacy) and the current
+    /// build did not write it.
     IfValidTest,
     /// Never exported.
     Hidden,

@@ -362,7 +362,9 @@ pub fn check_bundle(
                         );
                     }
                 }
-                if record.withheld.contains(&change.path) {
+                if record.withheld.contains(&change.path)
+                    && !record.replaceable.contains(&change.path)
+                {
                     push(
                         ViolationCode::WithheldPath,
                         c,
@@ -435,7 +437,10 @@ pub fn check_bundle(
                 if present.remove(&change.path) {
                     tree.remove(&change.path);
                 }
-            } else if present.insert(change.path.clone()) {
+            } else if present.insert(change.path.clone())
+                && !record.replaceable.contains(&change.path)
+            {
+                // A replaced path is in the tree already (as a withheld original).
                 tree.insert(&change.path);
             }
         }

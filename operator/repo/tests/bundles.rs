@@ -70,6 +70,36 @@ fn a_clean_worker_a_bundle_is_accepted() {
 }
 
 #[test]
+fn worker_a_may_replace_a_quarantined_test_it_cannot_see_but_not_a_legacy_one() {
+    let canonical = canonical();
+    let p = project(canonical.path(), Role::WorkerA);
+    assert!(
+        !p.path.join("tests/stale.rs").exists(),
+        "quarantined: hidden"
+    );
+    assert!(p.record.replaceable.contains("tests/stale.rs"));
+    assert!(!p.record.replaceable.contains("tests/legacy.rs"));
+    worker_commit(
+        &p.path,
+        &[(
+            "tests/stale.rs",
+            Some(b"#[test] fn stale_rewritten() {}\n".to_vec()),
+            FILE,
+        )],
+        "replace the quarantined test",
+    );
+    let bundle = collect_bundle(&p.path, &p.record, &Limits::default()).unwrap();
+    let report = check_bundle(&bundle, &p.record, &Limits::default());
+    assert!(report.accepted, "{:?}", report.violations);
+    // The same write over the legacy test is refused.
+    let legacy = hostile(&bundle, |c| c.path = "tests/legacy.rs".into());
+    assert_eq!(
+        codes(&legacy, &p, &Limits::default()),
+        vec![ViolationCode::WithheldPath]
+    );
+}
+
+#[test]
 fn hostile_corpus_is_rejected_with_a_specific_code_each() {
     let (canonical, p, clean) = clean_worker_a();
     let before = dir_fingerprint(&canonical.path().join(".git"));
@@ -132,8 +162,8 @@ fn hostile_corpus_is_rejected_with_a_specific_code_each() {
             ViolationCode::UnclassifiedPath,
         ),
         (
-            "withheld stale test",
-            hostile(&clean, set("tests/stale.rs")),
+            "withheld legacy test",
+            hostile(&clean, set("tests/legacy.rs")),
             ViolationCode::WithheldPath,
         ),
         (

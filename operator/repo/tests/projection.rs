@@ -4,6 +4,7 @@ use std::{collections::BTreeSet, fs};
 
 use git2::{Oid, Repository};
 use protobot_repo::{
+    catalog::ChangeScope,
     export::{ExportError, ExportRequest, export_projection},
     manifest::PathClass,
     role::Role,
@@ -39,12 +40,112 @@ fn worker_a_sees_shared_and_valid_tests_only_even_with_tricky_paths() {
         None
     );
     assert_eq!(
-        p.report.withheld.by_reason.get("not-a-valid-test"),
-        Some(&2)
+        p.report.withheld.by_reason.get("quarantined-test"),
+        Some(&1)
     );
+    assert_eq!(p.report.withheld.by_reason.get("legacy-test"), Some(&1));
     assert_eq!(
         p.report.withheld.by_reason.get("unsupported-mode"),
         Some(&1)
+    );
+}
+
+/// Exports Worker A's projection of `at` with the fixture's scope and `build_base`.
+fn project_a_at(
+    source: &std::path::Path,
+    at: &str,
+    build_base: Option<String>,
+) -> BTreeSet<String> {
+    let dir = tempfile::TempDir::new().unwrap();
+    let dest = dir.path().join("a");
+    let mut scope = scope();
+    scope.build_base = build_base;
+    export_projection(&ExportRequest {
+        source_repo: source.to_owned(),
+        at: at.into(),
+        role: Role::WorkerA,
+        dest: dest.clone(),
+        scope,
+    })
+    .unwrap();
+    worktree_files(&dest).into_keys().collect()
+}
+
+#[test]
+fn worker_a_sees_uncatalogued_tests_and_every_test_its_own_build_wrote() {
+    let canonical = canonical();
+    let base = canonical.head;
+    // An earlier build's test, never catalogued, is on main; this build rewrites the
+    // quarantined test and adds one of its own.
+    commit_files(
+        &canonical.repo,
+        "refs/heads/main",
+        &[(
+            "tests/earlier_build.rs",
+            Some(b"#[test] fn earlier() {}\n".to_vec()),
+            FILE,
+        )],
+        "an earlier build",
+        3,
+    );
+    let on_main = project_a_at(canonical.path(), "refs/heads/main", None);
+    assert!(on_main.contains("tests/earlier_build.rs"), "{on_main:?}");
+    assert!(!on_main.contains("tests/stale.rs") && !on_main.contains("tests/legacy.rs"));
+    let build_base = canonical.repo.refname_to_id("refs/heads/main").unwrap();
+    canonical
+        .repo
+        .reference("refs/heads/wi", build_base, true, "cut the build branch")
+        .unwrap();
+    commit_files(
+        &canonical.repo,
+        "refs/heads/wi",
+        &[
+            (
+                "tests/stale.rs",
+                Some(b"#[test] fn replaced() {}\n".to_vec()),
+                FILE,
+            ),
+            (
+                "tests/new.rs",
+                Some(b"#[test] fn new() {}\n".to_vec()),
+                FILE,
+            ),
+        ],
+        "cycle 1 of this build",
+        5,
+    );
+    let cycle_two = project_a_at(
+        canonical.path(),
+        "refs/heads/wi",
+        Some(build_base.to_string()),
+    );
+    for own in ["tests/stale.rs", "tests/new.rs", "tests/earlier_build.rs"] {
+        assert!(cycle_two.contains(own), "{own}: {cycle_two:?}");
+    }
+    assert!(
+        !cycle_two.contains("tests/legacy.rs"),
+        "legacy stays hidden"
+    );
+    // Without the build base the replaced test is quarantined again: the base decides.
+    let without = project_a_at(canonical.path(), "refs/heads/wi", None);
+    assert!(!without.contains("tests/stale.rs"));
+    // The original base commit of the fixture predates the earlier build: its test is
+    // then the build's own as well.
+    let from_fixture = project_a_at(canonical.path(), "refs/heads/wi", Some(base.to_string()));
+    assert!(from_fixture.contains("tests/earlier_build.rs"));
+    let bad = export_projection(&ExportRequest {
+        source_repo: canonical.path().to_owned(),
+        at: "refs/heads/wi".into(),
+        role: Role::WorkerA,
+        dest: tempfile::TempDir::new().unwrap().path().join("x"),
+        scope: ChangeScope {
+            build_base: Some("no-such-commit".into()),
+            ..ChangeScope::default()
+        },
+    });
+    assert!(
+        matches!(bad, Err(ExportError::ResolveCommit { .. })),
+        "{bad:?}"
     );
 }
 

@@ -385,12 +385,23 @@ fn lock_within(
 /// Refuses a write over a store whose recorded digest does not match its content (a
 /// direct edit): recomputing the digests would re-seal the edit (§17 Writes, §23.3).
 fn verify_recorded_digests(observed: &Vfs) -> Result<(), Failure> {
+    match crate::outcome::wrap(direct_edit_diagnostics(observed), false) {
+        None => Ok(()),
+        Some(failure) => Err(failure),
+    }
+}
+
+/// One `project.store_digest_mismatch` per store whose recorded digest does not match
+/// its content in `observed` (the state a command read): a direct edit. A write stages
+/// new digests, so its staged validation cannot see this; the write reports these
+/// together with its own diagnostics, in one pass.
+pub fn direct_edit_diagnostics(observed: &Vfs) -> Vec<Diagnostic> {
     if !matches!(observed.project_yaml, FileState::Bytes(_)) {
-        return Ok(());
+        return Vec::new();
     }
     // An undecodable project is reported by the staged validation.
     let Ok(snap) = snapshot::open(observed.clone()) else {
-        return Ok(());
+        return Vec::new();
     };
     let mut diags = Vec::new();
     for kind in StoreKind::ALL {
@@ -415,10 +426,7 @@ fn verify_recorded_digests(observed: &Vfs) -> Result<(), Failure> {
             );
         }
     }
-    match crate::outcome::wrap(diags, false) {
-        None => Ok(()),
-        Some(failure) => Err(failure),
-    }
+    diags
 }
 
 static SEQ: AtomicU64 = AtomicU64::new(0);

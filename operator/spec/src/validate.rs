@@ -686,20 +686,27 @@ fn requirements(snap: &Snapshot, d: &mut Vec<Diagnostic>) {
                     "The relationship type is not supported.",
                 ));
             }
+            // The contract names `.target` for a missing reference; the other target
+            // diagnostics name the entry, as upstream's validator does. A target that is
+            // not a requirement ID is not in the store either: both are reported.
+            let entry = format!("relationships[{i}]");
             let tfield = format!("relationships[{i}].target");
             if rel.target.is_empty() {
                 d.push(diag(
                     "relationship.missing_target",
-                    &tfield,
+                    &entry,
                     "The relationship has no target.",
                 ));
-            } else if !ids::is_requirement_id(&rel.target) {
+                continue;
+            }
+            if !ids::is_requirement_id(&rel.target) {
                 d.push(diag(
                     "relationship.invalid_target",
-                    &tfield,
+                    &entry,
                     "The relationship target is not a requirement ID.",
                 ));
-            } else if !req_ids.contains(rel.target.as_str()) {
+            }
+            if !req_ids.contains(rel.target.as_str()) {
                 d.push(diag(
                     "reference.not_found",
                     &tfield,
@@ -715,7 +722,7 @@ fn requirements(snap: &Snapshot, d: &mut Vec<Diagnostic>) {
                 {
                     d.push(diag(
                         "relationship.not_symmetric",
-                        &tfield,
+                        &entry,
                         &format!(
                             "{} must list the inverse {} relationship.",
                             rel.target, rel.kind
@@ -725,7 +732,7 @@ fn requirements(snap: &Snapshot, d: &mut Vec<Diagnostic>) {
                 if rel.kind == "supersedes" && target.record.status() != "retired" {
                     d.push(diag(
                         "relationship.superseded_requirement_active",
-                        &tfield,
+                        &entry,
                         &format!("Superseded requirement {} must be retired.", rel.target),
                     ));
                 }

@@ -2051,3 +2051,99 @@ fn reads_at_a_commit_ignore_the_working_tree() {
         None,
     );
 }
+
+/// Issue 32: a refused write carries every diagnostic in one pass, with the
+/// field paths of the relationship entry. Each case: the extra arguments of a
+/// `requirement add`, whether the store was edited directly first, and the
+/// (code, field) pairs the refusal must hold.
+#[test]
+fn a_refused_write_reports_every_diagnostic_with_the_entrys_field_path() {
+    type Case = (
+        &'static str,
+        &'static [&'static str],
+        bool,
+        &'static [(&'static str, &'static str)],
+    );
+    let cases: &[Case] = &[
+        (
+            "a target that is not a requirement id is not in the store either",
+            &["--relationship", "depends-on=nope"],
+            false,
+            &[
+                ("relationship.invalid_target", "relationships[0]"),
+                ("reference.not_found", "relationships[0].target"),
+            ],
+        ),
+        (
+            "a well-formed target that does not exist",
+            &["--relationship", "depends-on=REQ-CLI-00042"],
+            false,
+            &[("reference.not_found", "relationships[0].target")],
+        ),
+        (
+            "a direct edit of the store together with another error",
+            &["--type", "bogus"],
+            true,
+            &[
+                (
+                    "project.store_digest_mismatch",
+                    "store_digests.requirements",
+                ),
+                ("requirement.invalid_type", "type"),
+            ],
+        ),
+        (
+            "a direct edit together with a bad relationship target",
+            &["--relationship", "related-to=nope"],
+            true,
+            &[
+                (
+                    "project.store_digest_mismatch",
+                    "store_digests.requirements",
+                ),
+                ("relationship.invalid_target", "relationships[0]"),
+                ("reference.not_found", "relationships[0].target"),
+            ],
+        ),
+    ];
+    for (name, extra, direct_edit, expected) in cases {
+        let repo = with_change_set();
+        assert_eq!(
+            req_add(&repo, "REQ-CLI-00001", "The CLI shall work.", &[]).status,
+            0,
+            "{name}: setup"
+        );
+        let path = ".protobot/requirements/REQ-CLI-00001.yaml";
+        if *direct_edit {
+            let rec = repo.read(path);
+            repo.write(path, &[rec, b"# edited by hand\n".to_vec()].concat());
+        }
+        let before = repo.snapshot();
+        let out = req_add(&repo, "REQ-CLI-00002", "The CLI shall log.", extra);
+        assert_ne!(out.status, 0, "{name}: {}", out.stdout);
+        let diags = out.json_value()["error"]["diagnostics"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
+        let got: Vec<(String, String)> = diags
+            .iter()
+            .map(|d| {
+                (
+                    d["code"].as_str().unwrap_or_default().to_owned(),
+                    d["field"].as_str().unwrap_or_default().to_owned(),
+                )
+            })
+            .collect();
+        for (code, field) in *expected {
+            assert!(
+                got.iter().any(|(c, f)| c == code && f == field),
+                "{name}: missing ({code}, {field}) in {got:?}"
+            );
+        }
+        assert_eq!(
+            repo.snapshot(),
+            before,
+            "{name}: a refused write changes nothing"
+        );
+    }
+}

@@ -425,6 +425,7 @@ async fn read_facts(
         MaterializeError::UnknownRequirement { .. } => Outcome::UnknownRequirement(e.to_string()),
         // Change-set errors; a bug read never raises them.
         MaterializeError::NotApproved { .. }
+        | MaterializeError::NotFound { .. }
         | MaterializeError::MergeMismatch { .. }
         | MaterializeError::MissingManifest(_) => Outcome::Invalid(e.to_string()),
     })

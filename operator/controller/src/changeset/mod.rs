@@ -171,7 +171,9 @@ async fn verify_and_materialize(
             return Ok(Outcome::RepositoryUnavailable(reason));
         }
         Err(
-            e @ (MaterializeError::NotApproved { .. } | MaterializeError::MergeMismatch { .. }),
+            e @ (MaterializeError::NotApproved { .. }
+            | MaterializeError::NotFound { .. }
+            | MaterializeError::MergeMismatch { .. }),
         ) => {
             return Ok(Outcome::NotVerified(e.to_string()));
         }

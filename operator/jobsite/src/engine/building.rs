@@ -83,12 +83,22 @@ impl<S: WorkStore, E: Executor> Engine<S, E> {
                 .raise_question(
                     claim,
                     format!(
-                        "no passing candidate after {genuine} cycles (the last triage found a {} fault); the Job Site traces say what failed in each cycle. Fix the cause (tests, implementation, harness or requirements) on the default branch, then run `protobot retry` (or `protobot abandon`)",
+                        "no passing candidate after {genuine} cycles (last triage: {} fault){}; the trace {} says what failed in each cycle. Fix the cause (tests, implementation, harness or requirements) on the default branch, then run `protobot retry` (or `protobot abandon`)",
                         attempts
                             .iter()
                             .rev()
                             .find(|a| outcome_of(&a.outcome).is_genuine_failure())
-                            .map_or("build", |a| a.outcome.as_str())
+                            .map_or("build", |a| a.outcome.as_str()),
+                        progress
+                            .last_cause
+                            .as_deref()
+                            .map(|c| format!(": {c}"))
+                            .unwrap_or_default(),
+                        self.config
+                            .scratch
+                            .join("traces")
+                            .join(format!("{}.jsonl", item.id))
+                            .display()
                     ),
                 )
                 .await;
@@ -111,6 +121,7 @@ impl<S: WorkStore, E: Executor> Engine<S, E> {
         match Box::pin(self.cycle(claim, item, cycle, tier, genuine as u32, &feedback)).await {
             Ok((gate, scanned)) => {
                 progress.model_failures.clear();
+                progress.last_cause = gate.cause.clone();
                 let label = label_of(&gate.decision);
                 self.trace(
                     item.id,

@@ -19,8 +19,7 @@ use super::{
 use crate::{
     executor::Executor, executor::SandboxRole, lease::Claim, sanitizer::FeedbackOutcome,
     sanitizer::RawDiagnostic, sanitizer::RawFeedback, sanitizer::SanitizedFeedback,
-    sanitizer::sanitize, triage::Assignment, triage::Decision, triage::Fault, triage::Side,
-    triage::TriageInput,
+    sanitizer::sanitize, triage::Decision, triage::Refusal, triage::Side, triage::TriageInput,
 };
 
 #[derive(Debug, Default, Deserialize)]
@@ -36,6 +35,8 @@ pub(super) struct Gate {
     pub(super) decision: Decision,
     pub(super) feedback: Vec<SanitizedFeedback>,
     pub(super) redactions: usize,
+    /// Why it did not pass, for people ([`crate::triage::describe_gate_failure`]).
+    pub(super) cause: Option<String>,
 }
 
 impl<S: WorkStore, E: Executor> Engine<S, E> {
@@ -105,36 +106,65 @@ impl<S: WorkStore, E: Executor> Engine<S, E> {
             build_errors: results.build_errors,
             results: results.results,
         };
-        let decision = if rejected.is_empty() {
-            self.triage.decide(&input)
-        } else {
-            // A rejected bundle is rework for its author, whatever the tests say.
-            Decision::Rework {
-                fault: if rejected.len() == 2 {
-                    Fault::Both
-                } else if rejected[0].0 == Side::Tests {
-                    Fault::Test
-                } else {
-                    Fault::Implementation
-                },
-                assignments: rejected
+        let refused_text: Vec<String> = rejected
+            .iter()
+            .map(|(side, diags)| {
+                let paths: Vec<&str> = diags
                     .iter()
-                    .map(|(s, diags)| Assignment {
-                        side: *s,
-                        requirement_ids: item.approved.clone(),
-                        reason: if diags.iter().any(|d| {
-                            ["output-refused:", "apply-failed:", "merge-failed:"]
-                                .iter()
-                                .any(|stage| d.message.starts_with(stage))
-                        }) {
-                            "your output could not be imported: return a plain repository whose commits build linearly on the projection root and only reference objects you were given or wrote".into()
-                        } else {
-                            "your patch touched paths your role does not own".into()
-                        },
+                    .filter(|d| !d.artifact.is_empty())
+                    .map(|d| d.artifact.as_str())
+                    .collect();
+                format!(
+                    "{}'s output was refused ({})",
+                    match side {
+                        Side::Tests => "worker-a",
+                        Side::Implementation => "worker-b",
+                    },
+                    if paths.is_empty() {
+                        diags
+                            .iter()
+                            .map(|d| d.message.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    } else {
+                        paths.join(", ")
+                    }
+                )
+            })
+            .collect();
+        let refusals: Vec<(Side, Refusal)> = rejected
+            .iter()
+            .map(|(side, diags)| {
+                let not_imported = diags.iter().any(|d| {
+                    ["output-refused:", "apply-failed:", "merge-failed:"]
+                        .iter()
+                        .any(|stage| d.message.starts_with(stage))
+                });
+                (
+                    *side,
+                    if not_imported {
+                        Refusal::NotImported
+                    } else {
+                        Refusal::Paths
+                    },
+                )
+            })
+            .collect();
+        let decision =
+            crate::triage::gate_decision(self.triage.decide(&input), &refusals, &item.approved);
+        if decision == Decision::Pass && !refusals.is_empty() {
+            self.stage(&format!(
+                "building: cycle {cycle}: every test passed; the refused output of {} is left out and the candidate stands",
+                refusals
+                    .iter()
+                    .map(|(side, _)| match side {
+                        Side::Tests => "worker-a",
+                        Side::Implementation => "worker-b",
                     })
-                    .collect(),
-            }
-        };
+                    .collect::<Vec<_>>()
+                    .join(" and ")
+            ));
+        }
         let mut feedback = Vec::new();
         let mut redactions = 0;
         if let Decision::Rework { fault, assignments } = &decision {
@@ -159,14 +189,20 @@ impl<S: WorkStore, E: Executor> Engine<S, E> {
             }
         }
         let label = label_of(&decision);
+        let cause = (decision != Decision::Pass)
+            .then(|| crate::triage::describe_gate_failure(&input, &refused_text, &out.stderr_tail))
+            .flatten();
         self.trace(
             id,
             "gate",
             Some(cycle),
             json!({"candidate": candidate, "results": input.results.len(), "build_errors": input.build_errors.len(), "rejected_bundles": rejected.len()}),
-            json!({"decision": label, "redactions": redactions}),
+            json!({"decision": label, "redactions": redactions, "cause": cause, "results": input.results, "build_errors": input.build_errors}),
             started,
         );
+        if let Some(cause) = &cause {
+            self.stage(&format!("building: cycle {cycle}: {cause}"));
+        }
         self.stage(&format!(
             "building: cycle {cycle}: triage → {} ({redactions} redactions in Worker feedback)",
             if label == "passed" { "pass" } else { &label }
@@ -175,6 +211,7 @@ impl<S: WorkStore, E: Executor> Engine<S, E> {
             decision,
             feedback,
             redactions,
+            cause,
         })
     }
 

@@ -115,4 +115,6 @@ pub(super) struct Progress {
     pub(super) prior_findings: Vec<String>,
     pub(super) digest: Option<String>,
     pub(super) merge_commit: Option<String>,
+    /// Why the last gate of this call did not pass, for the block message.
+    pub(super) last_cause: Option<String>,
 }

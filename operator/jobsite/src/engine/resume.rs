@@ -79,6 +79,8 @@ impl<S: WorkStore, E: Executor> Engine<S, E> {
             scope: ChangeScope {
                 revised,
                 retired: contract.retired_requirement_ids.iter().cloned().collect(),
+                // Tests this build wrote are Worker A's own in every later cycle.
+                build_base: Some(contract.spec_commit.clone()),
                 ..ChangeScope::default()
             },
             approved: contract

@@ -485,13 +485,23 @@ pub fn read_input(spec: &str, env: &mut Env<'_>) -> Result<Vec<u8>, Failure> {
     read_source(spec, env.cwd, env.stdin)
 }
 
+/// Reads an impact file: a JSON array of assessments, or what `ears-manager
+/// --output json impact` printed (its `candidates`, whole envelope or `data`
+/// alone) with a `disposition` (or `recorded_disposition`) and a `rationale`
+/// filled in for each candidate.
 fn parse_impact_file(bytes: &[u8]) -> Result<Vec<Assessment>, Failure> {
     let bad = |m: &str| Failure::new(Exit::Validation, "change_set.invalid_impact", m.to_owned());
-    let value: serde_json::Value =
-        serde_json::from_slice(bytes).map_err(|_| bad("The impact file must be a JSON array."))?;
-    let items = value
-        .as_array()
-        .ok_or_else(|| bad("The impact file must be a JSON array."))?;
+    const SHAPE: &str = "The impact file must be a JSON array of {requirement_id, disposition, rationale, origin}, or the output of `ears-manager --output json impact` with a disposition and a rationale filled in for each candidate.";
+    let value: serde_json::Value = serde_json::from_slice(bytes).map_err(|_| bad(SHAPE))?;
+    let items = match &value {
+        serde_json::Value::Array(items) => items,
+        serde_json::Value::Object(_) => value
+            .get("candidates")
+            .or_else(|| value.get("data").and_then(|d| d.get("candidates")))
+            .and_then(serde_json::Value::as_array)
+            .ok_or_else(|| bad(SHAPE))?,
+        _ => return Err(bad(SHAPE)),
+    };
     let mut out = Vec::new();
     for item in items {
         let field = |k: &str| {
@@ -501,9 +511,18 @@ fn parse_impact_file(bytes: &[u8]) -> Result<Vec<Assessment>, Failure> {
                 .filter(|s| !s.is_empty())
                 .map(str::to_owned)
         };
+        if let Some(id) = field("requirement_id")
+            && field("disposition")
+                .or_else(|| field("recorded_disposition"))
+                .is_none()
+        {
+            return Err(bad(&format!(
+                "Impact entry {id} has no disposition: set \"disposition\" to applicable or not-applicable, with a \"rationale\"."
+            )));
+        }
         match (
             field("requirement_id"),
-            field("disposition"),
+            field("disposition").or_else(|| field("recorded_disposition")),
             field("rationale"),
             field("origin"),
         ) {
@@ -625,4 +644,38 @@ pub fn update(opts: &Opts, env: &mut Env<'_>) -> Result<Success, Failure> {
         .with("changed_paths", Node::strs(changed));
     let _ = fsio::Faults::default();
     Ok(Success { data, paths })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_impact_file_is_an_array_or_the_impact_output_with_dispositions_filled_in() {
+        let array = br#"[{"requirement_id":"REQ-CLI-00001","disposition":"applicable","rationale":"r","origin":"mechanical"}]"#;
+        assert_eq!(parse_impact_file(array).map(|a| a.len()).ok(), Some(1));
+        let output = br#"{"ok":true,"data":{"change_set_id":"CS-00002","candidates":[
+            {"requirement_id":"REQ-CLI-00001","origin":"mechanical","matched_by":["scope:cli"],
+             "recommended_disposition":"applicable","recorded_disposition":null,"rationale":"the total moves",
+             "disposition":"not-applicable"}]}}"#;
+        let parsed = parse_impact_file(output).unwrap_or_else(|f| panic!("{}", f.message));
+        assert_eq!(parsed[0].disposition, "not-applicable");
+        assert_eq!(parsed[0].rationale, "the total moves");
+        let unfilled = br#"{"candidates":[{"requirement_id":"REQ-CLI-00001","origin":"mechanical","recorded_disposition":null,"rationale":null}]}"#;
+        let err = parse_impact_file(unfilled).unwrap_err();
+        assert_eq!(err.code, "change_set.invalid_impact");
+        assert!(
+            err.message.contains("REQ-CLI-00001 has no disposition"),
+            "{}",
+            err.message
+        );
+        for bad in [&b"{}"[..], b"3", b"not json"] {
+            assert!(
+                parse_impact_file(bad)
+                    .unwrap_err()
+                    .message
+                    .contains("ears-manager --output json impact")
+            );
+        }
+    }
 }

@@ -351,9 +351,56 @@ fn command_help(cmd: &Command) -> String {
         };
         s.push_str(format!("  {shape:<40}{note}").trim_end());
         s.push('\n');
+        if let Some(values) = allowed_values(cmd.name, name) {
+            s.push_str(&format!("      one of: {values}\n"));
+        }
     }
     s.push_str("  --output human|json\n  --help\n");
     s
+}
+
+/// The values an option accepts, as the validator checks them (`None`: free
+/// text, an ID or a path).
+fn allowed_values(command: &str, option: &str) -> Option<String> {
+    let list = |values: &[&str]| Some(values.join(", "));
+    match (command.split(' ').next().unwrap_or_default(), option) {
+        ("requirement", "type") => list(&crate::ears::TYPES),
+        ("interface", "type") => list(&crate::model::INTERFACE_TYPES),
+        (_, "verification-mode") => list(&["isolated-interface", "implementation-aware"]),
+        (_, "provenance") => list(&["user-authored", "agent-suggested", "kit-imported"]),
+        ("requirement" | "interface", "status") => list(&["active", "retired"]),
+        (_, "review-mode") => list(&["single-player", "multi-player"]),
+        (_, "implementation-required") => list(&["true", "false"]),
+        (_, "relationship") => Some(format!(
+            "TYPE=REQ-ID with TYPE {}",
+            crate::model::RELATIONSHIP_TYPES.join(", ")
+        )),
+        (_, "impact-file") => Some(
+            "a JSON array of {requirement_id, disposition (applicable|not-applicable), rationale, origin (mechanical|semantic)}, or the output of `ears-manager --output json impact` with a disposition and rationale filled in for each candidate; `-` reads stdin".into(),
+        ),
+        _ => None,
+    }
+}
+
+/// `ears-manager <group> --help` (`requirement --help`): the group's commands.
+fn group_help(group: &str) -> Option<String> {
+    let members: Vec<&Command> = COMMANDS
+        .iter()
+        .filter(|c| c.name.split(' ').next() == Some(group) && c.name.contains(' '))
+        .collect();
+    if members.is_empty() {
+        return None;
+    }
+    let mut s = format!(
+        "usage: ears-manager [--output human|json] {group} <command> [options]\n\ncommands:\n"
+    );
+    for c in members {
+        s.push_str(&format!("  {:<24}{}\n", c.name, c.about));
+    }
+    s.push_str(&format!(
+        "\n'ears-manager {group} <command> --help' lists a command's options.\n"
+    ));
+    Some(s)
 }
 
 /// Reports every missing required option at once when more than one is
@@ -415,7 +462,13 @@ pub fn run(args: &[String], env: &mut Env<'_>) -> Ran {
         );
     }
     if g.help {
-        let text = found.map_or_else(usage_text, command_help);
+        let text = match found {
+            Some(cmd) => command_help(cmd),
+            None => words
+                .first()
+                .and_then(|group| group_help(group))
+                .unwrap_or_else(usage_text),
+        };
         if g.output == Output::Human {
             return Ran {
                 status: 0,
@@ -601,6 +654,44 @@ pub fn internal_failure(args: &[String]) -> Ran {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_groups_help_lists_its_commands_and_a_commands_help_its_allowed_values() {
+        let cwd = std::env::temp_dir();
+        let mut stdin = std::io::empty();
+        let mut env = Env {
+            cwd: &cwd,
+            stdin: &mut stdin,
+            faults: Default::default(),
+        };
+        let help = |args: &[&str], env: &mut Env<'_>| {
+            let argv: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+            run(&argv, env).stdout
+        };
+        let group = help(&["requirement", "--help"], &mut env);
+        assert!(
+            group.contains("requirement add") && group.contains("requirement retire"),
+            "{group}"
+        );
+        assert!(!group.contains("change-set create"), "{group}");
+        let add = help(&["requirement", "add", "--help"], &mut env);
+        assert!(add.contains("one of: ubiquitous, event-driven"), "{add}");
+        assert!(
+            add.contains("one of: isolated-interface, implementation-aware"),
+            "{add}"
+        );
+        assert!(
+            add.contains("TYPE=REQ-ID with TYPE conflicts-with, depends-on"),
+            "{add}"
+        );
+        let update = help(&["change-set", "update", "--help"], &mut env);
+        assert!(
+            update.contains("ears-manager --output json impact"),
+            "{update}"
+        );
+        let top = help(&["nosuch", "--help"], &mut env);
+        assert!(top.starts_with("usage: ears-manager"), "{top}");
+    }
 
     #[test]
     fn human_help_and_version_are_plain_text() {

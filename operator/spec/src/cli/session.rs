@@ -213,7 +213,11 @@ impl Session {
             writes.push((PROJECTION_YAML.to_owned(), p));
         }
         let snap = snapshot::open(vfs)?;
-        if let Some(f) = outcome::wrap(validate::validate(&snap, scope), allow_draft) {
+        // A refusal carries every diagnostic: a direct edit of a store (seen only in
+        // what was read, since the staged digests are recomputed) with the rest.
+        let mut diagnostics = fsio::direct_edit_diagnostics(&self.vfs);
+        diagnostics.extend(validate::validate(&snap, scope));
+        if let Some(f) = outcome::wrap(diagnostics, allow_draft) {
             return Err(f);
         }
         Ok((writes, snap))
