@@ -492,8 +492,11 @@ async fn helm_install_builds_a_change_set_with_gvisor_pods_on_the_real_node() {
 
 /// The sandbox's NetworkPolicy, enforced by the node: a pod built by the Kubernetes executor
 /// (`manifest::build_pod`, the gVisor profile) connects to a listener on the node address and
-/// to the cluster DNS over TCP. Without the run's NetworkPolicy both connect (the control:
-/// the probe can see a connection); with it (`manifest::build_network_policy`) neither does.
+/// to the cluster DNS over TCP. Without the run's NetworkPolicy (and without the supervisor)
+/// both connect (the control: the probe can see a connection); with it
+/// (`manifest::build_network_policy`) and the in-guest supervisor neither does, from the
+/// command's first instant: the supervisor starts the command only once the policy is in force
+/// (kube-router programs it after the pod started).
 #[tokio::test(flavor = "multi_thread")]
 async fn the_runs_network_policy_refuses_a_direct_connection_and_dns_on_the_node() {
     use protobot_jobsite::executor::{Limits, RunSpec, SandboxRole};
@@ -502,7 +505,7 @@ async fn the_runs_network_policy_refuses_a_direct_connection_and_dns_on_the_node
     let Some(node) = node_or_skip("network_policy_on_the_real_node").await else {
         return;
     };
-    let [worker] = <[String; 1]>::try_from(load_images(&["worker"])).unwrap();
+    let [operator, worker] = <[String; 2]>::try_from(load_images(&["operator", "worker"])).unwrap();
     let client = node.client.clone();
     let ns = TestNamespace::create(&client, "real-node-netpol").await;
     let listener = std::net::TcpListener::bind((NODE_IP, 0)).unwrap();
@@ -602,7 +605,9 @@ async fn the_runs_network_policy_refuses_a_direct_connection_and_dns_on_the_node
             egress_proxy: None,
             audit: Default::default(),
         };
+        let mut config = config.clone();
         if with_policy {
+            config.supervisor_image = Some(operator.clone());
             let policy = manifest::build_network_policy(&profile, &config, &spec, None);
             Api::<k8s_openapi::api::networking::v1::NetworkPolicy>::namespaced(
                 client.clone(),
@@ -611,8 +616,6 @@ async fn the_runs_network_policy_refuses_a_direct_connection_and_dns_on_the_node
             .create(&PostParams::default(), &policy)
             .await
             .unwrap();
-            // kube-router programs the policy from its watch.
-            tokio::time::sleep(Duration::from_secs(3)).await;
         }
         let pod = manifest::build_pod(&profile, &config, &spec, None).unwrap();
         let name = pod.metadata.name.clone().unwrap();
@@ -644,6 +647,16 @@ async fn the_runs_network_policy_refuses_a_direct_connection_and_dns_on_the_node
         verdict(&outcomes[1]),
         "",
         "the run's NetworkPolicy refuses a direct connection and DNS: {}",
+        outcomes[1]
+    );
+    let early = outcomes[1]
+        .lines()
+        .find_map(|l| l.strip_prefix("early:"))
+        .map(str::trim);
+    assert_eq!(
+        early,
+        Some(""),
+        "the supervised command starts only once the policy is in force: {}",
         outcomes[1]
     );
     println!(

@@ -93,6 +93,16 @@ pub enum SuperviseError {
     /// No command.
     #[error("no command given; write the role's command after `--`")]
     NoCommand,
+    /// The pod's NetworkPolicy was not in force in time: an address it denies still answered.
+    #[error(
+        "sandbox.fail_closed: the pod's NetworkPolicy is not in force after {waited:?}: the API server at {canary}, which a sandbox may not reach, still accepts connections; check that the cluster's network plugin enforces NetworkPolicy"
+    )]
+    PolicyNotEnforced {
+        /// The address that answered.
+        canary: std::net::SocketAddr,
+        /// How long the supervisor waited.
+        waited: std::time::Duration,
+    },
     /// The inherited hard limit is lower than the one asked for: an unprivileged
     /// process cannot raise it.
     #[error(
@@ -271,6 +281,58 @@ pub fn injected_by_the_node(name: &std::ffi::OsStr) -> bool {
         .is_some_and(|n| n.starts_with("KUBERNETES_SERVICE_") || n.starts_with("KUBERNETES_PORT"))
 }
 
+/// How long the supervisor waits for the pod's NetworkPolicy to be in force.
+pub const POLICY_WAIT: std::time::Duration = std::time::Duration::from_secs(15);
+
+/// The address the kubelet gave this container for the API server (`KUBERNETES_SERVICE_HOST`
+/// and `KUBERNETES_SERVICE_PORT`): every sandbox's NetworkPolicy denies it, so it answers a
+/// connection only while the policy is not yet in force. `None` outside a pod.
+pub fn policy_canary(
+    vars: impl IntoIterator<Item = (std::ffi::OsString, std::ffi::OsString)>,
+) -> Option<std::net::SocketAddr> {
+    let (mut host, mut port) = (None, None);
+    for (name, value) in vars {
+        match name.to_str() {
+            Some("KUBERNETES_SERVICE_HOST") => host = value.into_string().ok(),
+            Some("KUBERNETES_SERVICE_PORT") => port = value.into_string().ok(),
+            _ => {}
+        }
+    }
+    let ip: std::net::IpAddr = host?.trim().parse().ok()?;
+    let port: u16 = port?.trim().parse().ok()?;
+    Some(std::net::SocketAddr::new(ip, port))
+}
+
+/// Waits, at most `limit`, until `canary` no longer accepts a TCP connection (each attempt
+/// bounded by `attempt`): the pod's NetworkPolicy is in force. Some enforcers (kube-router)
+/// program a pod's rules from their pod watch, after its containers started; the role's
+/// command must not run in that window (found on the real node). Returns how long it waited.
+pub fn await_network_policy(
+    canary: std::net::SocketAddr,
+    limit: std::time::Duration,
+    attempt: std::time::Duration,
+) -> Result<std::time::Duration, SuperviseError> {
+    let start = std::time::Instant::now();
+    loop {
+        match std::net::TcpStream::connect_timeout(&canary, attempt) {
+            Err(_) => return Ok(start.elapsed()),
+            Ok(_) if start.elapsed() >= limit => {
+                return Err(SuperviseError::PolicyNotEnforced {
+                    canary,
+                    waited: start.elapsed(),
+                });
+            }
+            // The network plugin offers no event to wait on from inside the sandbox: the
+            // condition is polled, paced so the denied address is not hammered.
+            #[expect(
+                clippy::disallowed_methods,
+                reason = "polls a condition with no notification, paced at 100 ms"
+            )]
+            Ok(_) => std::thread::sleep(std::time::Duration::from_millis(100)),
+        }
+    }
+}
+
 /// Sets `limits` and becomes `command` (see the module documentation). Returns
 /// only when the command did not run (`Err`), or, as PID 1, with the command's
 /// exit status.
@@ -280,6 +342,9 @@ pub fn supervise(limits: &GuestLimits, command: &[OsString]) -> Result<u8, Super
         return Err(SuperviseError::NoCommand);
     };
     apply(&settings)?;
+    if let Some(canary) = policy_canary(std::env::vars_os()) {
+        await_network_policy(canary, POLICY_WAIT, std::time::Duration::from_millis(300))?;
+    }
     let mut cmd = Command::new(program);
     cmd.args(args);
     for (name, _) in std::env::vars_os() {
@@ -404,6 +469,57 @@ pub fn guest_limits(l: &protobot_jobsite::executor::Limits) -> GuestLimits {
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
+
+    #[test]
+    fn the_policy_canary_is_the_api_servers_address_from_the_kubelet() {
+        let vars = |pairs: &[(&str, &str)]| -> Vec<(std::ffi::OsString, std::ffi::OsString)> {
+            pairs
+                .iter()
+                .map(|(k, v)| ((*k).into(), (*v).into()))
+                .collect()
+        };
+        assert_eq!(
+            policy_canary(vars(&[
+                ("KUBERNETES_SERVICE_HOST", "10.96.0.1"),
+                ("KUBERNETES_SERVICE_PORT", "443"),
+                ("PATH", "/bin"),
+            ])),
+            Some("10.96.0.1:443".parse().unwrap())
+        );
+        assert_eq!(policy_canary(vars(&[("PATH", "/bin")])), None, "not a pod");
+        for (host, port) in [
+            ("not-an-ip", "443"),
+            ("10.96.0.1", "https"),
+            ("10.96.0.1", ""),
+        ] {
+            assert_eq!(
+                policy_canary(vars(&[
+                    ("KUBERNETES_SERVICE_HOST", host),
+                    ("KUBERNETES_SERVICE_PORT", port),
+                ])),
+                None,
+                "{host}:{port}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_command_waits_until_the_denied_address_stops_answering_and_fails_closed_if_it_never_does()
+     {
+        // An address that answers: the policy is not in force; bounded, then refused.
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let open = listener.local_addr().unwrap();
+        let e = await_network_policy(open, Duration::from_millis(300), Duration::from_millis(100))
+            .unwrap_err();
+        assert!(matches!(e, SuperviseError::PolicyNotEnforced { canary, .. } if canary == open));
+        assert!(e.to_string().contains("sandbox.fail_closed"), "{e}");
+        assert_eq!(e.exit_code(), EXIT_LIMIT_NOT_SET);
+        // Once nothing answers there, the command may start.
+        drop(listener);
+        let waited =
+            await_network_policy(open, Duration::from_secs(5), Duration::from_millis(100)).unwrap();
+        assert!(waited < Duration::from_secs(1), "{waited:?}");
+    }
 
     #[test]
     fn the_kubelets_api_server_variables_are_dropped_and_nothing_else() {
