@@ -79,6 +79,11 @@ bench: ## run the benchmarks (demo wall time; projection export vs git archive a
 	@# What a project's history costs: 10 new items built alone and beside 1,000 completed
 	@# ones, and idle dispatches after (CPU, ratios; goal within 2x).
 	$(CARGO) run --release -q -p protobot-e2e --example bench_backlog -- 1000 10
+	@# On the real node (scripts/kube-node, root): pod create -> Running, gVisor and runc, 50 each.
+	@if [ "$$(id -u)" = 0 ]; then \
+	  kubeconfig=$$(scripts/kube-node up | tail -1) && scripts/node-images load worker >/dev/null && \
+	  KUBECONFIG=$${kubeconfig#KUBECONFIG=} $(CARGO) run --release -q -p protobot-e2e --example bench_pod_start -- 50; \
+	else echo "bench_pod_start skipped: the real node needs root (scripts/kube-node)"; fi
 	@# The same figures against the real kube-apiserver (make kube-up), beside the double's.
 	@test -x "$(HELM)" || scripts/install-helm.sh .tools
 	kubeconfig=$$(scripts/kube-test-env up | tail -1); \
