@@ -74,14 +74,18 @@ pub async fn node_or_skip(scenario: &str) -> Option<RealNode> {
         Ok(n) => n.items,
         Err(e) => return missing(format!("cannot list nodes: {e}")),
     };
+    // The real node: Ready, its runtime containerd (a simulated kubelet's node reports none).
     let ready = nodes.into_iter().find(|n| {
-        n.status
-            .as_ref()
+        let status = n.status.as_ref();
+        status
             .and_then(|s| s.conditions.as_ref())
             .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+            && status
+                .and_then(|s| s.node_info.as_ref())
+                .is_some_and(|i| i.container_runtime_version.starts_with("containerd://"))
     });
     let Some(node) = ready else {
-        return missing("the cluster has no Ready node".into());
+        return missing("the cluster has no Ready node run by containerd".into());
     };
     let classes = Api::<RuntimeClass>::all(client.clone());
     for class in [GVISOR, RUNC] {
