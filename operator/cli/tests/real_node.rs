@@ -157,34 +157,7 @@ async fn helm_install_builds_a_change_set_with_gvisor_pods_on_the_real_node() {
 
     // The platform: the staging claim's volume (a directory on the node) and the egress
     // Secrets the chart names.
-    let staging = tempfile::Builder::new()
-        .prefix("protobot-staging-")
-        .tempdir_in("/var/tmp")
-        .unwrap();
-    std::fs::set_permissions(
-        staging.path(),
-        std::os::unix::fs::PermissionsExt::from_mode(0o777),
-    )
-    .unwrap();
-    let pv_name = format!("{}-staging", ns.name);
-    Api::<PersistentVolume>::all(client.clone())
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({
-                "metadata": {"name": pv_name},
-                "spec": {
-                    "capacity": {"storage": "20Gi"},
-                    "accessModes": ["ReadWriteMany"],
-                    "persistentVolumeReclaimPolicy": "Delete",
-                    "storageClassName": "",
-                    "hostPath": {"path": staging.path(), "type": "Directory"},
-                    "claimRef": {"namespace": ns.name, "name": "protobot-staging"},
-                },
-            }))
-            .unwrap(),
-        )
-        .await
-        .unwrap();
+    let (staging, pv_name) = real_node::staging_volume(&client, &ns.name).await;
     let mut session = [0u8; 48];
     for (i, b) in session.iter_mut().enumerate() {
         *b = (i as u8).wrapping_mul(37).wrapping_add(11);
@@ -385,37 +358,42 @@ async fn helm_install_builds_a_change_set_with_gvisor_pods_on_the_real_node() {
     let items: Api<BuildWorkItem> = Api::namespaced(client.clone(), &ns.name);
     let change_sets: Api<ChangeSet> = Api::namespaced(client.clone(), &ns.name);
     let started = std::time::Instant::now();
-    let completed = loop {
-        let item_name = change_sets
-            .get("cs-00001")
-            .await
-            .ok()
-            .and_then(|c| c.status)
+    let limit = Duration::from_secs(900);
+    let registered =
+        protobot_testkit::wait::until(&change_sets, "cs-00001", limit, |c: Option<&ChangeSet>| {
+            c.and_then(|c| c.status.as_ref())
+                .is_some_and(|s| s.work_item_ref.is_some())
+        })
+        .await;
+    let item_name = match registered {
+        Ok(Some(cs)) => cs
+            .status
             .and_then(|s| s.work_item_ref)
-            .map(|r| r.name);
-        if let Some(item_name) = item_name {
-            let item = items.get(&item_name).await.unwrap();
-            if item
-                .status
-                .as_ref()
+            .map(|r| r.name)
+            .unwrap(),
+        other => panic!(
+            "the ChangeSet was never registered ({other:?}); logs:\n{}",
+            operator_logs().await
+        ),
+    };
+    let completed = protobot_testkit::wait::until(
+        &items,
+        &item_name,
+        limit.saturating_sub(started.elapsed()),
+        |i: Option<&BuildWorkItem>| {
+            i.and_then(|i| i.status.as_ref())
                 .is_some_and(|s| s.state == LifecycleState::Completed)
-            {
-                break item;
-            }
-        }
-        if started.elapsed() > Duration::from_secs(900) {
-            panic!(
-                "the ChangeSet's item did not complete in 15 min; items: {:#?}\npods seen: {:#?}\nlogs:\n{}",
-                items.list(&Default::default()).await.map(|l| l
-                    .items
-                    .into_iter()
-                    .map(|i| i.status)
-                    .collect::<Vec<_>>()),
-                recorder.seen(),
-                operator_logs().await
-            );
-        }
-        tokio::time::sleep(Duration::from_secs(2)).await;
+        },
+    )
+    .await;
+    let completed = match completed {
+        Ok(Some(item)) => item,
+        other => panic!(
+            "{item_name} did not complete in 15 min ({other:?}); its status: {:#?}\npods seen: {:#?}\nlogs:\n{}",
+            items.get(&item_name).await.ok().and_then(|i| i.status),
+            recorder.seen(),
+            operator_logs().await
+        ),
     };
     println!(
         "item {} completed in {:.0} s",
@@ -520,27 +498,7 @@ async fn the_runs_network_policy_refuses_a_direct_connection_and_dns_on_the_node
         }
     });
     // The staging claim the pod mounts (its sub-paths are created by the kubelet).
-    let staging = tempfile::Builder::new()
-        .prefix("protobot-netpol-")
-        .tempdir_in("/var/tmp")
-        .unwrap();
-    let pv_name = format!("{}-staging", ns.name);
-    Api::<PersistentVolume>::all(client.clone())
-        .create(
-            &PostParams::default(),
-            &serde_json::from_value(json!({
-                "metadata": {"name": pv_name},
-                "spec": {
-                    "capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteMany"],
-                    "storageClassName": "",
-                    "hostPath": {"path": staging.path(), "type": "Directory"},
-                    "claimRef": {"namespace": ns.name, "name": "protobot-staging"},
-                },
-            }))
-            .unwrap(),
-        )
-        .await
-        .unwrap();
+    let (staging, pv_name) = real_node::staging_volume(&client, &ns.name).await;
     create_object(
         &Api::<k8s_openapi::api::core::v1::PersistentVolumeClaim>::namespaced(
             client.clone(),

@@ -170,24 +170,54 @@ fn rand_suffix() -> u32 {
 
 /// Waits until the pod has finished (`Succeeded` or `Failed`) and returns it.
 pub async fn until_finished(pods: &Api<Pod>, name: &str, limit: Duration) -> Pod {
-    let start = std::time::Instant::now();
-    loop {
-        let pod = pods.get(name).await.unwrap();
-        let phase = pod
-            .status
-            .as_ref()
-            .and_then(|s| s.phase.clone())
-            .unwrap_or_default();
-        if phase == "Succeeded" || phase == "Failed" {
-            return pod;
-        }
-        assert!(
-            start.elapsed() < limit,
-            "pod {name} still {phase} after {limit:?}: {:#?}",
-            pod.status
-        );
-        tokio::time::sleep(Duration::from_millis(500)).await;
+    let finished = |p: Option<&Pod>| {
+        p.and_then(|p| p.status.as_ref())
+            .and_then(|s| s.phase.as_deref())
+            .is_some_and(|phase| phase == "Succeeded" || phase == "Failed")
+    };
+    match protobot_testkit::wait::until(pods, name, limit, finished).await {
+        Ok(Some(pod)) => pod,
+        other => panic!(
+            "pod {name} did not finish within {limit:?} ({other:?}): {:#?}",
+            pods.get(name).await.ok().and_then(|p| p.status)
+        ),
     }
+}
+
+/// A volume for the staging claim `protobot-staging` of `namespace`: a directory on the node
+/// (mode 0777: the operator and the sandboxes write it as 65532) and a hostPath
+/// PersistentVolume bound to that claim. Returns the directory (removed on drop) and the
+/// volume's name.
+pub async fn staging_volume(client: &Client, namespace: &str) -> (tempfile::TempDir, String) {
+    let dir = tempfile::Builder::new()
+        .prefix("protobot-staging-")
+        .tempdir_in("/var/tmp")
+        .unwrap();
+    std::fs::set_permissions(
+        dir.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o777),
+    )
+    .unwrap();
+    let name = format!("{namespace}-staging");
+    Api::<k8s_openapi::api::core::v1::PersistentVolume>::all(client.clone())
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "metadata": {"name": name},
+                "spec": {
+                    "capacity": {"storage": "20Gi"},
+                    "accessModes": ["ReadWriteMany"],
+                    "persistentVolumeReclaimPolicy": "Delete",
+                    "storageClassName": "",
+                    "hostPath": {"path": dir.path(), "type": "Directory"},
+                    "claimRef": {"namespace": namespace, "name": "protobot-staging"},
+                },
+            }))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    (dir, name)
 }
 
 /// The container's log.
