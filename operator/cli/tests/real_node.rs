@@ -585,7 +585,10 @@ async fn job_site_metrics_on_a_real_prometheus(
                 started.elapsed() < Duration::from_secs(90),
                 "{what}: `{expr}` answered {result:?} for 90 s"
             );
-            #[expect(clippy::disallowed_methods, reason = "a scrape or rule evaluation has no notification: the query is polled, paced at 500 ms, bounded at 90 s")]
+            #[expect(
+                clippy::disallowed_methods,
+                reason = "a scrape or rule evaluation has no notification: the query is polled, paced at 500 ms, bounded at 90 s"
+            )]
             std::thread::sleep(Duration::from_millis(500));
         }
     };
@@ -638,16 +641,12 @@ async fn job_site_metrics_on_a_real_prometheus(
     );
 }
 
-/// The shipped gVisor profile, with its RuntimeClass replaced by `runtime_class`.
-fn shipped_profile(runtime_class: &str) -> protobot_kube_executor::SandboxProfile {
+/// The shipped gVisor profile.
+fn gvisor_profile() -> protobot_kube_executor::SandboxProfile {
     let text = std::fs::read_to_string(
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../sandbox-profiles/gvisor.yaml"),
     )
-    .unwrap()
-    .replace(
-        "runtimeClassName: gvisor",
-        &format!("runtimeClassName: {runtime_class}"),
-    );
+    .unwrap();
     protobot_kube_executor::SandboxProfile::parse(&text, "gvisor.yaml").unwrap()
 }
 
@@ -697,8 +696,11 @@ async fn a_run_over_its_memory_or_its_deadline_ends_as_that_limit_on_the_node() 
         ),
     ];
     let mut seen = Vec::new();
+    // The executor builds gVisor (or Kata) pods only (a runc profile is refused as
+    // insufficient); the same pod under runc is the control: the kernel's cgroup, not gVisor,
+    // kills it there.
+    let profile = gvisor_profile();
     for runtime in [GVISOR, RUNC] {
-        let profile = shipped_profile(runtime);
         for (case, script, memory_bytes, wall_secs, expected) in &cases {
             let spec = RunSpec {
                 run_id: format!("limits-{runtime}-{case}"),
@@ -716,7 +718,10 @@ async fn a_run_over_its_memory_or_its_deadline_ends_as_that_limit_on_the_node() 
                 egress_proxy: None,
                 audit: Default::default(),
             };
-            let pod = manifest::build_pod(&profile, &config, &spec, None).unwrap();
+            let mut pod = manifest::build_pod(&profile, &config, &spec, None).unwrap();
+            if let Some(spec) = pod.spec.as_mut() {
+                spec.runtime_class_name = Some(runtime.to_owned());
+            }
             let name = pod.metadata.name.clone().unwrap();
             pods.create(&PostParams::default(), &pod).await.unwrap();
             let ended = |p: Option<&Pod>| p.is_some_and(|p| outcome(p) != PodOutcome::Pending);
@@ -783,7 +788,7 @@ async fn the_runs_network_policy_refuses_a_direct_connection_and_dns_on_the_node
     });
     // The staging claim the pod mounts (its sub-paths are created by the kubelet).
     let (staging, pv_name) = real_node::sandbox_namespace(&client, &ns.name).await;
-    let profile = shipped_profile(GVISOR);
+    let profile = gvisor_profile();
     let mut config = KubeExecutorConfig::new(
         &ns.name,
         StagingVolume {

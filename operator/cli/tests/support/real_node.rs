@@ -457,7 +457,10 @@ impl Prometheus {
                 std::fs::read_to_string(prometheus._dir.path().join("prometheus.log"))
                     .unwrap_or_default()
             );
-            #[expect(clippy::disallowed_methods, reason = "Prometheus offers no readiness notification: polled, paced at 250 ms, bounded at 60 s")]
+            #[expect(
+                clippy::disallowed_methods,
+                reason = "Prometheus offers no readiness notification: polled, paced at 250 ms, bounded at 60 s"
+            )]
             std::thread::sleep(Duration::from_millis(250));
         }
         prometheus
