@@ -17,7 +17,7 @@ use std::{
 
 use jiff::Timestamp;
 use protobot_lifecycle::{
-    AuthorizationContext, Code, Command, OperationEnvelope, ResultEnvelope, State,
+    AuthorizationContext, Code, Command, FencingToken, OperationEnvelope, ResultEnvelope, State,
 };
 use protobot_stores::{StoreError, WorkStore};
 use serde::{Deserialize, Serialize};
@@ -44,8 +44,9 @@ impl Clock for SystemClock {
 pub struct Held {
     /// Work item.
     pub work_item_id: String,
-    /// Live fence.
-    pub fencing_token: String,
+    /// Live fence (the token the claim's, or the last fence-issuing command's, decision
+    /// issued).
+    pub fencing_token: FencingToken,
     /// Current state.
     pub state: State,
     /// Current contract version.

@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::{
+    fence::FencingToken,
     record::{MergeEnvelope, SourceContract},
     vocab::{Code, Command, Retry, State},
 };
@@ -42,8 +43,8 @@ pub struct OperationEnvelope {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub expected_contract_version: Option<u64>,
     /// The caller's fencing token.
-    #[serde(skip_serializing_if = "String::is_empty")]
-    pub fencing_token: String,
+    #[serde(skip_serializing_if = "FencingToken::is_empty")]
+    pub fencing_token: FencingToken,
     /// Gate approval id (overrides the payload's).
     #[serde(skip_serializing_if = "String::is_empty")]
     pub human_approval_id: String,
@@ -96,9 +97,9 @@ impl OperationEnvelope {
         }
     }
 
-    /// The envelope presenting `fencing_token`.
-    pub fn fenced(mut self, fencing_token: impl Into<String>) -> OperationEnvelope {
-        self.fencing_token = fencing_token.into();
+    /// The envelope presenting `fencing_token` (the one the claim's decision issued).
+    pub fn fenced(mut self, fencing_token: FencingToken) -> OperationEnvelope {
+        self.fencing_token = fencing_token;
         self
     }
 
@@ -285,7 +286,7 @@ pub struct Decision {
     pub materialization_reservation: Option<ReservationSummary>,
     /// The fresh fencing token, only to the new owner.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub fencing_token_issued: Option<String>,
+    pub fencing_token_issued: Option<FencingToken>,
     /// The rejection, when rejected.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rejection: Option<Rejection>,
@@ -506,7 +507,7 @@ mod tests {
         assert_eq!(env.fencing_token, "");
         assert_eq!(env.payload, None);
         let env = env
-            .fenced("fence-3")
+            .fenced(FencingToken::from("fence-3"))
             .with_payload(serde_json::json!({"question": "q"}));
         let wire = serde_json::to_value(&env).unwrap_or_default();
         assert_eq!(
