@@ -21,8 +21,8 @@ use std::{path::PathBuf, sync::Arc};
 use tracing::Instrument;
 
 use protobot_lifecycle::{
-    AuthorizationContext, Command, FencingToken, OperationEnvelope, Reconciliation, State,
-    WorkItemRecord,
+    AuthorizationContext, Command, CommandRequest, FencingToken, OperationEnvelope, Reconciliation,
+    State, WorkItemRecord,
 };
 use protobot_repo::land::{fetch_remote_branch, find_merge_by_trailer};
 use protobot_stores::{ItemFilter, Observation, StoreError, WorkStore};
@@ -720,18 +720,17 @@ impl<S: WorkStore + 'static, E: Executor> JobSite<S, E> {
         &self,
         record: &WorkItemRecord,
     ) -> Result<Result<Claim, ClaimRefused>, SiteError> {
-        let env = OperationEnvelope {
-            operation: Command::Claim.as_str().into(),
-            actor_context_ref: "job-site".into(),
-            work_item_id: record.id.clone(),
-            expected_state: Some(State::ReadyForBuilding.as_str().into()),
-            expected_contract_version: Some(record.contract_version),
+        let env = OperationEnvelope::command(CommandRequest {
+            command: Command::Claim,
+            actor_context_ref: "job-site",
+            work_item_id: &record.id,
+            expected_state: State::ReadyForBuilding,
+            expected_contract_version: record.contract_version,
             idempotency_key: format!(
                 "{}:claim:v{}:{}",
                 record.id, record.contract_version, self.engine.context.subject
             ),
-            ..OperationEnvelope::default()
-        };
+        });
         let result = self
             .engine
             .store
@@ -847,23 +846,23 @@ impl<S: WorkStore + 'static, E: Executor> JobSite<S, E> {
             .store
             .observe(&id, Observation::Reconciliation(evidence))
             .await?;
-        let mut context = self.reconciler.clone();
-        if let Some(m) = &record.expected_merge {
-            for r in [&m.target, &m.integration_head, &m.inspection_run_id] {
-                if !r.is_empty() && !context.allowed_refs.contains(r) {
-                    context.allowed_refs.push(r.clone());
-                }
-            }
-        }
-        let env = OperationEnvelope {
-            operation: command.as_str().into(),
-            actor_context_ref: "reconciler".into(),
-            work_item_id: id.clone(),
-            expected_state: Some(record.state.as_str().into()),
-            expected_contract_version: Some(record.contract_version),
+        // The candidate's refs (the reconciler presents no merge commit of its own).
+        let context = self.reconciler.clone().with_refs(
+            record
+                .expected_merge
+                .iter()
+                .flat_map(|m| [&m.target, &m.integration_head, &m.inspection_run_id])
+                .filter(|r| !r.is_empty())
+                .map(String::as_str),
+        );
+        let env = OperationEnvelope::command(CommandRequest {
+            command,
+            actor_context_ref: "reconciler",
+            work_item_id: &id,
+            expected_state: record.state,
+            expected_contract_version: record.contract_version,
             idempotency_key: format!("{id}:{}:v{}", command.as_str(), record.contract_version),
-            ..OperationEnvelope::default()
-        };
+        });
         let result = self
             .engine
             .store
@@ -955,20 +954,19 @@ async fn refresh_dependencies_in<S: WorkStore>(
         } else {
             continue;
         };
-        let env = OperationEnvelope {
-            operation: command.as_str().into(),
-            actor_context_ref: "materializer".into(),
-            work_item_id: record.id.clone(),
-            expected_state: Some(record.state.as_str().into()),
-            expected_contract_version: Some(record.contract_version),
+        let env = OperationEnvelope::command(CommandRequest {
+            command,
+            actor_context_ref: "materializer",
+            work_item_id: &record.id,
+            expected_state: record.state,
+            expected_contract_version: record.contract_version,
             idempotency_key: format!(
                 "{}:{}:v{}",
                 record.id,
                 command.as_str(),
                 record.contract_version
             ),
-            ..OperationEnvelope::default()
-        };
+        });
         let result = store.execute(Some(materializer), &env, now).await?;
         if result.ok {
             tracing::info!(work_item = %record.id, command = command.as_str(), "dependencies refreshed");
