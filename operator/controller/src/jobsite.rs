@@ -39,11 +39,14 @@ use protobot_jobsite::{
     site::{JobSite, RegisteredContracts, SiteAction},
     triage::HeuristicTriage,
 };
-use protobot_lifecycle::AuthorizationContext;
+use protobot_lifecycle::{AuthorizationContext, Grant, Role};
 use protobot_stores::{AdapterConfig, KubeStore, kubernetes::item_name};
 use serde::Deserialize;
 
 use crate::changeset::{MATERIALIZER_SUBJECT, POLICY_VERSION};
+
+/// How long a context the in-cluster Job Site grants its components is valid.
+const CONTEXT_TTL: SignedDuration = SignedDuration::from_hours(1);
 
 /// Field manager of the Job Site's server-side applies.
 pub const FIELD_MANAGER: &str = "protobot/jobsite";
@@ -267,19 +270,6 @@ pub fn worker_classes(
         integration: class("integration")?,
         producers,
     })
-}
-
-fn context(subject: &str, role: &str, project: &str, actions: &[&str]) -> AuthorizationContext {
-    AuthorizationContext {
-        subject: subject.into(),
-        role: role.into(),
-        project_id: project.into(),
-        allowed_actions: actions.iter().map(|s| s.to_string()).collect(),
-        allowed_refs: vec![format!("project:{project}")],
-        expires_at: Some(Timestamp::now() + SignedDuration::from_hours(1)),
-        policy_version: POLICY_VERSION.into(),
-        ..AuthorizationContext::default()
-    }
 }
 
 /// What one pass did, per project.
@@ -517,17 +507,28 @@ async fn build_site<E: Executor + 'static>(
     config.egress_proxy = settings.egress_proxy.clone();
     config.target_branch = spec.default_branch.clone();
     config.landing = landing;
+    // Every context of the project's Job Site: its project, the operator's policy,
+    // an hour (a site is rebuilt well within it).
+    let grant = Grant {
+        project: &name,
+        role: Role::Materializer,
+        subject: MATERIALIZER_SUBJECT,
+        actions: protobot_jobsite::site::REFRESH_ACTIONS,
+        expires_at: Timestamp::now() + CONTEXT_TTL,
+        policy_version: POLICY_VERSION,
+    };
     let engine = Engine {
         store,
         executor,
         clock: Arc::new(SystemClock),
         triage: Arc::new(HeuristicTriage),
-        context: context(
-            &settings.identity,
-            "job-site",
-            &name,
-            protobot_jobsite::site::JOB_SITE_ACTIONS,
-        ),
+        context: AuthorizationContext::new(Grant {
+            role: Role::JobSite,
+            subject: &settings.identity,
+            actions: protobot_jobsite::site::JOB_SITE_ACTIONS,
+            expires_at: Timestamp::now() + CONTEXT_TTL,
+            ..grant
+        }),
         config,
         on_stage: None,
         faults: None,
@@ -535,24 +536,23 @@ async fn build_site<E: Executor + 'static>(
     };
     Ok(JobSite {
         engine: Arc::new(engine),
-        reconciler: context(
-            &format!("{}-reconciler", settings.identity),
-            "reconciler",
-            &name,
-            protobot_jobsite::site::RECONCILER_ACTIONS,
-        ),
+        reconciler: AuthorizationContext::new(Grant {
+            role: Role::Reconciler,
+            subject: &format!("{}-reconciler", settings.identity),
+            actions: protobot_jobsite::site::RECONCILER_ACTIONS,
+            expires_at: Timestamp::now() + CONTEXT_TTL,
+            ..grant
+        }),
         contracts: Arc::new(
             RegisteredContracts::new(clone.clone(), &spec.default_branch)
                 .with_bug_intakes(bug_intakes(client, &ns, &name).await),
         ),
         repo_dir: clone,
         wip_limit: usize::try_from(spec.wip_limit).unwrap_or(1),
-        materializer: Some(context(
-            MATERIALIZER_SUBJECT,
-            "materializer",
-            &name,
-            protobot_jobsite::site::REFRESH_ACTIONS,
-        )),
+        materializer: Some(AuthorizationContext::new(Grant {
+            expires_at: Timestamp::now() + CONTEXT_TTL,
+            ..grant
+        })),
         capacity: Some(Arc::clone(&settings.capacity)),
     })
 }
