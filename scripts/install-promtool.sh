@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
-# Installs promtool into DIR (default .tools) for `make test-alerts`: the binary of Debian's
-# `prometheus` package, downloaded with apt and unpacked (nothing is installed system-wide, no
-# daemon is set up). Idempotent; a promtool already on PATH is linked instead.
+# Installs promtool and prometheus into DIR (default .tools): promtool for `make test-alerts`,
+# the server for the real-node scenario that scrapes the operator's pods
+# (operator/cli/tests/real_node.rs). The binaries of Debian's `prometheus` package, downloaded
+# with apt and unpacked (nothing is installed system-wide, no daemon is set up). Idempotent;
+# binaries already on PATH are linked instead.
 set -euo pipefail
 dir=${1:-.tools}
-if [ -x "$dir/promtool" ]; then exit 0; fi
+if [ -x "$dir/promtool" ] && [ -x "$dir/prometheus" ]; then exit 0; fi
 mkdir -p "$dir"
-if found=$(command -v promtool 2>/dev/null); then
+if found=$(command -v promtool 2>/dev/null) && server=$(command -v prometheus 2>/dev/null); then
     ln -sf "$found" "$dir/promtool"
+    ln -sf "$server" "$dir/prometheus"
     exit 0
 fi
 if ! command -v apt-get >/dev/null 2>&1; then
@@ -29,4 +32,5 @@ if ! (cd "$tmp" && apt-get download -qq prometheus 2>/dev/null); then
 fi
 dpkg-deb -x "$tmp"/prometheus_*.deb "$tmp/x"
 install -m 0755 "$tmp/x/usr/bin/promtool" "$dir/promtool"
+install -m 0755 "$tmp/x/usr/bin/prometheus" "$dir/prometheus"
 "$dir/promtool" --version 2>&1 | head -1

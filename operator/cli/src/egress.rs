@@ -8,8 +8,8 @@ use std::{net::SocketAddr, path::PathBuf, process::ExitCode, time::Duration};
 
 use clap::Args;
 use protobot_egress::{
-    Broker, CredentialStore, EgressMetrics, EgressPolicy, Limits, SessionRegistry, SessionSecret,
-    Upstream,
+    Broker, CredentialStore, EgressMetrics, EgressPolicy, Limits, PriceTable, SessionRegistry,
+    SessionSecret, Upstream, UsageMeter, UsageMetrics,
     decide::CredentialPresence,
     server::{ServeLimits, serve, serve_with},
 };
@@ -43,6 +43,11 @@ pub struct EgressProxyArgs {
     /// File holding the secret session tokens are derived from (≥ 32 bytes).
     #[arg(long)]
     pub session_secret: PathBuf,
+    /// Model prices (YAML: model → dollars per million tokens of input, output,
+    /// cacheRead, cacheWrite; the `prices:` of the worker classes). Without it,
+    /// tokens are metered and costs are unknown.
+    #[arg(long)]
+    pub prices: Option<PathBuf>,
     /// Connect timeout to upstreams, in seconds.
     #[arg(long, default_value_t = 10)]
     pub connect_timeout_secs: u64,
@@ -74,6 +79,9 @@ pub enum StartError {
     /// The upstream TLS client could not be built.
     #[error(transparent)]
     Upstream(#[from] protobot_egress::UpstreamError),
+    /// The price table is unreadable or invalid.
+    #[error(transparent)]
+    Prices(#[from] protobot_egress::price::PriceTableError),
     /// The metrics could not be registered.
     #[error("failed to register the egress metrics")]
     Metrics(#[source] prometheus::Error),
@@ -136,6 +144,15 @@ async fn run(args: &EgressProxyArgs) -> Result<(), StartError> {
     };
     let registry = prometheus::Registry::new();
     let metrics = EgressMetrics::register(&registry).map_err(StartError::Metrics)?;
+    let prices = match &args.prices {
+        Some(path) => PriceTable::load(path)?,
+        None => PriceTable::default(),
+    };
+    let priced_models = prices.0.len();
+    let meter = UsageMeter::new(
+        prices,
+        Some(UsageMetrics::register(&registry).map_err(StartError::Metrics)?),
+    );
     let bind = |addr: SocketAddr| async move {
         TcpListener::bind(addr)
             .await
@@ -151,6 +168,7 @@ async fn run(args: &EgressProxyArgs) -> Result<(), StartError> {
         rules = policy.rules().len(),
         credentials = credentials.names().count(),
         sessions = session_count,
+        priced_models,
         conformance_probe = args.conformance_probe,
         "egress proxy started"
     );
@@ -165,7 +183,8 @@ async fn run(args: &EgressProxyArgs) -> Result<(), StartError> {
         upstream,
         metrics.clone(),
         Limits::default(),
-    );
+    )
+    .with_meter(meter.clone());
     let proxy = serve_with(
         proxy_listener,
         move |req| {
@@ -179,8 +198,8 @@ async fn run(args: &EgressProxyArgs) -> Result<(), StartError> {
     let admin = serve(
         admin_listener,
         move |req| {
-            let registry = registry.clone();
-            async move { protobot_egress::admin::respond(&registry, &req) }
+            let (registry, meter) = (registry.clone(), meter.clone());
+            async move { protobot_egress::admin::respond(&registry, Some(&meter), &req) }
         },
         shutdown_signal(),
     );

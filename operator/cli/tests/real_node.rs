@@ -452,6 +452,8 @@ async fn helm_install_builds_a_change_set_with_gvisor_pods_on_the_real_node() {
         );
     }
 
+    job_site_metrics_on_a_real_prometheus(&client, &ns.name, release).await;
+
     let _ = real_node::helm(&[
         "uninstall".into(),
         release.into(),
@@ -468,6 +470,288 @@ async fn helm_install_builds_a_change_set_with_gvisor_pods_on_the_real_node() {
     ns.delete().await;
 }
 
+/// The `host:port` of each Running pod of `deployment` (by its selector), at `port`.
+async fn pod_targets(
+    client: &kube::Client,
+    namespace: &str,
+    deployment: &str,
+    port: u16,
+) -> Vec<String> {
+    let d = Api::<Deployment>::namespaced(client.clone(), namespace)
+        .get(deployment)
+        .await
+        .unwrap_or_else(|e| panic!("Deployment {deployment}: {e}"));
+    let selector = d
+        .spec
+        .selector
+        .match_labels
+        .unwrap_or_default()
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(",");
+    Api::<Pod>::namespaced(client.clone(), namespace)
+        .list(&kube::api::ListParams::default().labels(&selector))
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter_map(|p| p.status)
+        .filter(|s| s.phase.as_deref() == Some("Running"))
+        .filter_map(|s| s.pod_ip)
+        .map(|ip| format!("{ip}:{port}"))
+        .collect()
+}
+
+/// Every `expr` of a Grafana dashboard's JSON, in order.
+fn dashboard_queries(value: &serde_json::Value, out: &mut Vec<String>) {
+    match value {
+        serde_json::Value::Object(map) => {
+            for (key, v) in map {
+                match (key.as_str(), v) {
+                    ("expr", serde_json::Value::String(expr)) => out.push(expr.clone()),
+                    _ => dashboard_queries(v, out),
+                }
+            }
+        }
+        serde_json::Value::Array(items) => items.iter().for_each(|v| dashboard_queries(v, out)),
+        _ => {}
+    }
+}
+
+/// A real Prometheus on the host scrapes the operator's replicas and the egress proxy by pod
+/// IP through the chart's NetworkPolicies (as a Prometheus in the cluster would), evaluates the
+/// chart's rules as the chart renders them, and answers every query of the shipped dashboard
+/// without an error; the one item the scenario built shows as completed once, though every
+/// replica reports it, and the recording rule carries it.
+async fn job_site_metrics_on_a_real_prometheus(
+    client: &kube::Client,
+    namespace: &str,
+    release: &str,
+) {
+    use real_node::{Prometheus, ScrapeJob};
+    let fullname = format!("{release}-protobot");
+    let operators = pod_targets(client, namespace, &fullname, 8080).await;
+    let proxies = pod_targets(client, namespace, &format!("{fullname}-egress-proxy"), 9090).await;
+    assert_eq!(operators.len(), 2, "two operator replicas: {operators:?}");
+    assert_eq!(proxies.len(), 1, "one egress proxy: {proxies:?}");
+    let rendered = real_node::helm(&[
+        "template".into(),
+        release.into(),
+        real_node::chart(),
+        "--namespace".into(),
+        namespace.into(),
+        "--set".into(),
+        "metrics.prometheusRule.enabled=true".into(),
+        "--show-only".into(),
+        "templates/prometheusrule.yaml".into(),
+    ]);
+    assert!(
+        rendered.status.success(),
+        "{}",
+        String::from_utf8_lossy(&rendered.stderr)
+    );
+    let rendered = String::from_utf8(rendered.stdout).unwrap();
+    // The PrometheusRule's spec is a rules file (as `make test-alerts` reads it).
+    let rules: String = rendered
+        .split_once("\nspec:\n")
+        .map(|(_, spec)| spec)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| format!("{}\n", l.strip_prefix("  ").unwrap_or(l)))
+        .collect();
+    assert!(rules.starts_with("groups:"), "{rendered}");
+    let prometheus = Prometheus::start(
+        &[
+            ScrapeJob {
+                job: fullname.clone(),
+                targets: operators.clone(),
+            },
+            ScrapeJob {
+                job: format!("{fullname}-egress-proxy"),
+                targets: proxies,
+            },
+        ],
+        &rules,
+    );
+    let wait_for = |what: &str, expr: &str, ok: &dyn Fn(&[serde_json::Value]) -> bool| {
+        let started = std::time::Instant::now();
+        loop {
+            let result = prometheus.query(expr);
+            if result.as_deref().is_ok_and(ok) {
+                return result.unwrap();
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(90),
+                "{what}: `{expr}` answered {result:?} for 90 s"
+            );
+            #[expect(clippy::disallowed_methods, reason = "a scrape or rule evaluation has no notification: the query is polled, paced at 500 ms, bounded at 90 s")]
+            std::thread::sleep(Duration::from_millis(500));
+        }
+    };
+    let value = |s: &serde_json::Value| s["value"][1].as_str().unwrap_or("").to_owned();
+    wait_for("every target scraped", "up", &|r| {
+        r.len() == 3 && r.iter().all(|s| value(s) == "1")
+    });
+    let dashboard: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../../charts/protobot/dashboards/job-site.json"),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    let mut queries = Vec::new();
+    dashboard_queries(&dashboard, &mut queries);
+    assert!(queries.len() >= 8, "{queries:?}");
+    let failed: Vec<_> = queries
+        .iter()
+        .filter_map(|q| prometheus.query(q).err().map(|e| (q, e)))
+        .collect();
+    assert!(
+        failed.is_empty(),
+        "dashboard queries Prometheus refused: {failed:#?}"
+    );
+    let by_state = wait_for("items by state, once across replicas", &queries[0], &|r| {
+        r.iter().any(|s| s["metric"]["state"] == "completed")
+    });
+    let completed: Vec<_> = by_state
+        .iter()
+        .filter(|s| s["metric"]["state"] == "completed")
+        .map(value)
+        .collect();
+    assert_eq!(
+        completed,
+        ["1"],
+        "the dashboard counts the one completed item once: {by_state:?}"
+    );
+    let recorded = wait_for(
+        "the recording rule",
+        "namespace_job_state:protobot_work_items:max{state=\"completed\"}",
+        &|r| !r.is_empty(),
+    );
+    assert_eq!(value(&recorded[0]), "1", "{recorded:?}");
+    println!(
+        "Prometheus scraped {} operator replicas and the egress proxy; {} dashboard queries answered",
+        operators.len(),
+        queries.len()
+    );
+}
+
+/// The shipped gVisor profile, with its RuntimeClass replaced by `runtime_class`.
+fn shipped_profile(runtime_class: &str) -> protobot_kube_executor::SandboxProfile {
+    let text = std::fs::read_to_string(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../sandbox-profiles/gvisor.yaml"),
+    )
+    .unwrap()
+    .replace(
+        "runtimeClassName: gvisor",
+        &format!("runtimeClassName: {runtime_class}"),
+    );
+    protobot_kube_executor::SandboxProfile::parse(&text, "gvisor.yaml").unwrap()
+}
+
+/// Faults a run meets on a real node, read by the executor's own reading of the pod
+/// (`status::outcome`): a command over its memory limit is killed by the kernel's cgroup
+/// (runc) or inside the sandbox (gVisor) and must end as the memory limit, never as a plain
+/// exit or signal the Job Site would triage as the Worker's bug; a run past its wall clock
+/// ends as the wall-clock limit; a plain exit keeps its code.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_run_over_its_memory_or_its_deadline_ends_as_that_limit_on_the_node() {
+    use protobot_jobsite::executor::{Limits, RunSpec, SandboxRole, Termination};
+    use protobot_kube_executor::{
+        KubeExecutorConfig, StagingVolume, manifest,
+        status::{PodOutcome, outcome},
+    };
+
+    let Some(node) = node_or_skip("limits_on_the_real_node").await else {
+        return;
+    };
+    let [worker] = <[String; 1]>::try_from(load_images(&["worker"])).unwrap();
+    let client = node.client.clone();
+    let ns = TestNamespace::create(&client, "real-node-limits").await;
+    let (staging, pv_name) = real_node::sandbox_namespace(&client, &ns.name).await;
+    let mut config = KubeExecutorConfig::new(
+        &ns.name,
+        StagingVolume {
+            claim_name: "protobot-staging".into(),
+            mount_path: staging.path().to_path_buf(),
+        },
+        staging.path().join("collected"),
+    );
+    config.default_image = Some(worker);
+    let pods = ns.pods();
+    let memory = |limit: &str| Termination::LimitExceeded {
+        limit: limit.into(),
+    };
+    // `tail` keeps a line without a newline in memory: /dev/zero has none.
+    let cases: [(&str, &str, u64, u64, Termination); 3] = [
+        ("oom", "tail /dev/zero", 64 << 20, 120, memory("memory")),
+        ("deadline", "sleep 600", 256 << 20, 5, memory("wall-clock")),
+        (
+            "exit",
+            "exit 3",
+            256 << 20,
+            120,
+            Termination::Exited { code: 3 },
+        ),
+    ];
+    let mut seen = Vec::new();
+    for runtime in [GVISOR, RUNC] {
+        let profile = shipped_profile(runtime);
+        for (case, script, memory_bytes, wall_secs, expected) in &cases {
+            let spec = RunSpec {
+                run_id: format!("limits-{runtime}-{case}"),
+                role: SandboxRole::WorkerB,
+                workspace: staging.path().join("unused"),
+                task: json!({}),
+                command: vec!["/bin/bash".into(), "-c".into(), (*script).into()],
+                image: None,
+                env: Default::default(),
+                limits: Limits {
+                    wall_clock: Duration::from_secs(*wall_secs),
+                    memory_bytes: *memory_bytes,
+                    ..Limits::default()
+                },
+                egress_proxy: None,
+                audit: Default::default(),
+            };
+            let pod = manifest::build_pod(&profile, &config, &spec, None).unwrap();
+            let name = pod.metadata.name.clone().unwrap();
+            pods.create(&PostParams::default(), &pod).await.unwrap();
+            let ended = |p: Option<&Pod>| p.is_some_and(|p| outcome(p) != PodOutcome::Pending);
+            let pod = protobot_testkit::wait::until(&pods, &name, Duration::from_secs(240), ended)
+                .await
+                .ok()
+                .flatten()
+                .unwrap_or_else(|| panic!("{runtime}/{case}: the run did not end"));
+            let got = outcome(&pod);
+            let terminated = pod
+                .status
+                .as_ref()
+                .and_then(|s| s.container_statuses.as_ref())
+                .and_then(|c| c.first())
+                .and_then(|c| c.state.as_ref())
+                .and_then(|s| s.terminated.as_ref())
+                .map(|t| (t.exit_code, t.signal, t.reason.clone()));
+            println!("{runtime}/{case}: {got:?} (terminated: {terminated:?})");
+            seen.push((runtime, *case, got, expected.clone()));
+            let _ = pods.delete(&name, &DeleteParams::default()).await;
+        }
+    }
+    for (runtime, case, got, expected) in &seen {
+        assert_eq!(
+            got,
+            &PodOutcome::Ended(expected.clone()),
+            "{runtime}/{case}: every outcome: {seen:#?}"
+        );
+    }
+    let _ = Api::<PersistentVolume>::all(client.clone())
+        .delete(&pv_name, &DeleteParams::default())
+        .await;
+    ns.delete().await;
+}
+
 /// The sandbox's NetworkPolicy, enforced by the node: a pod built by the Kubernetes executor
 /// (`manifest::build_pod`, the gVisor profile) connects to a listener on the node address and
 /// to the cluster DNS over TCP. Without the run's NetworkPolicy (and without the supervisor)
@@ -478,7 +762,7 @@ async fn helm_install_builds_a_change_set_with_gvisor_pods_on_the_real_node() {
 #[tokio::test(flavor = "multi_thread")]
 async fn the_runs_network_policy_refuses_a_direct_connection_and_dns_on_the_node() {
     use protobot_jobsite::executor::{Limits, RunSpec, SandboxRole};
-    use protobot_kube_executor::{KubeExecutorConfig, SandboxProfile, StagingVolume, manifest};
+    use protobot_kube_executor::{KubeExecutorConfig, StagingVolume, manifest};
 
     let Some(node) = node_or_skip("network_policy_on_the_real_node").await else {
         return;
@@ -498,35 +782,8 @@ async fn the_runs_network_policy_refuses_a_direct_connection_and_dns_on_the_node
         }
     });
     // The staging claim the pod mounts (its sub-paths are created by the kubelet).
-    let (staging, pv_name) = real_node::staging_volume(&client, &ns.name).await;
-    create_object(
-        &Api::<k8s_openapi::api::core::v1::PersistentVolumeClaim>::namespaced(
-            client.clone(),
-            &ns.name,
-        ),
-        json!({
-            "apiVersion": "v1", "kind": "PersistentVolumeClaim",
-            "metadata": {"name": "protobot-staging", "namespace": ns.name},
-            "spec": {"accessModes": ["ReadWriteMany"], "storageClassName": "", "volumeName": pv_name,
-                     "resources": {"requests": {"storage": "1Gi"}}},
-        }),
-    )
-    .await;
-    create_object(
-        &Api::<k8s_openapi::api::core::v1::ServiceAccount>::namespaced(client.clone(), &ns.name),
-        json!({"apiVersion": "v1", "kind": "ServiceAccount",
-               "metadata": {"name": "protobot-sandbox", "namespace": ns.name}}),
-    )
-    .await;
-    let profile = SandboxProfile::parse(
-        &std::fs::read_to_string(
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-                .join("../../sandbox-profiles/gvisor.yaml"),
-        )
-        .unwrap(),
-        "gvisor.yaml",
-    )
-    .unwrap();
+    let (staging, pv_name) = real_node::sandbox_namespace(&client, &ns.name).await;
+    let profile = shipped_profile(GVISOR);
     let mut config = KubeExecutorConfig::new(
         &ns.name,
         StagingVolume {

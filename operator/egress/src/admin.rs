@@ -1,16 +1,27 @@
 //! The admin listener: `GET /metrics` (Prometheus text format of the proxy's
-//! registry) and `GET /healthz`. Kept off the proxy port so sandboxes, which
-//! may only reach port 3128, cannot read metrics.
+//! registry), `GET /healthz` and `GET /usage/<run id>` (the run's metered
+//! model usage as JSON, [`crate::meter::RunUsage`]; 404 when the meter saw no
+//! model call of that run). Kept off the proxy port so sandboxes, which may
+//! only reach port 3128, cannot read metrics or usage.
 
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::{Method, Request, Response, StatusCode, body::Incoming, header};
 use prometheus::{Encoder, Registry, TextEncoder};
 
-/// Answers one admin request.
-pub fn respond(registry: &Registry, request: &Request<Incoming>) -> Response<Full<Bytes>> {
+use crate::meter::UsageMeter;
+
+/// Answers one admin request (`meter`: the proxy's, when it meters).
+pub fn respond(
+    registry: &Registry,
+    meter: Option<&UsageMeter>,
+    request: &Request<Incoming>,
+) -> Response<Full<Bytes>> {
     if request.method() != Method::GET {
         return plain(StatusCode::METHOD_NOT_ALLOWED, "only GET\n");
+    }
+    if let Some(run) = request.uri().path().strip_prefix("/usage/") {
+        return usage(meter, run);
     }
     match request.uri().path() {
         "/healthz" => plain(StatusCode::OK, "ok\n"),
@@ -31,7 +42,30 @@ pub fn respond(registry: &Registry, request: &Request<Incoming>) -> Response<Ful
         }
         _ => plain(
             StatusCode::NOT_FOUND,
-            "not found: try /metrics or /healthz\n",
+            "not found: try /metrics, /healthz or /usage/<run id>\n",
+        ),
+    }
+}
+
+fn usage(meter: Option<&UsageMeter>, run: &str) -> Response<Full<Bytes>> {
+    let Some(meter) = meter else {
+        return plain(StatusCode::NOT_FOUND, "this proxy does not meter usage\n");
+    };
+    match meter.run(run) {
+        Some(record) => match serde_json::to_vec(&record) {
+            Ok(body) => Response::builder()
+                .status(StatusCode::OK)
+                .header(header::CONTENT_TYPE, "application/json")
+                .body(Full::new(Bytes::from(body)))
+                .unwrap_or_else(|_| plain(StatusCode::INTERNAL_SERVER_ERROR, "")),
+            Err(error) => plain(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                &format!("failed to encode the usage record: {error}\n"),
+            ),
+        },
+        None => plain(
+            StatusCode::NOT_FOUND,
+            "no model call of this run was metered (it made none, or its record was dropped)\n",
         ),
     }
 }

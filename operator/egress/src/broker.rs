@@ -24,6 +24,7 @@ use crate::{
     credentials::CredentialStore,
     decide::{Code, Decision, Denial, EgressRequest, Grant, Outcome, Reason, decide},
     form::{Target, parse_target},
+    meter::UsageMeter,
     metrics::{EgressMetrics, LimitKind},
     policy::EgressPolicy,
     redact::{forwardable_request_headers, scrub_body, scrub_text, strip_response_headers},
@@ -32,6 +33,7 @@ use crate::{
         exec_token, tokens_equal,
     },
     upstream::Upstream,
+    usage::ModelApi,
 };
 
 /// Size and time limits of one exchange.
@@ -59,7 +61,7 @@ impl Default for Limits {
 }
 
 /// Everything a request is handled with.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 struct Inner {
     policy: EgressPolicy,
     credentials: CredentialStore,
@@ -67,6 +69,7 @@ struct Inner {
     upstream: Upstream,
     metrics: EgressMetrics,
     limits: Limits,
+    meter: Option<UsageMeter>,
 }
 
 /// The egress proxy and credential broker (cheap to clone).
@@ -109,8 +112,21 @@ impl Broker {
                 upstream,
                 metrics,
                 limits,
+                meter: None,
             }),
         }
+    }
+
+    /// This broker, metering the usage of every model call it forwards
+    /// ([`UsageMeter`]).
+    pub fn with_meter(mut self, meter: UsageMeter) -> Broker {
+        Arc::make_mut(&mut self.inner).meter = Some(meter);
+        self
+    }
+
+    /// The meter, when the broker meters.
+    pub fn meter(&self) -> Option<&UsageMeter> {
+        self.inner.meter.as_ref()
     }
 
     /// Answers one request from a sandbox.
@@ -212,7 +228,10 @@ impl Broker {
             Decision::Allow(grant) => grant,
             Decision::Deny(denial) => return refuse(StatusCode::FORBIDDEN, denial),
         };
-        match self.forward(request, &target, &grant, secrets).await {
+        match self
+            .forward(request, session, &target, &grant, secrets)
+            .await
+        {
             Forwarded::Answer(response) => (response, Outcome::Allowed, Reason::RuleMatched, None),
             Forwarded::Refused(status, denial) => refuse(status, denial),
             Forwarded::Failed(status, message) => {
@@ -234,6 +253,7 @@ impl Broker {
     async fn forward(
         &self,
         request: Request<Incoming>,
+        session: &Session,
         target: &Target,
         grant: &Grant,
         secrets: &[&str],
@@ -389,6 +409,13 @@ impl Broker {
             Ok(Ok(Err(denial))) => return Forwarded::Refused(StatusCode::FORBIDDEN, denial),
             Ok(Ok(Ok(answer))) => answer,
         };
+        // Metered on the upstream's own bytes, which are only read.
+        if let (Some(meter), Some(api)) = (&self.inner.meter, ModelApi::from_path(&target.path))
+            && parts.status.is_success()
+        {
+            let content_type = header_str(&parts.headers, "content-type");
+            meter.record_answer(session, api, content_type, &body);
+        }
         let mut response = Response::new(Full::new(scrub_body(body, secrets)));
         *response.status_mut() = parts.status;
         *response.headers_mut() = parts.headers;

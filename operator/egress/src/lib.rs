@@ -28,6 +28,10 @@
 //! [`decide`] (pure) → [`broker`] (inject, forward, strip, record) with
 //! [`upstream`] as the only network edge; [`metrics`] and [`admin`] expose
 //! `protobot_egress_decisions_total{outcome}`.
+//!
+//! Metering: the answer of every model call ([`usage`]) is read for the
+//! tokens it reports, priced ([`price`], integer micro-dollars) and recorded
+//! per run ([`meter`]) — where the agent cannot touch the count.
 
 pub mod address;
 pub mod admin;
@@ -35,22 +39,28 @@ pub mod broker;
 pub mod credentials;
 pub mod decide;
 pub mod form;
+pub mod meter;
 pub mod metrics;
 pub mod netns;
 pub mod policy;
+pub mod price;
 pub mod probe;
 pub mod redact;
 pub mod server;
 pub mod session;
 pub mod upstream;
+pub mod usage;
 
 pub use broker::{Broker, Limits};
 pub use credentials::{Credential, CredentialError, CredentialStore};
 pub use decide::{Code, Decision, Denial, EgressRequest, Grant, Outcome, Reason, decide};
+pub use meter::{RunUsage, UsageMeter, UsageMetrics};
 pub use metrics::EgressMetrics;
 pub use policy::{EgressPolicy, PolicyError, Rule};
+pub use price::{Microdollars, ModelPrice, PriceTable};
 pub use session::{
     Session, SessionRegistry, SessionSecret, exec_token, issue_session_token, session_token,
     verify_session_token,
 };
 pub use upstream::{Upstream, UpstreamError};
+pub use usage::{Metered, ModelApi, TokenCounts};

@@ -46,7 +46,7 @@ pub const SIGNED_TOKEN_PREFIX: &str = "pbs1.";
 const EXEC_CONTEXT: &[u8] = b"protobot-egress-exec/v1";
 
 /// A registered sandbox session.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Session {
     /// The work item the run belongs to.
@@ -57,6 +57,23 @@ pub struct Session {
     pub trace_id: String,
     /// The commit the run's projection was built from.
     pub source_commit: String,
+    /// The project, for usage attribution (empty when not known).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub project: String,
+    /// The build stage (`worker-a`, `worker-b`, `inspection`, …), for usage
+    /// attribution (empty when not known).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub stage: String,
+    /// The build cycle (0 outside build cycles).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub cycle: u32,
+    /// The escalation tier the run's worker class belongs to (empty when not known).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub tier: String,
+}
+
+fn is_zero(n: &u32) -> bool {
+    *n == 0
 }
 
 /// The sessions file: `{"sessions": [...]}` (YAML or JSON).
@@ -165,16 +182,28 @@ fn hmac(key: &[u8], context: &[u8], parts: &[&[u8]]) -> [u8; 32] {
 
 /// The session token the control plane hands to the sandbox of `session`.
 pub fn session_token(secret: &SessionSecret, session: &Session) -> String {
-    hex::encode(hmac(
-        &secret.0,
-        SESSION_CONTEXT,
-        &[
-            session.work_item.as_bytes(),
-            session.role.as_bytes(),
-            session.trace_id.as_bytes(),
-            session.source_commit.as_bytes(),
-        ],
-    ))
+    let cycle = session.cycle.to_string();
+    let mut parts: Vec<&[u8]> = vec![
+        session.work_item.as_bytes(),
+        session.role.as_bytes(),
+        session.trace_id.as_bytes(),
+        session.source_commit.as_bytes(),
+    ];
+    // The attribution fields join the MAC only when set, so a session without
+    // them keeps the token it always had.
+    let attributed = !session.project.is_empty()
+        || !session.stage.is_empty()
+        || session.cycle != 0
+        || !session.tier.is_empty();
+    if attributed {
+        parts.extend([
+            session.project.as_bytes(),
+            session.stage.as_bytes(),
+            cycle.as_bytes(),
+            session.tier.as_bytes(),
+        ]);
+    }
+    hex::encode(hmac(&secret.0, SESSION_CONTEXT, &parts))
 }
 
 /// What a signed session token carries.
@@ -185,6 +214,14 @@ struct SignedClaims {
     role: String,
     trace_id: String,
     source_commit: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    project: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    stage: String,
+    #[serde(default, skip_serializing_if = "is_zero")]
+    cycle: u32,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    tier: String,
     /// Unix seconds after which the token is refused.
     expires_at: i64,
 }
@@ -203,6 +240,10 @@ pub fn issue_session_token(
         role: session.role.clone(),
         trace_id: session.trace_id.clone(),
         source_commit: session.source_commit.clone(),
+        project: session.project.clone(),
+        stage: session.stage.clone(),
+        cycle: session.cycle,
+        tier: session.tier.clone(),
         expires_at: expires_at_unix,
     };
     // Serializing plain strings and an integer cannot fail.
@@ -235,6 +276,10 @@ pub fn verify_session_token(secret: &SessionSecret, token: &str, now_unix: i64) 
         role: claims.role,
         trace_id: claims.trace_id,
         source_commit: claims.source_commit,
+        project: claims.project,
+        stage: claims.stage,
+        cycle: claims.cycle,
+        tier: claims.tier,
     })
 }
 
@@ -403,6 +448,7 @@ mod tests {
             role: role.into(),
             trace_id: "trace-1".into(),
             source_commit: "abc123".into(),
+            ..Default::default()
         }
     }
 
@@ -477,6 +523,53 @@ mod tests {
         assert!(reg.authenticate("").is_none());
         assert!(reg.authenticate(&token[..63]).is_none());
         assert!(reg.authenticate(&token.to_uppercase()).is_none());
+    }
+
+    #[test]
+    fn usage_attribution_rides_in_the_token_and_leaves_old_tokens_alone() {
+        let plain = session("worker-b");
+        // The token a session without attribution always had (before the fields existed).
+        assert_eq!(
+            session_token(&secret(), &plain),
+            hex::encode(hmac(
+                &secret().0,
+                SESSION_CONTEXT,
+                &[b"wi-1", b"worker-b", b"trace-1", b"abc123"]
+            ))
+        );
+        let attributed = Session {
+            project: "shop".into(),
+            stage: "worker-b".into(),
+            cycle: 3,
+            tier: "premium".into(),
+            ..plain.clone()
+        };
+        assert_ne!(
+            session_token(&secret(), &plain),
+            session_token(&secret(), &attributed)
+        );
+        for changed in [
+            Session {
+                tier: "standard".into(),
+                ..attributed.clone()
+            },
+            Session {
+                cycle: 4,
+                ..attributed.clone()
+            },
+        ] {
+            assert_ne!(
+                session_token(&secret(), &changed),
+                session_token(&secret(), &attributed)
+            );
+        }
+        let token = issue_session_token(&secret(), &attributed, 1_000);
+        assert_eq!(verify_session_token(&secret(), &token, 0), Some(attributed));
+        // A token minted before the fields existed still verifies, unattributed.
+        let old = r#"{"workItem":"wi-1","role":"worker-b","traceId":"trace-1","sourceCommit":"abc123","expiresAt":1000}"#;
+        let mac = hex::encode(hmac(&secret().0, SIGNED_CONTEXT, &[old.as_bytes()]));
+        let old = format!("{SIGNED_TOKEN_PREFIX}{}.{mac}", hex::encode(old));
+        assert_eq!(verify_session_token(&secret(), &old, 0), Some(plain));
     }
 
     #[test]

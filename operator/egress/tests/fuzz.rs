@@ -76,3 +76,43 @@ fn fuzz_proxy_request_parser() {
         },
     );
 }
+
+/// Issue 34: the meter reads model answers the sandbox's upstream sent, which nobody
+/// vouches for. Any body, streamed or not, of any dialect: a reading, never a panic, and
+/// the reading is the same however often it is taken.
+#[test]
+fn fuzz_model_usage_reader() {
+    use protobot_egress::usage::{ModelApi, read_usage};
+    let piece = prop_oneof![
+        3 => prop::sample::select(vec![
+            "data: ", "event: message_delta\n", "\n\n", "\r\n", "\r", "[DONE]", "{", "}", "[",
+            "]", ",", ":", "\"usage\"", "\"prompt_tokens\"", "\"completion_tokens\"",
+            "\"input_tokens\"", "\"output_tokens\"", "\"cache_read_input_tokens\"",
+            "\"prompt_tokens_details\"", "\"cached_tokens\"", "\"type\"", "\"message_start\"",
+            "\"message_delta\"", "\"response.completed\"", "\"response\"", "\"message\"",
+            "\"model\"", "18446744073709551615", "-1", "1e99", "0", "null", "\u{feff}", "\u{e9}",
+        ])
+        .prop_map(|s| s.as_bytes().to_vec()),
+        1 => prop::collection::vec(any::<u8>(), 0..12),
+    ];
+    let body = prop::collection::vec(piece, 0..40).prop_map(|p| p.concat());
+    let api = prop::sample::select(vec![
+        ModelApi::OpenAiChat,
+        ModelApi::OpenAiResponses,
+        ModelApi::AnthropicMessages,
+    ]);
+    let content_type = prop::sample::select(vec![
+        None,
+        Some("text/event-stream"),
+        Some("application/json"),
+        Some("TEXT/EVENT-STREAM; charset=utf-8"),
+    ]);
+    fuzz(
+        "model_usage_reader",
+        (api, content_type, body),
+        |(api, content_type, body)| {
+            let first = read_usage(api, content_type, &body);
+            assert_eq!(first, read_usage(api, content_type, &body));
+        },
+    );
+}

@@ -137,6 +137,7 @@ fn session() -> Session {
         role: "worker-b".into(),
         trace_id: "trace-jobsite-sandbox-v1".into(),
         source_commit: "0123abcd".into(),
+        ..Default::default()
     }
 }
 
@@ -193,7 +194,7 @@ async fn start_with(limits: Limits) -> Harness {
         admin_listener,
         move |req| {
             let registry = registry.clone();
-            async move { protobot_egress::admin::respond(&registry, &req) }
+            async move { protobot_egress::admin::respond(&registry, None, &req) }
         },
         std::future::pending(),
     ));

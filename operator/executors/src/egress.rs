@@ -181,6 +181,7 @@ pub fn session_for(spec: &RunSpec) -> Session {
         role: spec.role.as_str().to_owned(),
         trace_id: spec.run_id.clone(),
         source_commit: field("source_commit").unwrap_or_default(),
+        ..Default::default()
     }
 }
 
@@ -298,6 +299,7 @@ mod tests {
                 role: "worker-a".into(),
                 trace_id: "wi-7-c1-worker-a-0".into(),
                 source_commit: "abc123".into(),
+                ..Default::default()
             }
         );
         // A task without those fields falls back to the run id and no commit.

@@ -186,6 +186,7 @@ pub fn egress_session(spec: &RunSpec) -> protobot_egress::Session {
         role: role_label(spec.role),
         trace_id: spec.run_id.clone(),
         source_commit: field("source_commit").unwrap_or_default(),
+        ..Default::default()
     }
 }
 

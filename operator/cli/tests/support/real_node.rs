@@ -220,6 +220,34 @@ pub async fn staging_volume(client: &Client, namespace: &str) -> (tempfile::Temp
     (dir, name)
 }
 
+/// What a namespace needs before the Kubernetes executor's sandbox pods can run in it: the
+/// staging claim `protobot-staging` bound to a fresh [`staging_volume`], and the sandbox
+/// service account. Returns the staging directory (removed on drop) and the volume's name
+/// (delete it at the end: volumes are cluster-wide).
+pub async fn sandbox_namespace(client: &Client, namespace: &str) -> (tempfile::TempDir, String) {
+    let (staging, pv_name) = staging_volume(client, namespace).await;
+    protobot_e2e::create_object(
+        &Api::<k8s_openapi::api::core::v1::PersistentVolumeClaim>::namespaced(
+            client.clone(),
+            namespace,
+        ),
+        json!({
+            "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+            "metadata": {"name": "protobot-staging", "namespace": namespace},
+            "spec": {"accessModes": ["ReadWriteMany"], "storageClassName": "", "volumeName": pv_name,
+                     "resources": {"requests": {"storage": "1Gi"}}},
+        }),
+    )
+    .await;
+    protobot_e2e::create_object(
+        &Api::<k8s_openapi::api::core::v1::ServiceAccount>::namespaced(client.clone(), namespace),
+        json!({"apiVersion": "v1", "kind": "ServiceAccount",
+               "metadata": {"name": "protobot-sandbox", "namespace": namespace}}),
+    )
+    .await;
+    (staging, pv_name)
+}
+
 /// The container's log.
 pub async fn logs(pods: &Api<Pod>, name: &str, container: &str) -> String {
     pods.logs(
@@ -350,4 +378,128 @@ pub fn helm(args: &[String]) -> std::process::Output {
 /// The chart's directory.
 pub fn chart() -> String {
     repo_root().join("charts/protobot").display().to_string()
+}
+
+/// A real Prometheus server on loopback (the binary of Debian's `prometheus` package, unpacked
+/// into `.tools` by `scripts/install-promtool.sh`), scraping fixed targets every second and
+/// evaluating a rules file. Stopped on drop.
+pub struct Prometheus {
+    child: std::process::Child,
+    port: u16,
+    _dir: tempfile::TempDir,
+}
+
+/// One scrape job of [`Prometheus::start`]: its `job` label and its `host:port` targets.
+pub struct ScrapeJob {
+    /// The `job` label (the chart's rules select the operator by it).
+    pub job: String,
+    /// `host:port` of each target.
+    pub targets: Vec<String>,
+}
+
+impl Prometheus {
+    /// Starts Prometheus scraping `jobs` every second with `rules` (a Prometheus rules file,
+    /// may be empty) and waits until it answers.
+    pub fn start(jobs: &[ScrapeJob], rules: &str) -> Prometheus {
+        let binary =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../.tools/prometheus");
+        assert!(
+            binary.is_file(),
+            "{} is missing: run scripts/install-promtool.sh .tools (it unpacks promtool and prometheus)",
+            binary.display()
+        );
+        let dir = tempfile::tempdir().unwrap();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let mut config = String::from(
+            "global: {scrape_interval: 1s, evaluation_interval: 1s}\nrule_files: [rules.yaml]\nscrape_configs:\n",
+        );
+        for job in jobs {
+            config.push_str(&format!(
+                "  - job_name: {:?}\n    static_configs: [{{targets: {:?}}}]\n",
+                job.job, job.targets
+            ));
+        }
+        std::fs::write(dir.path().join("prometheus.yaml"), config).unwrap();
+        let rules = if rules.trim().is_empty() {
+            "groups: []\n"
+        } else {
+            rules
+        };
+        std::fs::write(dir.path().join("rules.yaml"), rules).unwrap();
+        let child = std::process::Command::new(&binary)
+            .arg(format!(
+                "--config.file={}",
+                dir.path().join("prometheus.yaml").display()
+            ))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                dir.path().join("data").display()
+            ))
+            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+            .stdout(std::process::Stdio::null())
+            .stderr(std::fs::File::create(dir.path().join("prometheus.log")).unwrap())
+            .spawn()
+            .unwrap_or_else(|e| panic!("{}: {e}", binary.display()));
+        let prometheus = Prometheus {
+            child,
+            port,
+            _dir: dir,
+        };
+        let started = std::time::Instant::now();
+        while prometheus.get("/-/ready").is_none() {
+            assert!(
+                started.elapsed() < Duration::from_secs(60),
+                "Prometheus did not get ready in 60 s: {}",
+                std::fs::read_to_string(prometheus._dir.path().join("prometheus.log"))
+                    .unwrap_or_default()
+            );
+            #[expect(clippy::disallowed_methods, reason = "Prometheus offers no readiness notification: polled, paced at 250 ms, bounded at 60 s")]
+            std::thread::sleep(Duration::from_millis(250));
+        }
+        prometheus
+    }
+
+    fn get(&self, path: &str) -> Option<String> {
+        let out = std::process::Command::new("curl")
+            .args(["-sf", &format!("http://127.0.0.1:{}{path}", self.port)])
+            .output()
+            .ok()?;
+        out.status
+            .success()
+            .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    /// `/api/v1/query` of `expr`: Ok(the `data.result` array) or Err(Prometheus' error).
+    pub fn query(&self, expr: &str) -> Result<Vec<serde_json::Value>, String> {
+        let out = std::process::Command::new("curl")
+            .args([
+                "-s",
+                "--get",
+                "--data-urlencode",
+                &format!("query={expr}"),
+                &format!("http://127.0.0.1:{}/api/v1/query", self.port),
+            ])
+            .output()
+            .map_err(|e| format!("curl: {e}"))?;
+        let answer: serde_json::Value = serde_json::from_slice(&out.stdout)
+            .map_err(|e| format!("{e}: {}", String::from_utf8_lossy(&out.stdout)))?;
+        if answer["status"] != "success" {
+            return Err(answer.to_string());
+        }
+        Ok(answer["data"]["result"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default())
+    }
+}
+
+impl Drop for Prometheus {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }
