@@ -601,3 +601,55 @@ async fn a_burst_of_fifty_items_landing_at_once_stays_inside_the_secondary_limit
     // The one transient answer per pull request was retried, not escalated.
     assert_eq!(metrics.merge_retries("base-modified"), 50);
 }
+
+/// The control of the burst above: the same fifty landings with the pacing's spacing and
+/// budgets lifted hit the double's secondary limit, which the client then waits out (counted
+/// as `rate-limited`): the limit the pacing keeps clear of is real in the double.
+#[tokio::test(start_paused = true)]
+async fn without_the_pacing_budgets_the_same_burst_hits_the_secondary_limit() {
+    let fake = Fake::start().await;
+    fake.with(|m| m.secondary = Some(SecondaryLimit::default()));
+    fake.push("main", &"b".repeat(40));
+    let (client, metrics) = {
+        let registry = prometheus::Registry::new();
+        let metrics = ForgeMetrics::register(&registry).unwrap();
+        let mut settings = GithubSettings::new(
+            ApiBase::parse(&fake.base()).unwrap(),
+            RepoCoordinates::new(OWNER, REPO).unwrap(),
+        );
+        settings.timeout = Duration::from_secs(30);
+        settings.pacing = protobot_forge::core::ratelimit::Pacing {
+            min_spacing: Duration::ZERO,
+            per_minute: usize::MAX,
+            per_hour: usize::MAX,
+        };
+        let credentials = Credentials::Token {
+            token: Sensitive::new(TOKEN.as_bytes().to_vec()),
+            secret: "ns/github-token".into(),
+        };
+        let client = GithubClient::new(settings, credentials, Some(metrics.clone())).unwrap();
+        (Arc::new(client), metrics)
+    };
+    let forge = Arc::new(GithubForge::new(
+        client,
+        "https://github.com/acme/widgets",
+        None,
+    ));
+    let landings: Vec<_> = (0..50)
+        .map(|n| {
+            let id = format!("WI-{n:05}");
+            let head = format!("{:040x}", n + 1);
+            fake.push(&format!("wi/{id}-build"), &head);
+            let forge = forge.clone();
+            tokio::spawn(async move { forge.merge(&request(&id, &head)).await })
+        })
+        .collect();
+    for landing in landings {
+        // Some may give up as unavailable (the limit outlasted the retry policy): the point
+        // here is the limit, not the landings.
+        let _ = landing.await.unwrap();
+    }
+    assert!(fake.with(|m| m.secondary_refusals) > 0);
+    assert!(fake.max_mutations_per_minute() > 80);
+    assert!(metrics.calls_by_outcome(Outcome::RateLimited) > 0);
+}
