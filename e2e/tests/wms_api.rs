@@ -564,7 +564,7 @@ async fn every_adapter_operation_answers_over_http_exactly_as_through_the_librar
 
     let mut covered = std::collections::BTreeSet::new();
     let mut codes = Vec::new();
-    let mut fence = String::new();
+    let mut fence = protobot_lifecycle::FencingToken::default();
     for (i, (role, mut env)) in tour::steps().into_iter().enumerate() {
         if env.fencing_token == tour::FENCE {
             env.fencing_token = fence.clone();

@@ -546,6 +546,27 @@ pub fn blocked_condition(state: LifecycleState, block_reason: Option<&str>) -> C
     }
 }
 
+/// Computes the `AwaitingChecks` condition: `True` with `waiting` (what the landing waits
+/// for, until when) as message while the forge's landing waits for required checks of the
+/// tested head; `False` otherwise. The operator sets it from the forge's waits; the record has
+/// no part in it.
+pub fn awaiting_checks_condition(waiting: Option<&str>) -> ConditionUpdate {
+    match waiting {
+        Some(message) => ConditionUpdate::new(
+            types::AWAITING_CHECKS,
+            ConditionStatus::True,
+            reasons::REQUIRED_CHECKS_PENDING,
+            message,
+        ),
+        None => ConditionUpdate::new(
+            types::AWAITING_CHECKS,
+            ConditionStatus::False,
+            reasons::NOT_AWAITING_CHECKS,
+            "the landing is not waiting for required checks",
+        ),
+    }
+}
+
 /// Reasons of a work item's `Stalled` and `Ready` conditions (the types are
 /// [`types::STALLED`] and [`types::READY`]).
 pub mod work_item_conditions {

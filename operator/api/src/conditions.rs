@@ -45,6 +45,10 @@ pub mod types {
     /// message say what. kstatus reads `Stalled=True` as `Failed`, Argo CD as `Degraded`.
     /// `False` while the object progresses or is ready.
     pub const STALLED: &str = "Stalled";
+    /// `BuildWorkItem`: landing through the forge waits for the required status checks of
+    /// the tested head to report (`True` while it waits; the message names the checks and the
+    /// deadline). Not a lifecycle state: the item stays `merging`.
+    pub const AWAITING_CHECKS: &str = "AwaitingChecks";
     /// `InspectionRun`: every required producer reported.
     pub const PRODUCERS_COMPLETE: &str = "ProducersComplete";
     /// `InspectionRun`: the finding ledger was sealed at a high watermark.
@@ -112,6 +116,12 @@ pub mod reasons {
 
     /// `Stalled=False`: the object is progressing or ready.
     pub const NOT_STALLED: &str = "NotStalled";
+
+    /// `AwaitingChecks=True`: the forge refused the merge until required checks report on the
+    /// tested head.
+    pub const REQUIRED_CHECKS_PENDING: &str = "RequiredChecksPending";
+    /// `AwaitingChecks=False`: the landing does not wait for checks (any more).
+    pub const NOT_AWAITING_CHECKS: &str = "NotAwaitingChecks";
 }
 
 /// Where an object stands, as its summary conditions `Ready` and `Stalled` say it.

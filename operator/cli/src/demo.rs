@@ -45,7 +45,7 @@ use protobot_jobsite::{
     site::{JobSite, KnownContracts, SiteAction},
     triage::HeuristicTriage,
 };
-use protobot_lifecycle::{AuthorizationContext, State};
+use protobot_lifecycle::{AuthorizationContext, Grant, Role, State};
 use protobot_stores::{AdapterConfig, SqliteStore, WorkStore};
 use serde::Serialize;
 
@@ -164,18 +164,8 @@ enum DemoError {
     },
 }
 
-fn context(role: &str, subject: &str, actions: &[&str]) -> AuthorizationContext {
-    AuthorizationContext {
-        subject: subject.into(),
-        role: role.into(),
-        project_id: PROJECT.into(),
-        allowed_actions: actions.iter().map(|s| s.to_string()).collect(),
-        allowed_refs: vec![format!("project:{PROJECT}"), "main".into()],
-        expires_at: Some(Timestamp::now() + SignedDuration::from_hours(2)),
-        policy_version: "protobot-demo/v1".into(),
-        ..AuthorizationContext::default()
-    }
-}
+/// The demo's policy version, which every context it grants speaks for.
+const POLICY_VERSION: &str = "protobot-demo/v1";
 
 async fn run(
     args: &DemoArgs,
@@ -257,7 +247,17 @@ async fn run(
             lease_seconds: 900,
         },
     )?);
-    let materializer = context("materializer", "materializer", &["materialize"]);
+    // Every context of the demo: its project, its policy, two hours; `main` granted
+    // beside the project.
+    let grant = Grant {
+        project: PROJECT,
+        role: Role::Materializer,
+        subject: "materializer",
+        actions: &["materialize"],
+        expires_at: Timestamp::now() + SignedDuration::from_hours(2),
+        policy_version: POLICY_VERSION,
+    };
+    let materializer = AuthorizationContext::new(grant).with_refs(["main"]);
     let result = store
         .execute(
             Some(&materializer),
@@ -287,11 +287,14 @@ async fn run(
         contract.work_item_id,
         contract.applicable_requirement_ids.len()
     ));
-    let job_site = context(
-        "job-site",
-        "job-site-local",
-        protobot_jobsite::site::JOB_SITE_ACTIONS,
-    );
+    let job_site = AuthorizationContext::new(Grant {
+        role: Role::JobSite,
+        subject: "job-site-local",
+        actions: protobot_jobsite::site::JOB_SITE_ACTIONS,
+        expires_at: Timestamp::now() + SignedDuration::from_hours(2),
+        ..grant
+    })
+    .with_refs(["main"]);
     let agents = match args.harness {
         Harness::Scripted => None,
         Harness::Opencode => {
@@ -402,11 +405,14 @@ async fn run(
     };
     let site = JobSite {
         engine: Arc::new(engine),
-        reconciler: context(
-            "reconciler",
-            "reconciler-local",
-            protobot_jobsite::site::RECONCILER_ACTIONS,
-        ),
+        reconciler: AuthorizationContext::new(Grant {
+            role: Role::Reconciler,
+            subject: "reconciler-local",
+            actions: protobot_jobsite::site::RECONCILER_ACTIONS,
+            expires_at: Timestamp::now() + SignedDuration::from_hours(2),
+            ..grant
+        })
+        .with_refs(["main"]),
         contracts: Arc::new(KnownContracts(
             [(contract.work_item_id.clone(), contract.clone())]
                 .into_iter()
@@ -414,11 +420,14 @@ async fn run(
         )),
         repo_dir: jobsite,
         wip_limit: 1,
-        materializer: Some(context(
-            "materializer",
-            "materializer",
-            protobot_jobsite::site::REFRESH_ACTIONS,
-        )),
+        materializer: Some(
+            AuthorizationContext::new(Grant {
+                actions: protobot_jobsite::site::REFRESH_ACTIONS,
+                expires_at: Timestamp::now() + SignedDuration::from_hours(2),
+                ..grant
+            })
+            .with_refs(["main"]),
+        ),
         capacity: None,
     };
     // Claims the item, or — after a kill — adopts the lease this Job Site still

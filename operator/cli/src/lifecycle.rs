@@ -19,7 +19,8 @@ use std::{path::PathBuf, process::ExitCode};
 use clap::Args;
 use jiff::{SignedDuration, Timestamp};
 use protobot_lifecycle::{
-    ApprovalRecord, AuthorizationContext, OperationEnvelope, ResultEnvelope, State, WorkItemRecord,
+    ApprovalRecord, AuthorizationContext, Grant, OperationEnvelope, ResultEnvelope, Role, State,
+    WorkItemRecord,
 };
 use protobot_stores::{AdapterConfig, ChangeSetRecord, Import, SqliteStore, WorkStore};
 
@@ -51,15 +52,8 @@ fn rejection(what: &str, result: &ResultEnvelope) -> String {
     format!("{what} was rejected: {code} ({message})")
 }
 
-fn context(project: &str, role: &str, subject: &str, actions: &[&str]) -> AuthorizationContext {
-    crate::run::context_for(
-        project,
-        role,
-        subject,
-        actions,
-        SignedDuration::from_hours(1),
-    )
-}
+/// How long a context of `protobot retry` or `protobot abandon` is valid.
+const CONTEXT_TTL: SignedDuration = SignedDuration::from_hours(1);
 
 /// Moves a blocked item to `ready-for-building` through a human-approved
 /// `impact-amendment` resolution; returns the new contract version.
@@ -126,12 +120,14 @@ pub async fn resolve_block<S: WorkStore>(
         })),
         ..OperationEnvelope::default()
     };
-    let drafting = context(
+    let drafting = AuthorizationContext::new(Grant {
         project,
-        "drafting-table",
-        "drafting-table-local",
-        &["blocked-work.submit-resolution"],
-    );
+        role: Role::DraftingTable,
+        subject: "drafting-table-local",
+        actions: &["blocked-work.submit-resolution"],
+        expires_at: Timestamp::now() + CONTEXT_TTL,
+        policy_version: crate::wms::LOCAL_POLICY_VERSION,
+    });
     let submitted = store
         .execute(Some(&drafting), &submit, now)
         .await
@@ -160,7 +156,14 @@ pub async fn resolve_block<S: WorkStore>(
         })),
         ..OperationEnvelope::default()
     };
-    let materializer = context(project, "materializer", "materializer", &["resolve-block"]);
+    let materializer = AuthorizationContext::new(Grant {
+        project,
+        role: Role::Materializer,
+        subject: "materializer",
+        actions: &["resolve-block"],
+        expires_at: Timestamp::now() + CONTEXT_TTL,
+        policy_version: crate::wms::LOCAL_POLICY_VERSION,
+    });
     let resolved = store
         .execute(Some(&materializer), &resolve, now)
         .await
@@ -187,7 +190,14 @@ pub async fn abandon_item<S: WorkStore>(
     integrated: Option<String>,
     now: Timestamp,
 ) -> Result<u64, String> {
-    let ctx = context(project, "human-maintainer", human, &["abandon"]);
+    let ctx = AuthorizationContext::new(Grant {
+        project,
+        role: Role::HumanMaintainer,
+        subject: human,
+        actions: &["abandon"],
+        expires_at: Timestamp::now() + CONTEXT_TTL,
+        policy_version: crate::wms::LOCAL_POLICY_VERSION,
+    });
     protobot_stores::maintainer::abandon(store, &ctx, record, "protobot-abandon", integrated, now)
         .await
         .map_err(|e| match e {

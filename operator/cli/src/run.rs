@@ -39,7 +39,7 @@ use protobot_jobsite::{
     site::{JobSite, RegisteredContracts, SiteAction},
     triage::HeuristicTriage,
 };
-use protobot_lifecycle::{AuthorizationContext, State};
+use protobot_lifecycle::{AuthorizationContext, Grant, Role, State};
 use protobot_stores::{AdapterConfig, SqliteStore, WorkStore};
 
 use crate::demo::Output;
@@ -132,37 +132,6 @@ fn required(dir: &Path, name: &str, run_at: &Path) -> Result<WorkerClass, RunErr
             dir.display()
         ))
     })
-}
-
-fn context(project: &str, role: &str, subject: &str, actions: &[&str]) -> AuthorizationContext {
-    context_for(
-        project,
-        role,
-        subject,
-        actions,
-        SignedDuration::from_hours(12),
-    )
-}
-
-/// A single-machine authorization context for `actions` of `role` in `project`, valid for
-/// `valid_for` from now.
-pub(crate) fn context_for(
-    project: &str,
-    role: &str,
-    subject: &str,
-    actions: &[&str],
-    valid_for: SignedDuration,
-) -> AuthorizationContext {
-    AuthorizationContext {
-        subject: subject.into(),
-        role: role.into(),
-        project_id: project.into(),
-        allowed_actions: actions.iter().map(|s| s.to_string()).collect(),
-        allowed_refs: vec![format!("project:{project}")],
-        expires_at: Some(Timestamp::now() + valid_for),
-        policy_version: "protobot-local/v1".into(),
-        ..AuthorizationContext::default()
-    }
 }
 
 /// The project id the spec store declares on the default branch.
@@ -415,12 +384,16 @@ async fn run_inner(args: &RunArgs, mode: Mode) -> Result<serde_json::Value, RunE
         )
         .map_err(|e| RunError::Failed(e.to_string()))?,
     );
-    let materializer = context(
-        &project_id,
-        "materializer",
-        "materializer",
-        &["materialize"],
-    );
+    // Every context of the run: its project, the local policy, twelve hours.
+    let grant = Grant {
+        project: &project_id,
+        role: Role::Materializer,
+        subject: "materializer",
+        actions: &["materialize"],
+        expires_at: Timestamp::now() + SignedDuration::from_hours(12),
+        policy_version: crate::wms::LOCAL_POLICY_VERSION,
+    };
+    let materializer = AuthorizationContext::new(grant);
     let result = store
         .execute(
             Some(&materializer),
@@ -533,12 +506,13 @@ async fn run_inner(args: &RunArgs, mode: Mode) -> Result<serde_json::Value, RunE
         executor: Arc::new(executor),
         clock: Arc::new(SystemClock),
         triage: Arc::new(HeuristicTriage),
-        context: context(
-            &project_id,
-            "job-site",
-            "job-site-local",
-            protobot_jobsite::site::JOB_SITE_ACTIONS,
-        ),
+        context: AuthorizationContext::new(Grant {
+            role: Role::JobSite,
+            subject: "job-site-local",
+            actions: protobot_jobsite::site::JOB_SITE_ACTIONS,
+            expires_at: Timestamp::now() + SignedDuration::from_hours(12),
+            ..grant
+        }),
         config,
         on_stage: Some(Arc::new(move |s: &str| {
             if human {
@@ -550,23 +524,23 @@ async fn run_inner(args: &RunArgs, mode: Mode) -> Result<serde_json::Value, RunE
     };
     let site = JobSite {
         engine: Arc::new(engine),
-        reconciler: context(
-            &project_id,
-            "reconciler",
-            "reconciler-local",
-            protobot_jobsite::site::RECONCILER_ACTIONS,
-        ),
+        reconciler: AuthorizationContext::new(Grant {
+            role: Role::Reconciler,
+            subject: "reconciler-local",
+            actions: protobot_jobsite::site::RECONCILER_ACTIONS,
+            expires_at: Timestamp::now() + SignedDuration::from_hours(12),
+            ..grant
+        }),
         contracts: Arc::new(
             RegisteredContracts::new(repo.clone(), &args.default_branch).with_bug_intakes(intakes),
         ),
         repo_dir: repo,
         wip_limit: 1,
-        materializer: Some(context(
-            &project_id,
-            "materializer",
-            "materializer",
-            protobot_jobsite::site::REFRESH_ACTIONS,
-        )),
+        materializer: Some(AuthorizationContext::new(Grant {
+            actions: protobot_jobsite::site::REFRESH_ACTIONS,
+            expires_at: Timestamp::now() + SignedDuration::from_hours(12),
+            ..grant
+        })),
         capacity: None,
     };
     let actions = site

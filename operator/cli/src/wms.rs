@@ -31,7 +31,7 @@ use std::{
 use clap::Args;
 use jiff::{SignedDuration, Timestamp};
 use protobot_controller::wms_api::wire::{self, WmsRequest};
-use protobot_lifecycle::{AuthorizationContext, Role};
+use protobot_lifecycle::{AuthorizationContext, Grant, Role};
 use protobot_stores::{AdapterConfig, Mode, SqliteStore, StoreError};
 use serde::Deserialize;
 
@@ -230,36 +230,42 @@ impl Identity {
                 "no identity: pass --subject and --role (or --identity FILE, or PROTOBOT_WMS_SUBJECT and PROTOBOT_WMS_ROLE)".into(),
             ));
         }
-        if Role::parse(&self.role).is_none() {
+        let Some(role) = Role::parse(&self.role) else {
             return Err(WmsError::Usage(format!(
                 "role `{}` is not one of human-maintainer, drafting-table, materializer, job-site, reconciler",
                 self.role
             )));
-        }
-        let or = |v: &[String], default: String| {
-            if v.is_empty() {
-                vec![default]
-            } else {
-                v.to_vec()
-            }
         };
-        Ok(AuthorizationContext {
-            subject: self.subject.clone(),
-            role: self.role.clone(),
-            project_id: project.to_string(),
-            work_item_id: self.work_item_id.clone(),
-            change_set_id: self.change_set_id.clone(),
-            allowed_actions: or(&self.allowed_actions, operation.to_string()),
-            allowed_refs: or(&self.allowed_refs, format!("project:{project}")),
-            expires_at: self
-                .expires_at
-                .or_else(|| now.checked_add(SignedDuration::from_mins(5)).ok()),
+        let actions: Vec<&str> = if self.allowed_actions.is_empty() {
+            vec![operation]
+        } else {
+            self.allowed_actions.iter().map(String::as_str).collect()
+        };
+        // Without a stated expiry, five minutes; at the end of time, none left (fails closed).
+        let expires_at = self
+            .expires_at
+            .or_else(|| now.checked_add(SignedDuration::from_mins(5)).ok())
+            .unwrap_or(now);
+        let mut context = AuthorizationContext::new(Grant {
+            project,
+            role,
+            subject: &self.subject,
+            actions: &actions,
+            expires_at,
             policy_version: if self.policy_version.is_empty() {
-                default_policy.to_string()
+                default_policy
             } else {
-                self.policy_version.clone()
+                &self.policy_version
             },
-        })
+        });
+        // An identity that states its refs is granted exactly those (the project's
+        // included only if stated), and its scoping as stated.
+        if !self.allowed_refs.is_empty() {
+            context.allowed_refs = self.allowed_refs.clone();
+        }
+        context.work_item_id = self.work_item_id.clone();
+        context.change_set_id = self.change_set_id.clone();
+        Ok(context)
     }
 }
 

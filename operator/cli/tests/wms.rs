@@ -106,7 +106,7 @@ async fn every_adapter_operation_answers_through_the_binary_exactly_as_through_t
     let store_arg = format!("sqlite:{}", on_wire.display());
     let now_arg = now.to_string();
     let mut covered = BTreeSet::new();
-    let mut fence = String::new();
+    let mut fence = protobot_lifecycle::FencingToken::default();
     let mut codes = Vec::new();
     for (i, (role, mut env)) in tour::steps().into_iter().enumerate() {
         if env.fencing_token == tour::FENCE {

@@ -17,14 +17,17 @@
 //! key ([`app_token_for`]).
 
 use std::{
-    collections::BTreeMap,
-    sync::{Arc, LazyLock, RwLock},
+    collections::{BTreeMap, BTreeSet},
+    sync::{Arc, LazyLock, Mutex, RwLock},
     time::Duration,
 };
 
+use jiff::Timestamp;
 use kube::{Client, ResourceExt};
 use protobot_api::{
-    Project,
+    BuildWorkItem, BuildWorkItemStatus, Project,
+    build_work_item::awaiting_checks_condition,
+    conditions::{ConditionStatus, find_condition, set_condition, types},
     project::{GithubForge as GithubSpec, LandingMode, ReviewMode as SpecReviewMode},
 };
 use protobot_forge::{
@@ -34,6 +37,7 @@ use protobot_forge::{
         approval::ReviewMode,
         coordinates::{ApiBase, CoordinatesError, DEFAULT_API_BASE, RepoCoordinates},
     },
+    landing::{ChecksWait, LandingWaits},
     metrics::ForgeMetrics,
 };
 use protobot_jobsite::landing::Landing;
@@ -347,17 +351,79 @@ pub struct ProjectForge {
     pub config: ForgeConfig,
     /// The GitHub client.
     pub client: Arc<GithubClient>,
+    /// The landings of this Project waiting for required checks (shown as the
+    /// `AwaitingChecks` condition of their items, [`crate::jobsite`]).
+    pub waits: LandingWaits,
+    /// Items this process showed `AwaitingChecks=True` on (`None`: none yet, so the first
+    /// pass looks at every item once, for a `True` a previous process left).
+    shown: Mutex<Option<BTreeSet<String>>>,
+}
+
+/// The `AwaitingChecks` statuses to write: `True` with the wait's message on each item whose
+/// landing waits for checks, `False` on an item that shows `True` and no longer waits; only
+/// items whose condition changes (`set_condition`), as (object name, resourceVersion, new
+/// status).
+pub fn awaiting_checks_updates(
+    items: &[BuildWorkItem],
+    waits: &[ChecksWait],
+    now: Timestamp,
+) -> Vec<(String, Option<String>, BuildWorkItemStatus)> {
+    items
+        .iter()
+        .filter_map(|item| {
+            let mut status = item.status.clone()?;
+            let wait = waits
+                .iter()
+                .find(|w| w.work_item_id == item.spec.work_item_id);
+            let shows = find_condition(&status.conditions, types::AWAITING_CHECKS)
+                .is_some_and(|c| c.status == ConditionStatus::True);
+            if wait.is_none() && !shows {
+                return None;
+            }
+            let message = wait.map(ChecksWait::message);
+            let changed = set_condition(
+                &mut status.conditions,
+                awaiting_checks_condition(message.as_deref()),
+                item.metadata.generation,
+                now,
+            );
+            changed.then(|| {
+                (
+                    item.name_any(),
+                    item.metadata.resource_version.clone(),
+                    status,
+                )
+            })
+        })
+        .collect()
+}
+
+impl ProjectForge {
+    /// Whether a pass must look at the Project's items for `AwaitingChecks`: a landing
+    /// waits, an item may still show a wait that ended, or this process has not looked yet.
+    pub fn checks_to_show(&self) -> bool {
+        let shown = self.shown.lock().unwrap_or_else(|e| e.into_inner());
+        shown.as_ref().is_none_or(|s| !s.is_empty()) || !self.waits.current().is_empty()
+    }
+
+    /// Records which items show `AwaitingChecks=True` now.
+    pub fn showing(&self, items: BTreeSet<String>) {
+        *self.shown.lock().unwrap_or_else(|e| e.into_inner()) = Some(items);
+    }
 }
 
 impl ProjectForge {
     /// How the Job Site lands this Project's work items.
     pub fn landing(&self) -> Landing {
         match self.config.landing {
-            LandingMode::PullRequest => Landing::PullRequest(Arc::new(GithubForge::new(
-                Arc::clone(&self.client),
-                &self.config.web_base,
-                self.config.work_item_url.clone(),
-            ))),
+            LandingMode::PullRequest => Landing::PullRequest(Arc::new(
+                GithubForge::new(
+                    Arc::clone(&self.client),
+                    &self.config.web_base,
+                    self.config.work_item_url.clone(),
+                )
+                .with_waits(self.waits.clone()),
+            )),
             LandingMode::DirectPush => Landing::DirectPush,
         }
     }
@@ -418,6 +484,16 @@ impl ForgeClients {
         self
     }
 
+    /// The forge built for `project`, if any, without reading its Secret (what a pass shows
+    /// while that forge's landings run).
+    pub async fn cached(&self, project: &Project) -> Option<Arc<ProjectForge>> {
+        self.cache
+            .lock()
+            .await
+            .get(&project_key(project))
+            .map(|(_, forge)| Arc::clone(forge))
+    }
+
     /// The forge of `project` (`None`: it has none): the cached client while the spec and
     /// the Secret are unchanged, else a new one.
     pub async fn for_project(
@@ -473,7 +549,12 @@ impl ForgeClients {
                 .insert(secret, Arc::clone(&client));
         }
         tracing::info!(project = %key, repository = %config.repository, api = config.api_base.as_str(), "built the GitHub client");
-        let forge = Arc::new(ProjectForge { config, client });
+        let forge = Arc::new(ProjectForge {
+            config,
+            client,
+            waits: LandingWaits::default(),
+            shown: Mutex::new(None),
+        });
         cache.insert(key, (fingerprint, Arc::clone(&forge)));
         Ok(Some(forge))
     }
@@ -625,5 +706,64 @@ mod tests {
         ));
         let e = credentials(&app, &data("private-key.pem", b"not a key")).unwrap_err();
         assert!(e.to_string().contains("team/app-key"), "{e}");
+    }
+
+    fn work_item(id: &str, conditions: serde_json::Value) -> BuildWorkItem {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "protobot.dev/v1alpha1",
+            "kind": "BuildWorkItem",
+            "metadata": {"name": id.to_ascii_lowercase(), "namespace": "team", "generation": 1, "resourceVersion": "7"},
+            "spec": {
+                "workItemId": id,
+                "projectRef": {"name": "demo"},
+                "materializationKey": "demo/CS-1@0",
+                "changeType": "changes",
+                "implementationRequired": true,
+                "changedRequirements": [],
+                "applicableRequirements": [],
+                "dependencies": [],
+            },
+            "status": {"state": "merging", "contractVersion": 9, "conditions": conditions},
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_checks_wait_shows_on_its_item_and_is_cleared_once_it_ends() {
+        let now = Timestamp::now();
+        let wait = ChecksWait {
+            work_item_id: "WI-1".into(),
+            pull_request: 3,
+            tested_head: "1".repeat(40),
+            pending: vec!["ci/test".into()],
+            since: now,
+            deadline: None,
+        };
+        let idle = work_item("WI-2", serde_json::json!([]));
+        let waiting = work_item("WI-1", serde_json::json!([]));
+        let updates =
+            awaiting_checks_updates(&[idle.clone(), waiting], std::slice::from_ref(&wait), now);
+        // Only the waiting item is written, with its resourceVersion as the precondition.
+        assert_eq!(updates.len(), 1);
+        let (name, version, status) = &updates[0];
+        assert_eq!((name.as_str(), version.as_deref()), ("wi-1", Some("7")));
+        let shown = find_condition(&status.conditions, types::AWAITING_CHECKS).unwrap();
+        assert_eq!(shown.status, ConditionStatus::True);
+        assert!(shown.message.contains("\"ci/test\""), "{}", shown.message);
+        // Shown already, still waiting: nothing to write.
+        let shown_item = work_item("WI-1", serde_json::to_value(&status.conditions).unwrap());
+        assert!(
+            awaiting_checks_updates(
+                std::slice::from_ref(&shown_item),
+                std::slice::from_ref(&wait),
+                now
+            )
+            .is_empty()
+        );
+        // The wait ended: False; an item that never waited is left alone.
+        let cleared = awaiting_checks_updates(&[shown_item, idle], &[], now);
+        assert_eq!(cleared.len(), 1);
+        let after = find_condition(&cleared[0].2.conditions, types::AWAITING_CHECKS).unwrap();
+        assert_eq!(after.status, ConditionStatus::False);
     }
 }

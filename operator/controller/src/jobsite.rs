@@ -39,11 +39,14 @@ use protobot_jobsite::{
     site::{JobSite, RegisteredContracts, SiteAction},
     triage::HeuristicTriage,
 };
-use protobot_lifecycle::AuthorizationContext;
+use protobot_lifecycle::{AuthorizationContext, Grant, Role};
 use protobot_stores::{AdapterConfig, KubeStore, kubernetes::item_name};
 use serde::Deserialize;
 
 use crate::changeset::{MATERIALIZER_SUBJECT, POLICY_VERSION};
+
+/// How long a context the in-cluster Job Site grants its components is valid.
+const CONTEXT_TTL: SignedDuration = SignedDuration::from_hours(1);
 
 /// Field manager of the Job Site's server-side applies.
 pub const FIELD_MANAGER: &str = "protobot/jobsite";
@@ -267,19 +270,6 @@ pub fn worker_classes(
         integration: class("integration")?,
         producers,
     })
-}
-
-fn context(subject: &str, role: &str, project: &str, actions: &[&str]) -> AuthorizationContext {
-    AuthorizationContext {
-        subject: subject.into(),
-        role: role.into(),
-        project_id: project.into(),
-        allowed_actions: actions.iter().map(|s| s.to_string()).collect(),
-        allowed_refs: vec![format!("project:{project}")],
-        expires_at: Some(Timestamp::now() + SignedDuration::from_hours(1)),
-        policy_version: POLICY_VERSION.into(),
-        ..AuthorizationContext::default()
-    }
 }
 
 /// What one pass did, per project.
@@ -517,17 +507,28 @@ async fn build_site<E: Executor + 'static>(
     config.egress_proxy = settings.egress_proxy.clone();
     config.target_branch = spec.default_branch.clone();
     config.landing = landing;
+    // Every context of the project's Job Site: its project, the operator's policy,
+    // an hour (a site is rebuilt well within it).
+    let grant = Grant {
+        project: &name,
+        role: Role::Materializer,
+        subject: MATERIALIZER_SUBJECT,
+        actions: protobot_jobsite::site::REFRESH_ACTIONS,
+        expires_at: Timestamp::now() + CONTEXT_TTL,
+        policy_version: POLICY_VERSION,
+    };
     let engine = Engine {
         store,
         executor,
         clock: Arc::new(SystemClock),
         triage: Arc::new(HeuristicTriage),
-        context: context(
-            &settings.identity,
-            "job-site",
-            &name,
-            protobot_jobsite::site::JOB_SITE_ACTIONS,
-        ),
+        context: AuthorizationContext::new(Grant {
+            role: Role::JobSite,
+            subject: &settings.identity,
+            actions: protobot_jobsite::site::JOB_SITE_ACTIONS,
+            expires_at: Timestamp::now() + CONTEXT_TTL,
+            ..grant
+        }),
         config,
         on_stage: None,
         faults: None,
@@ -535,24 +536,23 @@ async fn build_site<E: Executor + 'static>(
     };
     Ok(JobSite {
         engine: Arc::new(engine),
-        reconciler: context(
-            &format!("{}-reconciler", settings.identity),
-            "reconciler",
-            &name,
-            protobot_jobsite::site::RECONCILER_ACTIONS,
-        ),
+        reconciler: AuthorizationContext::new(Grant {
+            role: Role::Reconciler,
+            subject: &format!("{}-reconciler", settings.identity),
+            actions: protobot_jobsite::site::RECONCILER_ACTIONS,
+            expires_at: Timestamp::now() + CONTEXT_TTL,
+            ..grant
+        }),
         contracts: Arc::new(
             RegisteredContracts::new(clone.clone(), &spec.default_branch)
                 .with_bug_intakes(bug_intakes(client, &ns, &name).await),
         ),
         repo_dir: clone,
         wip_limit: usize::try_from(spec.wip_limit).unwrap_or(1),
-        materializer: Some(context(
-            MATERIALIZER_SUBJECT,
-            "materializer",
-            &name,
-            protobot_jobsite::site::REFRESH_ACTIONS,
-        )),
+        materializer: Some(AuthorizationContext::new(Grant {
+            expires_at: Timestamp::now() + CONTEXT_TTL,
+            ..grant
+        })),
         capacity: Some(Arc::clone(&settings.capacity)),
     })
 }
@@ -575,6 +575,11 @@ async fn drive_project<E: Executor + 'static>(
     let name = project.name_any();
     let ns = project.namespace().unwrap_or_default();
     let spec = &project.spec;
+    if let Some(forges) = &settings.forges
+        && let Some(forge) = forges.cached(project).await
+    {
+        show_checks_waits(client, &ns, &name, &forge).await;
+    }
     let (classes, classes_version) = read_worker_classes(client, project).await?;
     let fingerprint = ProjectFingerprint {
         uid: project.metadata.uid.clone(),
@@ -908,6 +913,63 @@ async fn publish_events(client: &Client, ns: &str, identity: &str, actions: &[Si
             tracing::warn!(work_item = %id, error = %e, "could not publish an event");
         }
     }
+}
+
+/// Shows the forge's checks waits on the project's items as their `AwaitingChecks`
+/// condition (`True` while the landing waits for required checks, `False` once it no longer
+/// does). Visibility only: a failure is logged and retried by the next pass, and the status
+/// write carries the item's resourceVersion, so it never overwrites a store write (the store
+/// retries its own on the conflict and keeps the condition).
+async fn show_checks_waits(
+    client: &Client,
+    ns: &str,
+    project: &str,
+    forge: &crate::forge::ProjectForge,
+) {
+    if !forge.checks_to_show() {
+        return;
+    }
+    let items: Api<BuildWorkItem> = Api::namespaced(client.clone(), ns);
+    let selector = format!(
+        "{}={}",
+        protobot_stores::kubernetes::PROJECT_LABEL,
+        protobot_stores::kubernetes::label_value(project)
+    );
+    let listed = match items
+        .list(&kube::api::ListParams::default().labels(&selector))
+        .await
+    {
+        Ok(l) => l.items,
+        Err(error) => {
+            tracing::warn!(project, %error, "could not list work items to show checks waits");
+            return;
+        }
+    };
+    let waits = forge.waits.current();
+    let mut showing = std::collections::BTreeSet::new();
+    for (name, resource_version, status) in
+        crate::forge::awaiting_checks_updates(&listed, &waits, Timestamp::now())
+    {
+        let patch = serde_json::json!({
+            "metadata": {"resourceVersion": resource_version},
+            "status": {"conditions": status.conditions},
+        });
+        if let Err(error) = items
+            .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            tracing::debug!(project, item = %name, %error, "could not show a checks wait; next pass");
+        }
+    }
+    for item in &listed {
+        if waits
+            .iter()
+            .any(|w| w.work_item_id == item.spec.work_item_id)
+        {
+            showing.insert(item.name_any());
+        }
+    }
+    forge.showing(showing);
 }
 
 /// Keeps [`FINALIZER`] on every unfinished item of the project and removes it from

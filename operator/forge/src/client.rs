@@ -10,8 +10,13 @@
 //!
 //! Only idempotent requests are retried after a server error; a `POST` whose answer was lost
 //! is not repeated blindly (the escalation issue is found again by its marker instead).
+//!
+//! Requests that create or change content are paced as GitHub documents
+//! ([`crate::core::ratelimit::Pacing`]): one at a time per client, a second apart, within the
+//! minute and hour budgets, so a burst of items landing together stays clear of the secondary
+//! limits.
 
-use std::time::Duration;
+use std::{collections::VecDeque, time::Duration};
 
 use http::{HeaderMap, Method, StatusCode, header};
 use http_body_util::BodyExt;
@@ -25,20 +30,21 @@ use crate::{
     auth::{AuthError, Bearer, Credentials, authorization, parse_expiry},
     core::{
         approval::{
-            ApprovalClaim, ApprovalRefusal, ApprovedPullRequest, check_reviews, select_merged_pull,
+            ApprovalClaim, ApprovalRefusal, ApprovedPullRequest, ReaskPolicy, check_reviews,
+            reask_after, select_merged_pull,
         },
         coordinates::{ApiBase, RepoCoordinates},
         escalation::{
             ESCALATION_LABEL, Escalation, IssueAction, body as issue_body, decide,
             title as issue_title,
         },
-        merge::{MergeAnswer, classify_merge, is_sha},
+        merge::{MergeAnswer, MergePolicy, classify_merge, is_sha},
         page::{PageError, next_page},
-        ratelimit::{RateLimited, RetryDecision, RetryPolicy, classify},
+        ratelimit::{Pacing, RateLimited, RetryDecision, RetryPolicy, classify},
         status::StatusBody,
         wire::{
-            Comparison, DecodeError, InstallationToken, Issue, PullRequest, Review, decode,
-            error_message,
+            CheckRuns, CombinedStatus, Comparison, DecodeError, GitRef, InstallationToken, Issue,
+            PullRequest, Review, decode, error_message,
         },
     },
     metrics::{ForgeMetrics, Outcome},
@@ -65,8 +71,16 @@ pub enum Operation {
     CreatePull,
     /// `PATCH /repos/{o}/{r}/pulls/{n}`.
     UpdatePull,
+    /// `GET /repos/{o}/{r}/pulls/{n}`.
+    GetPull,
+    /// `GET /repos/{o}/{r}/git/ref/heads/{branch}`.
+    GetRef,
     /// `PUT /repos/{o}/{r}/pulls/{n}/merge`.
     MergePull,
+    /// `GET /repos/{o}/{r}/commits/{sha}/status`.
+    CombinedStatus,
+    /// `GET /repos/{o}/{r}/commits/{sha}/check-runs`.
+    CheckRuns,
     /// `GET /repos/{o}/{r}/compare/{sha}...{branch}`.
     Compare,
     /// `POST /repos/{o}/{r}/statuses/{sha}`.
@@ -89,7 +103,11 @@ impl Operation {
             Operation::ListPulls => "list-pulls",
             Operation::CreatePull => "create-pull",
             Operation::UpdatePull => "update-pull",
+            Operation::GetPull => "get-pull",
+            Operation::GetRef => "get-ref",
             Operation::MergePull => "merge-pull",
+            Operation::CombinedStatus => "combined-status",
+            Operation::CheckRuns => "list-check-runs",
             Operation::Compare => "compare",
             Operation::CreateStatus => "create-status",
             Operation::ListIssues => "list-issues",
@@ -127,7 +145,7 @@ pub enum ForgeError {
     RateLimited {
         /// Operation label.
         operation: &'static str,
-        /// `primary` or `secondary`.
+        /// `primary`, `secondary`, or `pacing` (the hour's budget of mutations is spent).
         kind: &'static str,
         /// GitHub's wait.
         retry_after_secs: u64,
@@ -221,16 +239,25 @@ pub struct GithubSettings {
     pub retry: RetryPolicy,
     /// Connect and read timeout per request.
     pub timeout: Duration,
+    /// Pacing of the requests that create or change content.
+    pub pacing: Pacing,
+    /// Transient merge answers and the wait for required checks.
+    pub merge: MergePolicy,
+    /// Approval lookups of a merge commit GitHub has not associated yet.
+    pub reask: ReaskPolicy,
 }
 
 impl GithubSettings {
-    /// Settings with the default policy and a 30 s timeout.
+    /// Settings with the default policies and a 30 s timeout.
     pub fn new(api_base: ApiBase, repository: RepoCoordinates) -> GithubSettings {
         GithubSettings {
             api_base,
             repository,
             retry: RetryPolicy::default(),
             timeout: Duration::from_secs(30),
+            pacing: Pacing::default(),
+            merge: MergePolicy::default(),
+            reask: ReaskPolicy::default(),
         }
     }
 }
@@ -272,6 +299,13 @@ pub struct GithubClient {
     credentials: Credentials,
     cached: Mutex<Option<Bearer>>,
     metrics: Option<ForgeMetrics>,
+    pacer: Mutex<Sent>,
+}
+
+/// When this client's mutations started, on the clock of its creation (the pacing's input).
+struct Sent {
+    origin: tokio::time::Instant,
+    starts: VecDeque<Duration>,
 }
 
 impl std::fmt::Debug for GithubClient {
@@ -316,12 +350,26 @@ impl GithubClient {
             credentials,
             cached: Mutex::new(None),
             metrics,
+            pacer: Mutex::new(Sent {
+                origin: tokio::time::Instant::now(),
+                starts: VecDeque::new(),
+            }),
         })
     }
 
     /// The repository this client works on.
     pub fn repository(&self) -> &RepoCoordinates {
         &self.settings.repository
+    }
+
+    /// The settings (policies) this client applies.
+    pub fn settings(&self) -> &GithubSettings {
+        &self.settings
+    }
+
+    /// The metrics this client counts on, if any.
+    pub fn metrics(&self) -> Option<&ForgeMetrics> {
+        self.metrics.as_ref()
     }
 
     /// The current bearer token: the Secret's, or a fresh installation token. Also what the
@@ -456,9 +504,17 @@ impl GithubClient {
         let mut refreshed = false;
         loop {
             let token = self.token().await?;
+            // A mutation holds the pacer while it is in flight: one at a time, spaced.
+            let paced = if idempotent {
+                None
+            } else {
+                Some(self.pace(operation).await?)
+            };
             let answer = self
                 .send(operation, method.clone(), path, body, &token)
-                .await?;
+                .await;
+            drop(paced);
+            let answer = answer?;
             let status = answer.status;
             let message = error_message(&answer.body);
             if let Some(limited) = classify(
@@ -523,6 +579,41 @@ impl GithubClient {
             }
             return Ok(answer);
         }
+    }
+
+    /// Waits until the pacing lets a mutation start, and records its start. The guard is
+    /// held until the request's answer is in.
+    async fn pace(
+        &self,
+        operation: Operation,
+    ) -> Result<tokio::sync::MutexGuard<'_, Sent>, ForgeError> {
+        let mut sent = self.pacer.lock().await;
+        let now = sent.origin.elapsed();
+        Pacing::prune(&mut sent.starts, now);
+        let starts: Vec<Duration> = sent.starts.iter().copied().collect();
+        let wait = self.settings.pacing.wait(&starts, now);
+        if wait > self.settings.retry.max_wait {
+            // The hour's budget is spent: report it as the limit it would become.
+            return Err(ForgeError::RateLimited {
+                operation: operation.as_str(),
+                kind: "pacing",
+                retry_after_secs: wait.as_secs(),
+            });
+        }
+        if !wait.is_zero() {
+            if let Some(m) = &self.metrics {
+                m.paced();
+            }
+            tracing::debug!(
+                operation = operation.as_str(),
+                wait_ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX),
+                "pacing a GitHub mutation"
+            );
+            tokio::time::sleep(wait).await;
+        }
+        let started = sent.origin.elapsed();
+        sent.starts.push_back(started);
+        Ok(sent)
     }
 
     async fn wait(&self, operation: Operation, limited: RateLimited, wait: Duration) {
@@ -608,13 +699,31 @@ impl GithubClient {
         &self,
         claim: &ApprovalClaim,
     ) -> Result<Result<ApprovedPullRequest, ApprovalRefusal>, ForgeError> {
-        let pulls = self.pulls_for_commit(&claim.merge_commit).await?;
-        let pull = match select_merged_pull(claim, &pulls) {
-            Ok(p) => p,
-            Err(refusal) => return Ok(Err(refusal)),
-        };
-        let reviews = self.reviews(pull.number).await?;
-        Ok(check_reviews(claim, pull, &reviews))
+        let mut asked = 0u32;
+        loop {
+            asked += 1;
+            let pulls = self.pulls_for_commit(&claim.merge_commit).await?;
+            let decision = select_merged_pull(claim, &pulls);
+            if let Some(wait) = reask_after(&self.settings.reask, claim, &pulls, &decision, asked) {
+                if let Some(m) = &self.metrics {
+                    m.approval_reasked();
+                }
+                tracing::info!(
+                    change_set = %claim.change_set_id,
+                    merge_commit = %claim.merge_commit,
+                    wait_secs = wait.as_secs(),
+                    "GitHub lists no pull request for the merge commit yet; asking again"
+                );
+                tokio::time::sleep(wait).await;
+                continue;
+            }
+            let pull = match decision {
+                Ok(p) => p,
+                Err(refusal) => return Ok(Err(refusal)),
+            };
+            let reviews = self.reviews(pull.number).await?;
+            return Ok(check_reviews(claim, pull, &reviews));
+        }
     }
 
     /// Every pull request (open or closed) from `head` (a branch of this repository) into
@@ -728,6 +837,60 @@ impl GithubClient {
             self.count(Operation::MergePull, Outcome::DecodeError);
             ForgeError::Decode(e)
         })
+    }
+
+    /// Pull request `number` as GitHub holds it now (its head, state and `mergeable`).
+    pub async fn get_pull(&self, number: u64) -> Result<PullRequest, ForgeError> {
+        let path = format!("{}/pulls/{number}", self.route());
+        let answer = self
+            .call(Operation::GetPull, Method::GET, &path, None::<&()>)
+            .await?;
+        let answer = self.expect_success(Operation::GetPull, answer)?;
+        decode(Operation::GetPull.as_str(), &answer.body)
+            .inspect_err(|_| self.count(Operation::GetPull, Outcome::DecodeError))
+            .map_err(ForgeError::from)
+    }
+
+    /// The commit branch `branch` points at now (`None`: no such branch).
+    pub async fn branch_head(&self, branch: &str) -> Result<Option<String>, ForgeError> {
+        check_branch(Operation::GetRef, branch)?;
+        let path = format!("{}/git/ref/heads/{branch}", self.route());
+        let answer = self
+            .call(Operation::GetRef, Method::GET, &path, None::<&()>)
+            .await?;
+        if answer.status == StatusCode::NOT_FOUND {
+            return Ok(None);
+        }
+        let answer = self.expect_success(Operation::GetRef, answer)?;
+        let reference: GitRef = decode(Operation::GetRef.as_str(), &answer.body)
+            .inspect_err(|_| self.count(Operation::GetRef, Outcome::DecodeError))?;
+        Ok(Some(reference.object.sha).filter(|s| is_sha(s)))
+    }
+
+    /// The combined status of `sha` (the latest status per context).
+    pub async fn combined_status(&self, sha: &str) -> Result<CombinedStatus, ForgeError> {
+        check_sha(Operation::CombinedStatus, sha)?;
+        let path = format!("{}/commits/{sha}/status?per_page=100", self.route());
+        let answer = self
+            .call(Operation::CombinedStatus, Method::GET, &path, None::<&()>)
+            .await?;
+        let answer = self.expect_success(Operation::CombinedStatus, answer)?;
+        decode(Operation::CombinedStatus.as_str(), &answer.body)
+            .inspect_err(|_| self.count(Operation::CombinedStatus, Outcome::DecodeError))
+            .map_err(ForgeError::from)
+    }
+
+    /// The check runs of `sha` (the first 100).
+    pub async fn check_runs(&self, sha: &str) -> Result<CheckRuns, ForgeError> {
+        check_sha(Operation::CheckRuns, sha)?;
+        let path = format!("{}/commits/{sha}/check-runs?per_page=100", self.route());
+        let answer = self
+            .call(Operation::CheckRuns, Method::GET, &path, None::<&()>)
+            .await?;
+        let answer = self.expect_success(Operation::CheckRuns, answer)?;
+        decode(Operation::CheckRuns.as_str(), &answer.body)
+            .inspect_err(|_| self.count(Operation::CheckRuns, Outcome::DecodeError))
+            .map_err(ForgeError::from)
     }
 
     /// Whether `branch` is `sha` or descends from it (`GET …/compare/{sha}...{branch}`).

@@ -45,6 +45,9 @@ fn settings(fake: &Fake) -> GithubSettings {
         RepoCoordinates::new(OWNER, REPO).unwrap(),
     );
     s.timeout = Duration::from_secs(5);
+    // Tests not about pacing run unpaced (they would wait real seconds between mutations);
+    // `a_burst_of_fifty_items_*` runs the default pacing.
+    s.pacing.min_spacing = Duration::ZERO;
     s
 }
 
@@ -364,7 +367,17 @@ async fn the_merge_sends_the_sha_guard_and_merge_method_and_maps_every_refusal()
         (
             405,
             "Required status check \"ci/test\" is expected.",
+            "checks-pending",
+        ),
+        (
+            405,
+            "Required status check \"ci/test\" is failing.",
             "required-check",
+        ),
+        (
+            405,
+            "Base branch was modified. Review and try the merge again.",
+            "base-modified",
         ),
         (405, "Pull Request is not mergeable", "conflict"),
         (

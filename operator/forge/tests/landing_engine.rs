@@ -51,6 +51,8 @@ async fn github(w: &World<MemoryStore>) -> (Fake, Landing) {
         RepoCoordinates::new(OWNER, REPO).unwrap(),
     );
     settings.timeout = Duration::from_secs(5);
+    // Pacing is the client's own concern (tests/github_stateful.rs); not real seconds here.
+    settings.pacing.min_spacing = Duration::ZERO;
     let client = GithubClient::new(
         settings,
         Credentials::Token {

@@ -55,6 +55,7 @@ fn settings(base: &str) -> GithubSettings {
         RepoCoordinates::new(OWNER, REPO).unwrap(),
     );
     s.timeout = Duration::from_secs(2);
+    s.pacing.min_spacing = Duration::ZERO;
     s
 }
 

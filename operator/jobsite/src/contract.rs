@@ -12,9 +12,11 @@
 
 use std::collections::BTreeSet;
 
-use protobot_lifecycle::{Dependency, OperationEnvelope, Readiness, SourceContract, State};
+use protobot_lifecycle::{
+    Command, CommandRequest, Dependency, LifecyclePayload, OperationEnvelope, Readiness,
+    SourceContract, State,
+};
 use serde::{Deserialize, Serialize};
-use serde_json::json;
 
 /// A requirement operation of the manifest.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -389,17 +391,22 @@ impl BuildContract {
     /// The `materialize` envelope. The command key is distinct from the
     /// materialization key (a retry of the same registration reuses it).
     pub fn materialize_envelope(&self, project_id: &str, actor_ref: &str) -> OperationEnvelope {
-        OperationEnvelope {
-            operation: "materialize".into(),
-            actor_context_ref: actor_ref.into(),
-            work_item_id: self.work_item_id.clone(),
-            expected_state: Some("initial".into()),
-            expected_contract_version: Some(0),
+        let mut envelope = OperationEnvelope::command(CommandRequest {
+            command: Command::Materialize,
+            actor_context_ref: actor_ref,
+            work_item_id: &self.work_item_id,
+            expected_state: State::Initial,
+            expected_contract_version: 0,
             idempotency_key: format!("materialize:{}", self.materialization_key),
-            materialization_key: self.materialization_key.clone(),
-            payload: Some(json!({ "work_item": self.source(project_id) })),
-            ..OperationEnvelope::default()
-        }
+        })
+        .with_payload(&LifecyclePayload {
+            work_item: Some(self.source(project_id)),
+            ..LifecyclePayload::default()
+        });
+        envelope
+            .materialization_key
+            .clone_from(&self.materialization_key);
+        envelope
     }
 }
 

@@ -36,6 +36,13 @@ impl Tier {
         }
     }
 
+    /// The tier named `t1`…`t4` (as [`Tier::as_str`] writes it).
+    pub fn parse(name: &str) -> Option<Tier> {
+        [Tier::T1, Tier::T2, Tier::T3, Tier::T4]
+            .into_iter()
+            .find(|t| t.as_str() == name)
+    }
+
     /// The tier of the `n`-th genuine attempt (0-based) for an item that starts at `self`.
     ///
     /// Starting at t1 the attempts run t1, t1, t2, t3, then t4 forever; at t2:

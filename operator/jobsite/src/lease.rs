@@ -17,7 +17,8 @@ use std::{
 
 use jiff::Timestamp;
 use protobot_lifecycle::{
-    AuthorizationContext, Code, Command, OperationEnvelope, ResultEnvelope, State,
+    AuthorizationContext, Code, Command, CommandRequest, FencingToken, OperationEnvelope,
+    ResultEnvelope, State,
 };
 use protobot_stores::{StoreError, WorkStore};
 use serde::{Deserialize, Serialize};
@@ -44,8 +45,9 @@ impl Clock for SystemClock {
 pub struct Held {
     /// Work item.
     pub work_item_id: String,
-    /// Live fence.
-    pub fencing_token: String,
+    /// Live fence (the token the claim's, or the last fence-issuing command's, decision
+    /// issued).
+    pub fencing_token: FencingToken,
     /// Current state.
     pub state: State,
     /// Current contract version.
@@ -170,16 +172,15 @@ impl Claim {
     /// A fenced command envelope with the current expectations.
     pub fn command(&self, command: Command, key: &str) -> Result<OperationEnvelope, LeaseLost> {
         let held = self.check()?;
-        Ok(OperationEnvelope {
-            operation: command.as_str().into(),
-            actor_context_ref: "job-site".into(),
-            work_item_id: held.work_item_id,
-            expected_state: Some(held.state.as_str().into()),
-            expected_contract_version: Some(held.contract_version),
-            fencing_token: held.fencing_token,
-            idempotency_key: key.into(),
-            ..OperationEnvelope::default()
+        Ok(OperationEnvelope::command(CommandRequest {
+            command,
+            actor_context_ref: "job-site",
+            work_item_id: &held.work_item_id,
+            expected_state: held.state,
+            expected_contract_version: held.contract_version,
+            idempotency_key: key.to_owned(),
         })
+        .fenced(held.fencing_token))
     }
 }
 

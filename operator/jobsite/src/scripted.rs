@@ -17,7 +17,7 @@ use std::{
 };
 
 use jiff::{SignedDuration, Timestamp};
-use protobot_lifecycle::{AuthorizationContext, Readiness, State, WorkItemRecord};
+use protobot_lifecycle::{AuthorizationContext, Grant, Readiness, Role, State, WorkItemRecord};
 use protobot_stores::{Import, WorkStore};
 
 use crate::{
@@ -319,25 +319,6 @@ pub async fn world<S: WorkStore>(store: Arc<S>, items: &[String]) -> World<S> {
     }
 }
 
-/// A trusted context valid for a day.
-pub fn context(
-    subject: &str,
-    role: &str,
-    actions: &[&str],
-    now: Timestamp,
-) -> AuthorizationContext {
-    AuthorizationContext {
-        subject: subject.into(),
-        role: role.into(),
-        project_id: "demo".into(),
-        allowed_actions: actions.iter().map(|s| s.to_string()).collect(),
-        allowed_refs: vec!["project:demo".into(), "main".into()],
-        expires_at: Some(now + SignedDuration::from_hours(24)),
-        policy_version: "v1".into(),
-        ..AuthorizationContext::default()
-    }
-}
-
 pub use crate::site::JOB_SITE_ACTIONS;
 
 /// How to build a Job Site.
@@ -442,12 +423,28 @@ pub fn site_on<S: WorkStore + 'static, T: WorkStore + 'static>(
             .with_run_delay(SandboxRole::WorkerA, delay)
             .with_run_delay(SandboxRole::WorkerB, delay);
     }
+    // Every context of a scripted site: project `demo`, policy `v1`, valid for a day,
+    // `main` granted beside the project.
+    let grant = Grant {
+        project: "demo",
+        role: Role::Materializer,
+        subject: "materializer-1",
+        actions: crate::site::REFRESH_ACTIONS,
+        expires_at: now + SignedDuration::from_hours(24),
+        policy_version: "v1",
+    };
     let engine = Engine {
         store,
         executor: Arc::new(roles),
         clock: Arc::new(w.clock.clone()),
         triage: Arc::new(HeuristicTriage),
-        context: context(o.subject, "job-site", JOB_SITE_ACTIONS, now),
+        context: AuthorizationContext::new(Grant {
+            role: Role::JobSite,
+            subject: o.subject,
+            actions: JOB_SITE_ACTIONS,
+            ..grant
+        })
+        .with_refs(["main"]),
         config,
         on_stage: None,
         faults: o.faults,
@@ -455,21 +452,17 @@ pub fn site_on<S: WorkStore + 'static, T: WorkStore + 'static>(
     };
     JobSite {
         engine: Arc::new(engine),
-        reconciler: context(
-            "reconciler-1",
-            "reconciler",
-            crate::site::RECONCILER_ACTIONS,
-            now,
-        ),
+        reconciler: AuthorizationContext::new(Grant {
+            role: Role::Reconciler,
+            subject: "reconciler-1",
+            actions: crate::site::RECONCILER_ACTIONS,
+            ..grant
+        })
+        .with_refs(["main"]),
         contracts: w.contracts.clone(),
         repo_dir: clone,
         wip_limit: o.wip_limit,
-        materializer: Some(context(
-            "materializer-1",
-            "materializer",
-            crate::site::REFRESH_ACTIONS,
-            now,
-        )),
+        materializer: Some(AuthorizationContext::new(grant).with_refs(["main"])),
         capacity: o.capacity,
     }
 }

@@ -21,7 +21,8 @@ use std::{path::PathBuf, sync::Arc};
 use tracing::Instrument;
 
 use protobot_lifecycle::{
-    AuthorizationContext, Command, OperationEnvelope, Reconciliation, State, WorkItemRecord,
+    AuthorizationContext, Command, CommandRequest, FencingToken, OperationEnvelope, Reconciliation,
+    State, WorkItemRecord,
 };
 use protobot_repo::land::{fetch_remote_branch, find_merge_by_trailer};
 use protobot_stores::{ItemFilter, Observation, StoreError, WorkStore};
@@ -255,14 +256,14 @@ impl ContractSource for RegisteredContracts {
 /// digest (FNV-1a, 128 bits) of the work item and the claim's fencing token, so
 /// every process logging about the same claim derives the same id, and a new
 /// claim gets a new one.
-pub fn trace_id(work_item_id: &str, fencing_token: &str) -> String {
+pub fn trace_id(work_item_id: &str, fencing_token: &FencingToken) -> String {
     const OFFSET: u128 = 0x6c62_272e_07bb_0142_62b8_2175_6295_c58d;
     const PRIME: u128 = 0x0000_0000_0100_0000_0000_0000_0000_013b;
     let mut hash = OFFSET;
     for byte in work_item_id
         .bytes()
         .chain(std::iter::once(0))
-        .chain(fencing_token.bytes())
+        .chain(fencing_token.as_str().bytes())
     {
         hash ^= u128::from(byte);
         hash = hash.wrapping_mul(PRIME);
@@ -719,18 +720,17 @@ impl<S: WorkStore + 'static, E: Executor> JobSite<S, E> {
         &self,
         record: &WorkItemRecord,
     ) -> Result<Result<Claim, ClaimRefused>, SiteError> {
-        let env = OperationEnvelope {
-            operation: Command::Claim.as_str().into(),
-            actor_context_ref: "job-site".into(),
-            work_item_id: record.id.clone(),
-            expected_state: Some(State::ReadyForBuilding.as_str().into()),
-            expected_contract_version: Some(record.contract_version),
+        let env = OperationEnvelope::command(CommandRequest {
+            command: Command::Claim,
+            actor_context_ref: "job-site",
+            work_item_id: &record.id,
+            expected_state: State::ReadyForBuilding,
+            expected_contract_version: record.contract_version,
             idempotency_key: format!(
                 "{}:claim:v{}:{}",
                 record.id, record.contract_version, self.engine.context.subject
             ),
-            ..OperationEnvelope::default()
-        };
+        });
         let result = self
             .engine
             .store
@@ -846,23 +846,23 @@ impl<S: WorkStore + 'static, E: Executor> JobSite<S, E> {
             .store
             .observe(&id, Observation::Reconciliation(evidence))
             .await?;
-        let mut context = self.reconciler.clone();
-        if let Some(m) = &record.expected_merge {
-            for r in [&m.target, &m.integration_head, &m.inspection_run_id] {
-                if !r.is_empty() && !context.allowed_refs.contains(r) {
-                    context.allowed_refs.push(r.clone());
-                }
-            }
-        }
-        let env = OperationEnvelope {
-            operation: command.as_str().into(),
-            actor_context_ref: "reconciler".into(),
-            work_item_id: id.clone(),
-            expected_state: Some(record.state.as_str().into()),
-            expected_contract_version: Some(record.contract_version),
+        // The candidate's refs (the reconciler presents no merge commit of its own).
+        let context = self.reconciler.clone().with_refs(
+            record
+                .expected_merge
+                .iter()
+                .flat_map(|m| [&m.target, &m.integration_head, &m.inspection_run_id])
+                .filter(|r| !r.is_empty())
+                .map(String::as_str),
+        );
+        let env = OperationEnvelope::command(CommandRequest {
+            command,
+            actor_context_ref: "reconciler",
+            work_item_id: &id,
+            expected_state: record.state,
+            expected_contract_version: record.contract_version,
             idempotency_key: format!("{id}:{}:v{}", command.as_str(), record.contract_version),
-            ..OperationEnvelope::default()
-        };
+        });
         let result = self
             .engine
             .store
@@ -954,20 +954,19 @@ async fn refresh_dependencies_in<S: WorkStore>(
         } else {
             continue;
         };
-        let env = OperationEnvelope {
-            operation: command.as_str().into(),
-            actor_context_ref: "materializer".into(),
-            work_item_id: record.id.clone(),
-            expected_state: Some(record.state.as_str().into()),
-            expected_contract_version: Some(record.contract_version),
+        let env = OperationEnvelope::command(CommandRequest {
+            command,
+            actor_context_ref: "materializer",
+            work_item_id: &record.id,
+            expected_state: record.state,
+            expected_contract_version: record.contract_version,
             idempotency_key: format!(
                 "{}:{}:v{}",
                 record.id,
                 command.as_str(),
                 record.contract_version
             ),
-            ..OperationEnvelope::default()
-        };
+        });
         let result = store.execute(Some(materializer), &env, now).await?;
         if result.ok {
             tracing::info!(work_item = %record.id, command = command.as_str(), "dependencies refreshed");
@@ -998,7 +997,7 @@ pub fn is_lost(error: &EngineError) -> bool {
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
-    use super::{ContractSource, RegisteredContracts, trace_id};
+    use super::{ContractSource, FencingToken, RegisteredContracts, trace_id};
     use crate::{
         contract::BugFacts,
         intake::{IntakeFiles, RecordedIntakes},
@@ -1083,15 +1082,16 @@ mod tests {
 
     #[test]
     fn trace_ids_are_w3c_shaped_stable_and_distinct_per_claim() {
-        let id = trace_id("wi-cs-00001-abcdef0123", "fence-7");
+        let fence = |t: &str| FencingToken::from(t);
+        let id = trace_id("wi-cs-00001-abcdef0123", &fence("fence-7"));
         assert_eq!(id.len(), 32);
         assert!(
             id.bytes()
                 .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
         );
         assert_ne!(id, "0".repeat(32), "all zeros is an invalid trace id");
-        assert_eq!(id, trace_id("wi-cs-00001-abcdef0123", "fence-7"));
-        assert_ne!(id, trace_id("wi-cs-00001-abcdef0123", "fence-8"));
-        assert_ne!(trace_id("ab", "c"), trace_id("a", "bc"));
+        assert_eq!(id, trace_id("wi-cs-00001-abcdef0123", &fence("fence-7")));
+        assert_ne!(id, trace_id("wi-cs-00001-abcdef0123", &fence("fence-8")));
+        assert_ne!(trace_id("ab", &fence("c")), trace_id("a", &fence("bc")));
     }
 }

@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::{
+    fence::FencingToken,
     record::{MergeEnvelope, SourceContract},
     vocab::{Code, Command, Retry, State},
 };
@@ -42,8 +43,8 @@ pub struct OperationEnvelope {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub expected_contract_version: Option<u64>,
     /// The caller's fencing token.
-    #[serde(skip_serializing_if = "String::is_empty")]
-    pub fencing_token: String,
+    #[serde(skip_serializing_if = "FencingToken::is_empty")]
+    pub fencing_token: FencingToken,
     /// Gate approval id (overrides the payload's).
     #[serde(skip_serializing_if = "String::is_empty")]
     pub human_approval_id: String,
@@ -96,15 +97,18 @@ impl OperationEnvelope {
         }
     }
 
-    /// The envelope presenting `fencing_token`.
-    pub fn fenced(mut self, fencing_token: impl Into<String>) -> OperationEnvelope {
-        self.fencing_token = fencing_token.into();
+    /// The envelope presenting `fencing_token` (the one the claim's decision issued).
+    pub fn fenced(mut self, fencing_token: FencingToken) -> OperationEnvelope {
+        self.fencing_token = fencing_token;
         self
     }
 
-    /// The envelope carrying `payload`.
-    pub fn with_payload(mut self, payload: Value) -> OperationEnvelope {
-        self.payload = Some(payload);
+    /// The envelope carrying the lifecycle `payload` in its wire form (fields at
+    /// their defaults are left out, as the evaluator reads them back).
+    pub fn with_payload(mut self, payload: &LifecyclePayload) -> OperationEnvelope {
+        // Cannot fail: every field is a string, number, bool, timestamp string or a
+        // struct of them, and no map has a non-string key.
+        self.payload = serde_json::to_value(payload).ok();
         self
     }
 
@@ -172,6 +176,67 @@ pub struct LifecyclePayload {
     /// begin-merge / record-merge candidate envelope.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub merge_envelope: Option<MergeEnvelope>,
+}
+
+/// The payloads in-process callers send, one constructor per command that takes one
+/// (the rest send [`LifecyclePayload::default`]).
+impl LifecyclePayload {
+    /// `tests-pass`: the building gate passed.
+    pub fn tests_passed() -> LifecyclePayload {
+        LifecyclePayload {
+            build_tests_passed: true,
+            ..LifecyclePayload::default()
+        }
+    }
+
+    /// `raise-spec-question`: the question the item blocks on.
+    pub fn question(question: impl Into<String>) -> LifecyclePayload {
+        LifecyclePayload {
+            question: question.into(),
+            ..LifecyclePayload::default()
+        }
+    }
+
+    /// `return-to-building`: inspection found an in-contract defect.
+    pub fn in_contract_defect() -> LifecyclePayload {
+        LifecyclePayload {
+            in_contract_defect: true,
+            ..LifecyclePayload::default()
+        }
+    }
+
+    /// `return-to-building`: the final tests failed.
+    pub fn final_tests_failed() -> LifecyclePayload {
+        LifecyclePayload {
+            final_tests_failed: true,
+            ..LifecyclePayload::default()
+        }
+    }
+
+    /// `begin-merge` (the tested candidate) and `record-merge` (with its merge commit).
+    pub fn merge(envelope: MergeEnvelope) -> LifecyclePayload {
+        LifecyclePayload {
+            merge_envelope: Some(envelope),
+            ..LifecyclePayload::default()
+        }
+    }
+
+    /// `abandon`: a human confirmed the cancellation.
+    pub fn cancellation_confirmed() -> LifecyclePayload {
+        LifecyclePayload {
+            cancellation_confirmed: true,
+            ..LifecyclePayload::default()
+        }
+    }
+
+    /// The refs this payload's merge envelope names (a Gate grants exactly these
+    /// beside the project, §3 item 7).
+    pub fn merge_refs(&self) -> Vec<String> {
+        self.merge_envelope
+            .as_ref()
+            .map(MergeEnvelope::refs)
+            .unwrap_or_default()
+    }
 }
 
 /// Whether a decision is authoritative or an advisory preview.
@@ -285,7 +350,7 @@ pub struct Decision {
     pub materialization_reservation: Option<ReservationSummary>,
     /// The fresh fencing token, only to the new owner.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub fencing_token_issued: Option<String>,
+    pub fencing_token_issued: Option<FencingToken>,
     /// The rejection, when rejected.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rejection: Option<Rejection>,
@@ -506,8 +571,8 @@ mod tests {
         assert_eq!(env.fencing_token, "");
         assert_eq!(env.payload, None);
         let env = env
-            .fenced("fence-3")
-            .with_payload(serde_json::json!({"question": "q"}));
+            .fenced(FencingToken::from("fence-3"))
+            .with_payload(&LifecyclePayload::question("q"));
         let wire = serde_json::to_value(&env).unwrap_or_default();
         assert_eq!(
             wire,

@@ -55,6 +55,7 @@ use crate::{
         Authority, Decision, DecisionOutcome, EnvelopeOutcome, IdempotencyStatus, LifecyclePayload,
         Mutation, OperationEnvelope, Rejection, ReservationSummary, ResultEnvelope, StateVersion,
     },
+    fence::{FenceStatus, FencingToken},
     fingerprint,
     record::{
         CHANGE_TYPES, Dependency, Lease, MergeEnvelope, NamedRef, Readiness, Reconciliation,
@@ -153,7 +154,7 @@ pub struct Inputs<'a> {
     /// Lease duration in seconds (0 → the ruleset default).
     pub lease_seconds: i64,
     /// The token the store minted for a fence-issuing transition.
-    pub next_fencing_token: Option<String>,
+    pub next_fencing_token: Option<FencingToken>,
 }
 
 /// What the store must write, atomically, after an authoritative decision.
@@ -390,7 +391,7 @@ struct Transition {
     record: Option<WorkItemRecord>,
     outcome: DecisionOutcome,
     after: Option<StateVersion>,
-    fence: Option<String>,
+    fence: Option<FencingToken>,
     reservation: Option<(String, String)>,
     consume_approval: Option<String>,
     consume_submission: Option<String>,
@@ -792,7 +793,7 @@ impl Evaluator<'_> {
                     Code::StaleFencingToken,
                     "fencing token is not the live fence",
                 )
-                .with("fence_status", status)
+                .with("fence_status", status.as_str())
                 .with("current_contract_version", current.contract_version),
                 before,
             ));
@@ -1505,24 +1506,18 @@ fn precondition(message: &str, failed: &str) -> Rejection {
     Rejection::new(Code::PreconditionFailed, message).with("failed_precondition", failed)
 }
 
-/// The fence status of a Job Site caller (§6), `None` when the fence is live.
+/// The fence status of a Job Site caller (§6), `None` when the fence is live:
+/// [`FenceStatus::Missing`] without a lease, else the lease's own
+/// [`Lease::refusal`] (expiry, owner, then [`Lease::admits`]).
 pub fn fence_status(
     record: Option<&WorkItemRecord>,
     subject: &str,
-    token: &str,
+    token: &FencingToken,
     now: Timestamp,
-) -> Option<&'static str> {
-    let Some(lease) = record.and_then(|r| r.lease.as_ref()) else {
-        return Some("missing");
-    };
-    if lease.expires_at <= now {
-        Some("expired")
-    } else if lease.owner != subject {
-        Some("owner-mismatch")
-    } else if token.is_empty() || token != lease.fencing_token {
-        Some("stale")
-    } else {
-        None
+) -> Option<FenceStatus> {
+    match record.and_then(|r| r.lease.as_ref()) {
+        None => Some(FenceStatus::Missing),
+        Some(lease) => lease.refusal(subject, token, now),
     }
 }
 

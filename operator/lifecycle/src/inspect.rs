@@ -20,8 +20,9 @@ use serde::de::DeserializeOwned;
 use serde_json::{Map, Value, json};
 
 use crate::{
-    ApprovalRecord, AuthorizationContext, IdempotencyEntry, Inputs, OperationEnvelope, Readiness,
-    Reservation, Ruleset, State, Submission, WorkItemRecord, evaluate,
+    ApprovalRecord, AuthorizationContext, FencingToken, IdempotencyEntry, Inputs,
+    OperationEnvelope, Readiness, Reservation, Ruleset, State, Submission, WorkItemRecord,
+    evaluate,
 };
 
 const FIELDS: [&str; 15] = [
@@ -173,15 +174,16 @@ fn evaluate_input(text: &str) -> Result<Evaluated, InputError> {
             ),
         });
     }
-    let next_fencing_token: Option<String> =
-        field::<String>(&map, "next_fencing_token")?.or_else(|| {
+    let next_fencing_token: Option<FencingToken> =
+        field::<FencingToken>(&map, "next_fencing_token")?.or_else(|| {
             let (id, v) = record
                 .as_ref()
                 .map_or((operation.work_item_id.as_str(), 0), |r| {
                     (r.id.as_str(), r.contract_version)
                 });
             // At u64::MAX there is no next version: no token, and the evaluator rejects.
-            v.checked_add(1).map(|next| format!("fence-{id}-{next}"))
+            v.checked_add(1)
+                .map(|next| FencingToken::from(format!("fence-{id}-{next}")))
         });
     let entry = idempotency
         .iter()

@@ -11,6 +11,7 @@ pub mod approval;
 pub mod context;
 pub mod envelope;
 pub mod evaluator;
+pub mod fence;
 pub mod fingerprint;
 pub mod inspect;
 pub mod record;
@@ -29,6 +30,7 @@ pub use evaluator::{
     AuditEvent, Effects, Evaluation, IdempotencyEntry, Inputs, Prepared, Reservation, evaluate,
     evaluate_prepared, prepare,
 };
+pub use fence::{FenceStatus, FencingToken};
 pub use record::{
     ATTEMPTS_KEPT, AttemptRecord, BUILD_BRANCH_SLUG, Dependency, Lease, MergeEnvelope, NamedRef,
     Readiness, Reconciliation, RefField, SourceContract, WorkItemRecord, integration_branch,

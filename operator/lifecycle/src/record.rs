@@ -4,7 +4,10 @@
 use jiff::Timestamp;
 use serde::{Deserialize, Serialize};
 
-use crate::vocab::State;
+use crate::{
+    fence::{FenceStatus, FencingToken},
+    vocab::State,
+};
 
 /// Change types a work item may carry.
 pub const CHANGE_TYPES: [&str; 3] = ["undefined", "changes", "contradicts"];
@@ -17,7 +20,7 @@ pub struct Lease {
     /// The trusted subject that holds the lease.
     pub owner: String,
     /// Opaque token minted by the WMS; every side effect presents it.
-    pub fencing_token: String,
+    pub fencing_token: FencingToken,
     /// The lease is live while `now < expires_at`.
     #[serde(with = "crate::strict::timestamp")]
     #[cfg_attr(feature = "schemars", schemars(with = "String"))]
@@ -28,6 +31,33 @@ impl Lease {
     /// A lease is live strictly before its expiry.
     pub fn is_live(&self, now: Timestamp) -> bool {
         now < self.expires_at
+    }
+
+    /// The one fence check: whether `token` is this lease's fence. Every fenced
+    /// write presents its token here: the evaluator's Job Site commands (through
+    /// [`Lease::refusal`]) and the store's fenced observations. The empty token
+    /// (none presented) is never admitted.
+    pub fn admits(&self, token: &FencingToken) -> bool {
+        !token.is_empty() && *token == self.fencing_token
+    }
+
+    /// Why this lease refuses `holder` presenting `token` at `now` (§6, checked in
+    /// the contract's order: expiry, owner, token), `None` when the fence is live.
+    pub fn refusal(
+        &self,
+        holder: &str,
+        token: &FencingToken,
+        now: Timestamp,
+    ) -> Option<FenceStatus> {
+        if !self.is_live(now) {
+            Some(FenceStatus::Expired)
+        } else if self.owner != holder {
+            Some(FenceStatus::OwnerMismatch)
+        } else if !self.admits(token) {
+            Some(FenceStatus::Stale)
+        } else {
+            None
+        }
     }
 }
 

@@ -344,7 +344,7 @@ fn invalid_transition_lists_the_sorted_operations_legal_from_the_state() {
     let rules = Ruleset::v1().unwrap();
     let s = setup(Command::Claim, State::Blocked, Role::JobSite);
     let mut env = s.envelope.clone();
-    env.fencing_token.clear();
+    env.fencing_token = protobot_lifecycle::FencingToken::default();
     let out = evaluate(
         rules,
         &env,

@@ -10,8 +10,8 @@ use std::collections::BTreeMap;
 
 use jiff::Timestamp;
 use protobot_lifecycle::{
-    AuthorizationContext, Code, Command, Operation, OperationEnvelope, Rejection, ResultEnvelope,
-    Role, Ruleset, State, context::unauthorized, evaluate_prepared, prepare,
+    AuthorizationContext, Code, Command, FencingToken, Operation, OperationEnvelope, Rejection,
+    ResultEnvelope, Role, Ruleset, State, context::unauthorized, evaluate_prepared, prepare,
 };
 
 use crate::{blocked_work, ledger, queries, requests, txn::WmsTxn};
@@ -227,7 +227,7 @@ fn lifecycle(
         .filter(|cs| !cs.build_work_item_id.is_empty())
         .and_then(|cs| txn.record(&cs.build_work_item_id))
         .map(|r| r.state);
-    let next_fencing_token = Some(format!("fence-{}", txn.peek("fence")));
+    let next_fencing_token = Some(FencingToken::mint(txn.peek("fence")));
     let inputs = protobot_lifecycle::Inputs {
         trusted_project: txn.project_id(),
         now: Some(now),

@@ -310,6 +310,7 @@ fn fence_of(r: &ResultEnvelope) -> String {
     r.decision
         .as_ref()
         .and_then(|d| d.fencing_token_issued.clone())
+        .map(String::from)
         .expect("a fence was issued")
 }
 
@@ -2711,7 +2712,7 @@ pub async fn attempts_are_fenced_idempotent_and_bounded<S: WorkStore + 'static>(
         .observe(
             "wi-2",
             Observation::Attempt {
-                fencing_token: String::new(),
+                fencing_token: protobot_lifecycle::FencingToken::default(),
                 attempt: attempt(1, "test"),
             },
         )

@@ -94,7 +94,7 @@ pub enum Observation {
     /// attempts replace each other, so a retried observation is idempotent.
     Attempt {
         /// The fence of the claim that ran the attempt.
-        fencing_token: String,
+        fencing_token: protobot_lifecycle::FencingToken,
         /// The attempt.
         attempt: protobot_lifecycle::AttemptRecord,
     },

@@ -7,8 +7,8 @@
 
 use jiff::Timestamp;
 use protobot_lifecycle::{
-    AuthorizationContext, Command, CommandRequest, OperationEnvelope, Reconciliation,
-    ResultEnvelope, WorkItemRecord,
+    AuthorizationContext, Command, CommandRequest, LifecyclePayload, OperationEnvelope,
+    Reconciliation, ResultEnvelope, WorkItemRecord,
 };
 
 use crate::{Observation, StoreError, WorkStore};
@@ -61,7 +61,7 @@ pub fn abandon_envelope(record: &WorkItemRecord, actor_context_ref: &str) -> Ope
         expected_contract_version: record.contract_version,
         idempotency_key: format!("abandon-{}-v{}", record.id, record.contract_version),
     })
-    .with_payload(serde_json::json!({"cancellation_confirmed": true}))
+    .with_payload(&LifecyclePayload::cancellation_confirmed())
 }
 
 /// Abandons `record` as `ctx` (a human maintainer's context granting

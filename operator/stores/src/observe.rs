@@ -61,7 +61,7 @@ pub fn apply(txn: &mut dyn WmsTxn, id: &str, observation: Observation) -> Result
                     let fenced = record
                         .lease
                         .as_ref()
-                        .is_some_and(|l| l.fencing_token == fencing_token);
+                        .is_some_and(|l| l.admits(&fencing_token));
                     if !fenced || !matches!(record.state, State::Building | State::Inspecting) {
                         return Err(StoreError::ObservationRejected(format!(
                             "a build attempt is recorded only by the holder of the live lease while building or inspecting (item is {}); the claim is stale",

@@ -480,7 +480,7 @@ async fn claimed(server: &ApiServer) -> (KubeStore, String) {
         .unwrap();
     assert!(r.ok, "{:?}", r.error);
     let token = r.decision.unwrap().fencing_token_issued.unwrap();
-    (store, token)
+    (store, token.into())
 }
 
 async fn status_of(server: &ApiServer, name: &str) -> protobot_api::BuildWorkItemStatus {
@@ -612,6 +612,7 @@ async fn fencing_tokens_are_fence_n_from_the_projects_counter() {
         .decision
         .unwrap()
         .fencing_token_issued
+        .map(String::from)
         .unwrap();
     let n = |token: &str| -> u64 {
         token

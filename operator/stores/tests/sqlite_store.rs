@@ -80,6 +80,7 @@ fn fence_of(r: &ResultEnvelope) -> String {
     r.decision
         .as_ref()
         .and_then(|d| d.fencing_token_issued.clone())
+        .map(String::from)
         .unwrap_or_else(|| panic!("no fence issued: {r:?}"))
 }
 

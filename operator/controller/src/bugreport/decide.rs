@@ -455,16 +455,17 @@ pub fn abandon_context(
     project: &str,
     now: Timestamp,
 ) -> protobot_lifecycle::AuthorizationContext {
-    protobot_lifecycle::AuthorizationContext {
-        subject: format!("bugreport-annotation:{ns}/{bug_name}"),
-        role: protobot_lifecycle::Role::HumanMaintainer.as_str().into(),
-        project_id: project.into(),
-        allowed_actions: vec!["abandon".into()],
-        allowed_refs: vec![format!("project:{project}")],
-        expires_at: now.checked_add(jiff::SignedDuration::from_secs(60)).ok(),
-        policy_version: crate::changeset::POLICY_VERSION.into(),
-        ..protobot_lifecycle::AuthorizationContext::default()
-    }
+    protobot_lifecycle::AuthorizationContext::new(protobot_lifecycle::Grant {
+        project,
+        role: protobot_lifecycle::Role::HumanMaintainer,
+        subject: &format!("bugreport-annotation:{ns}/{bug_name}"),
+        actions: &["abandon"],
+        // At the end of time, no time left (fails closed).
+        expires_at: now
+            .checked_add(jiff::SignedDuration::from_secs(60))
+            .unwrap_or(now),
+        policy_version: crate::changeset::POLICY_VERSION,
+    })
 }
 
 /// The Event after the annotation abandoned the item.

@@ -30,7 +30,7 @@ use protobot_jobsite::{
     contract::{BuildContract, Intake, build},
     materializer::{MaterializeError, Registration, read_facts},
 };
-use protobot_lifecycle::{AuthorizationContext, ResultEnvelope};
+use protobot_lifecycle::{AuthorizationContext, Grant, ResultEnvelope, Role};
 use protobot_stores::{AdapterConfig, KubeStore, WorkStore};
 
 use decide::Outcome;
@@ -51,16 +51,14 @@ pub fn local_repository(url: &str) -> Option<PathBuf> {
 }
 
 fn materializer_context(project: &str, now: Timestamp) -> AuthorizationContext {
-    AuthorizationContext {
-        subject: MATERIALIZER_SUBJECT.into(),
-        role: "materializer".into(),
-        project_id: project.into(),
-        allowed_actions: vec!["materialize".into()],
-        allowed_refs: vec![format!("project:{project}")],
-        expires_at: Some(now + SignedDuration::from_mins(5)),
-        policy_version: POLICY_VERSION.into(),
-        ..AuthorizationContext::default()
-    }
+    AuthorizationContext::new(Grant {
+        project,
+        role: Role::Materializer,
+        subject: MATERIALIZER_SUBJECT,
+        actions: &["materialize"],
+        expires_at: now + SignedDuration::from_mins(5),
+        policy_version: POLICY_VERSION,
+    })
 }
 
 /// One reconcile of one ChangeSet.

@@ -22,7 +22,7 @@ use k8s_openapi::api::{
     authorization::v1::{ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec},
 };
 use kube::{Api, Client, api::PostParams};
-use protobot_lifecycle::{AuthorizationContext, NamedRef, RefField, Role};
+use protobot_lifecycle::{AuthorizationContext, Grant, NamedRef, RefField, Role};
 
 /// The API group of the authorization resources.
 pub const GROUP: &str = "protobot.dev";
@@ -240,23 +240,16 @@ pub fn context(
     policy_version: &str,
     now: Timestamp,
 ) -> AuthorizationContext {
-    let mut allowed_refs = vec![format!("project:{project}")];
-    for r in refs {
-        if !allowed_refs.contains(&r.name) {
-            allowed_refs.push(r.name.clone());
-        }
-    }
-    AuthorizationContext {
-        subject: caller.username.clone(),
-        role: role.as_str().to_string(),
-        project_id: project.to_string(),
-        work_item_id: None,
-        change_set_id: None,
-        allowed_actions: vec![operation.to_string()],
-        allowed_refs,
-        expires_at: now.checked_add(CONTEXT_TTL).ok(),
-        policy_version: policy_version.to_string(),
-    }
+    AuthorizationContext::new(Grant {
+        project,
+        role,
+        subject: &caller.username,
+        actions: &[operation],
+        // At the end of time, no time left (fails closed).
+        expires_at: now.checked_add(CONTEXT_TTL).unwrap_or(now),
+        policy_version,
+    })
+    .with_refs(refs.iter().map(|r| r.name.as_str()))
 }
 
 #[cfg(test)]

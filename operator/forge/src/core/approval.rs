@@ -290,6 +290,53 @@ pub fn approved_merge(
     check_reviews(claim, pull, &reviews)
 }
 
+/// How often a registration re-asks GitHub for the pull request of a fresh merge commit.
+///
+/// GitHub associates a merge commit with its pull request in the background: right after a
+/// merge, `GET …/commits/{sha}/pulls` can list nothing. A `NOT_APPROVED` read from an empty
+/// association is asked again (spaced) before it is believed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReaskPolicy {
+    /// Extra lookups after the first.
+    pub reasks: u32,
+    /// The wait before the first; doubled for each further one.
+    pub first_wait: std::time::Duration,
+}
+
+impl Default for ReaskPolicy {
+    fn default() -> Self {
+        ReaskPolicy {
+            reasks: 3,
+            first_wait: std::time::Duration::from_secs(2),
+        }
+    }
+}
+
+/// Whether to ask again after lookup `asked` (1-based) found `pulls` and decided `decision`,
+/// and after which wait: only a `NOT_APPROVED` from a merge commit no pull request is
+/// associated with yet (no merged pull request lists it as its merge commit), within the
+/// policy's budget. Any other answer is final.
+pub fn reask_after(
+    policy: &ReaskPolicy,
+    claim: &ApprovalClaim,
+    pulls: &[PullRequest],
+    decision: &Result<&PullRequest, ApprovalRefusal>,
+    asked: u32,
+) -> Option<std::time::Duration> {
+    let unassociated = !pulls.iter().any(|p| {
+        p.merged_at.is_some() && p.merge_commit_sha.as_deref() == Some(&claim.merge_commit)
+    });
+    match decision {
+        Err(ApprovalRefusal::NotApproved { .. }) if unassociated && asked <= policy.reasks => {
+            let factor = 1u32
+                .checked_shl(asked.saturating_sub(1).min(8))
+                .unwrap_or(256);
+            Some(policy.first_wait.saturating_mul(factor))
+        }
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
@@ -334,6 +381,7 @@ mod tests {
                 login: "author".into(),
             }),
             html_url: format!("https://github.com/acme/widgets/pull/{number}"),
+            mergeable: None,
         }
     }
 
@@ -457,5 +505,33 @@ mod tests {
         )
         .unwrap();
         assert_eq!(ok.approvers(), ["sam".to_string()]);
+    }
+
+    #[test]
+    fn a_merge_commit_without_an_associated_pull_request_is_asked_again_a_bounded_number_of_times()
+    {
+        let policy = ReaskPolicy::default();
+        let c = claim(ReviewMode::SinglePlayer);
+        let none: Vec<PullRequest> = Vec::new();
+        let decided = select_merged_pull(&c, &none);
+        assert_eq!(
+            decided.as_ref().map_err(ApprovalRefusal::code),
+            Err("NOT_APPROVED")
+        );
+        let waits: Vec<Option<u64>> = (1..=policy.reasks + 1)
+            .map(|asked| reask_after(&policy, &c, &none, &decided, asked).map(|d| d.as_secs()))
+            .collect();
+        assert_eq!(waits, vec![Some(2), Some(4), Some(8), None]);
+        // Associated with a pull request that is not the change set's (a fork, another
+        // branch): GitHub has answered; a refusal, asked once.
+        let fork = vec![pull(4, "cs/00042-sync", "mallory/widgets", MERGE)];
+        let decided = select_merged_pull(&c, &fork);
+        assert!(decided.is_err());
+        assert_eq!(reask_after(&policy, &c, &fork, &decided, 1), None);
+        // Any other decision is final.
+        let mine = vec![pull(9, "cs/00042-sync", "acme/widgets", MERGE)];
+        let decided = select_merged_pull(&c, &mine);
+        assert!(decided.is_ok());
+        assert_eq!(reask_after(&policy, &c, &mine, &decided, 1), None);
     }
 }

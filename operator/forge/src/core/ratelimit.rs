@@ -142,6 +142,66 @@ impl RetryPolicy {
     }
 }
 
+/// GitHub's documented pacing for requests that create or change content (`POST`, `PATCH`,
+/// `PUT`, `DELETE`; "Best practices for using the REST API", "Rate limits for the REST API"):
+/// one at a time, at least a second apart, no more than 80 a minute and 500 an hour. Staying
+/// inside it keeps a burst of items landing at once clear of the secondary limits instead of
+/// waiting them out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Pacing {
+    /// The least time between the starts of two mutations.
+    pub min_spacing: Duration,
+    /// Most mutations started in any 60 s.
+    pub per_minute: usize,
+    /// Most mutations started in any hour.
+    pub per_hour: usize,
+}
+
+impl Default for Pacing {
+    fn default() -> Self {
+        Pacing {
+            min_spacing: Duration::from_secs(1),
+            per_minute: 80,
+            per_hour: 500,
+        }
+    }
+}
+
+const MINUTE: Duration = Duration::from_secs(60);
+const HOUR: Duration = Duration::from_secs(3600);
+
+impl Pacing {
+    /// How long the next mutation must wait at `now`, given when the earlier ones started
+    /// (`sent`, oldest first, on the same clock as `now`).
+    pub fn wait(&self, sent: &[Duration], now: Duration) -> Duration {
+        let mut until = Duration::ZERO;
+        if let Some(last) = sent.last() {
+            until = until.max(*last + self.min_spacing);
+        }
+        for (window, limit) in [(MINUTE, self.per_minute), (HOUR, self.per_hour)] {
+            let inside: Vec<&Duration> = sent.iter().filter(|t| **t + window > now).collect();
+            if limit == 0 {
+                continue;
+            }
+            if inside.len() >= limit {
+                // The window must drop enough of its oldest to leave room for one more.
+                let drop = inside.len() - limit;
+                if let Some(t) = inside.get(drop) {
+                    until = until.max(**t + window);
+                }
+            }
+        }
+        until.saturating_sub(now)
+    }
+
+    /// Forgets mutations older than the longest window.
+    pub fn prune(sent: &mut std::collections::VecDeque<Duration>, now: Duration) {
+        while sent.front().is_some_and(|t| *t + HOUR <= now) {
+            sent.pop_front();
+        }
+    }
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
@@ -271,5 +331,57 @@ mod tests {
             wait: Duration::from_secs(3600),
         };
         assert_eq!(p.decide(long, 1), RetryDecision::GiveUp);
+    }
+
+    fn secs(s: u64) -> Duration {
+        Duration::from_secs(s)
+    }
+
+    #[test]
+    fn mutations_are_spaced_a_second_apart() {
+        let p = Pacing::default();
+        assert_eq!(p.wait(&[], secs(0)), Duration::ZERO);
+        assert_eq!(p.wait(&[secs(10)], secs(10)), secs(1));
+        assert_eq!(
+            p.wait(&[secs(10)], Duration::from_millis(10_400)),
+            Duration::from_millis(600)
+        );
+        assert_eq!(p.wait(&[secs(10)], secs(12)), Duration::ZERO);
+    }
+
+    #[test]
+    fn the_minute_and_hour_budgets_hold_in_every_window() {
+        let p = Pacing {
+            min_spacing: Duration::ZERO,
+            per_minute: 3,
+            per_hour: 5,
+        };
+        // Three in the last minute: the next waits until the oldest leaves the window.
+        assert_eq!(
+            p.wait(&[secs(100), secs(110), secs(120)], secs(130)),
+            secs(30)
+        );
+        // Five in the hour (spread over minutes): the next waits for the oldest to age out.
+        let hour = [secs(0), secs(600), secs(1200), secs(1800), secs(2400)];
+        assert_eq!(p.wait(&hour, secs(3000)), secs(600));
+        // Simulated: a burst of 200 under the defaults never puts more than 80 in a minute
+        // nor two within a second.
+        let p = Pacing::default();
+        let mut sent: Vec<Duration> = Vec::new();
+        let mut now = Duration::ZERO;
+        for _ in 0..200 {
+            now += p.wait(&sent, now);
+            sent.push(now);
+        }
+        for (i, t) in sent.iter().enumerate() {
+            let in_minute = sent[i..].iter().take_while(|u| **u < *t + MINUTE).count();
+            assert!(in_minute <= 80, "{in_minute} at {t:?}");
+            if let Some(next) = sent.get(i + 1) {
+                assert!(*next - *t >= secs(1));
+            }
+        }
+        let mut queue: std::collections::VecDeque<Duration> = sent.into_iter().collect();
+        Pacing::prune(&mut queue, now + HOUR);
+        assert!(queue.len() <= 1, "{}", queue.len());
     }
 }

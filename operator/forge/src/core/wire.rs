@@ -85,6 +85,10 @@ pub struct PullRequest {
     /// Web page.
     #[serde(default)]
     pub html_url: String,
+    /// Whether it merges cleanly; `null` while GitHub computes it (after a push to either
+    /// branch), and in listings.
+    #[serde(default)]
+    pub mergeable: Option<bool>,
 }
 
 /// A pull-request review.
@@ -118,6 +122,57 @@ pub struct Issue {
     pub body: Option<String>,
     /// Present when the "issue" is a pull request (the issues API lists both).
     pub pull_request: Option<serde_json::Value>,
+}
+
+/// One status of the combined status.
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+pub struct CommitStatus {
+    /// The context (`ci/test`).
+    pub context: String,
+    /// `pending`, `success`, `failure` or `error`.
+    pub state: String,
+}
+
+/// `GET /repos/{o}/{r}/commits/{ref}/status`: the latest status of each context.
+#[derive(Clone, Debug, Default, Deserialize, PartialEq, Eq)]
+pub struct CombinedStatus {
+    /// One per context.
+    #[serde(default)]
+    pub statuses: Vec<CommitStatus>,
+}
+
+/// One check run.
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+pub struct CheckRun {
+    /// The check's name (what branch protection requires).
+    pub name: String,
+    /// `queued`, `in_progress`, `completed` (and `waiting`, `requested`, `pending`).
+    pub status: String,
+    /// Set once completed: `success`, `failure`, `neutral`, `cancelled`, `skipped`,
+    /// `timed_out`, `action_required`, `stale`.
+    pub conclusion: Option<String>,
+}
+
+/// `GET /repos/{o}/{r}/commits/{ref}/check-runs`.
+#[derive(Clone, Debug, Default, Deserialize, PartialEq, Eq)]
+pub struct CheckRuns {
+    /// The runs (one page of 100).
+    #[serde(default)]
+    pub check_runs: Vec<CheckRun>,
+}
+
+/// `GET /repos/{o}/{r}/git/ref/heads/{branch}`.
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+pub struct GitRef {
+    /// What it points at.
+    pub object: GitObject,
+}
+
+/// A ref's target.
+#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+pub struct GitObject {
+    /// The commit.
+    pub sha: String,
 }
 
 /// `GET /repos/{o}/{r}/compare/{base}...{head}`.

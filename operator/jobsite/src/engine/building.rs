@@ -6,14 +6,14 @@
 use std::time::Instant;
 
 use git2::Oid;
-use protobot_lifecycle::{AttemptRecord, Command, WorkItemRecord};
+use protobot_lifecycle::{AttemptRecord, WorkItemRecord};
 use protobot_repo::digest::product_tree_digest;
 use protobot_stores::WorkStore;
 use serde_json::json;
 
 use super::{
     Engine,
-    effects::Item,
+    effects::{Fenced, Item},
     error::{EngineError, git_err},
     history::{
         TRANSIENT, escalation_from, is_transient, label_of, outcome_of, since_last_block,
@@ -61,12 +61,7 @@ impl<S: WorkStore, E: Executor> Engine<S, E> {
                 "building: cycle {} already passed on this candidate; resuming at tests-pass",
                 last.cycle
             ));
-            self.command(
-                claim,
-                Command::TestsPass,
-                json!({"build_tests_passed": true}),
-            )
-            .await?;
+            self.command(claim, Fenced::TestsPass).await?;
             return Ok(());
         }
         // Only the attempts since the item was last blocked count: a
@@ -159,12 +154,7 @@ impl<S: WorkStore, E: Executor> Engine<S, E> {
                 )
                 .await?;
                 if gate.decision == Decision::Pass {
-                    self.command(
-                        claim,
-                        Command::TestsPass,
-                        json!({"build_tests_passed": true}),
-                    )
-                    .await?;
+                    self.command(claim, Fenced::TestsPass).await?;
                 } else {
                     let _exclusive = claim.exclusive().await;
                     crate::lease::renew_once(

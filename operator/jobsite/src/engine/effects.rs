@@ -6,7 +6,7 @@
 use std::{collections::BTreeSet, path::Path, time::Instant};
 
 use git2::{Oid, Repository};
-use protobot_lifecycle::{AttemptRecord, Command, ResultEnvelope};
+use protobot_lifecycle::{AttemptRecord, Command, LifecyclePayload, MergeEnvelope, ResultEnvelope};
 use protobot_repo::{
     catalog::ChangeScope, digest::product_tree_digest, export::ProjectionRecord,
     export::record_path_for, integrate::WorkItemRef, role::Role, seams::projection_export,
@@ -21,9 +21,89 @@ use super::{
     report::TraceEvent,
 };
 use crate::{
-    contract::BuildContract, executor::Executor, executor::RunSpec, executor::SandboxRole,
-    landing::Landing, lease::Claim, repo_folder::RepoFolder,
+    contract::BuildContract,
+    escalation::{ModelChoice, Tier},
+    executor::{Executor, RunSpec, SandboxRole},
+    landing::Landing,
+    lease::Claim,
+    repo_folder::RepoFolder,
+    sanitizer::SanitizedFeedback,
+    triage::Side,
 };
+
+/// A fenced lifecycle command of the engine with its typed payload: the command and
+/// what it carries cannot disagree.
+pub(super) enum Fenced {
+    /// `tests-pass`: the building gate passed.
+    TestsPass,
+    /// `raise-spec-question`: the item blocks on `question`.
+    RaiseSpecQuestion { question: String },
+    /// `return-to-building`: inspection found an in-contract defect.
+    InContractDefect,
+    /// `return-to-building`: the final tests failed.
+    FinalTestsFailed,
+    /// `begin-merge` with the tested candidate.
+    BeginMerge(MergeEnvelope),
+    /// `merge-conflict`: the default branch moved past the candidate.
+    MergeConflict,
+    /// `record-merge` with the verified merge commit.
+    RecordMerge(MergeEnvelope),
+}
+
+impl Fenced {
+    fn command(&self) -> Command {
+        match self {
+            Fenced::TestsPass => Command::TestsPass,
+            Fenced::RaiseSpecQuestion { .. } => Command::RaiseSpecQuestion,
+            Fenced::InContractDefect | Fenced::FinalTestsFailed => Command::ReturnToBuilding,
+            Fenced::BeginMerge(_) => Command::BeginMerge,
+            Fenced::MergeConflict => Command::MergeConflict,
+            Fenced::RecordMerge(_) => Command::RecordMerge,
+        }
+    }
+
+    fn payload(self) -> LifecyclePayload {
+        match self {
+            Fenced::TestsPass => LifecyclePayload::tests_passed(),
+            Fenced::RaiseSpecQuestion { question } => LifecyclePayload::question(question),
+            Fenced::InContractDefect => LifecyclePayload::in_contract_defect(),
+            Fenced::FinalTestsFailed => LifecyclePayload::final_tests_failed(),
+            Fenced::BeginMerge(envelope) | Fenced::RecordMerge(envelope) => {
+                LifecyclePayload::merge(envelope)
+            }
+            Fenced::MergeConflict => LifecyclePayload::default(),
+        }
+    }
+}
+
+/// The task document of one sandboxed run (`/task/task.json`, the executor port's
+/// `RunSpec::task`), typed here and written as JSON only at the port.
+#[derive(serde::Serialize)]
+#[serde(untagged)]
+pub(super) enum Task<'a> {
+    /// Worker A or Worker B in one build cycle.
+    Worker {
+        role: Side,
+        work_item_id: &'a str,
+        cycle: u32,
+        retry_budget: u32,
+        model_tier: Tier,
+        model: Option<&'a ModelChoice>,
+        requirement_ids: &'a [String],
+        /// Only this Worker's own sanitized feedback.
+        feedback: Vec<&'a SanitizedFeedback>,
+    },
+    /// An Inspector or a mutation campaign on the sealed candidate.
+    Producer {
+        role: SandboxRole,
+        work_item_id: &'a str,
+        inspection_run_id: &'a str,
+        candidate: &'a str,
+        requirement_ids: &'a [String],
+    },
+    /// The integration runner on a candidate.
+    Integration { role: SandboxRole, cycle: u32 },
+}
 
 /// A run's id (unique and deterministic) and the build cycle it belongs to (0 for
 /// inspection runs).
@@ -225,12 +305,16 @@ impl<S: WorkStore, E: Executor> Engine<S, E> {
         }
     }
 
+    /// Sends `fenced` under `claim`: the claim's envelope (its fence and current
+    /// expectations) with the command's typed payload, as the Job Site's context
+    /// granted the refs of the candidate it presents.
     pub(super) async fn command(
         &self,
         claim: &Claim,
-        command: Command,
-        payload: serde_json::Value,
+        fenced: Fenced,
     ) -> Result<ResultEnvelope, EngineError> {
+        let command = fenced.command();
+        let payload = fenced.payload();
         let _exclusive = claim.exclusive().await;
         let held = claim.check()?;
         // Keys are derived from the version the command moves from: a retry after a
@@ -241,28 +325,14 @@ impl<S: WorkStore, E: Executor> Engine<S, E> {
             command.as_str(),
             held.contract_version
         );
-        let mut env = claim.command(command, &key)?;
+        let env = claim.command(command, &key)?.with_payload(&payload);
         // The in-process Gate grants the Job Site exactly the refs of the
         // candidate it produced and presents (target, run, heads, merge).
-        let mut context = self.context.clone();
-        if let Some(m) = payload.get("merge_envelope") {
-            for key in [
-                "target",
-                "integration_head",
-                "merge_commit",
-                "inspection_run_id",
-            ] {
-                if let Some(r) = m
-                    .get(key)
-                    .and_then(|v| v.as_str())
-                    .filter(|r| !r.is_empty())
-                    && !context.allowed_refs.iter().any(|a| a == r)
-                {
-                    context.allowed_refs.push(r.to_string());
-                }
-            }
-        }
-        env.payload = Some(payload);
+        let refs = payload.merge_refs();
+        let context = self
+            .context
+            .clone()
+            .with_refs(refs.iter().map(String::as_str));
         let started = Instant::now();
         let result = self
             .store
@@ -302,10 +372,14 @@ impl<S: WorkStore, E: Executor> Engine<S, E> {
         role: SandboxRole,
         class: &WorkerClass,
         workspace: &Path,
-        task: serde_json::Value,
+        task: Task<'_>,
         RunName { run_id, cycle }: RunName,
     ) -> Result<crate::executor::RunOutput, EngineError> {
         let work_item = claim.check()?.work_item_id;
+        let task = serde_json::to_value(&task).map_err(|source| EngineError::Task {
+            run_id: run_id.clone(),
+            source,
+        })?;
         let egress_proxy = match egress_for(class, self.config.egress_proxy.as_deref()) {
             Ok(proxy) => proxy,
             Err(reason) => {

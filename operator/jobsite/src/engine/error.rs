@@ -47,6 +47,15 @@ pub enum EngineError {
         /// The offending path.
         path: String,
     },
+    /// The task document of a sandboxed run could not be written.
+    #[error("failed to write the task document of run {run_id}")]
+    Task {
+        /// The run.
+        run_id: String,
+        /// Why.
+        #[source]
+        source: serde_json::Error,
+    },
     /// A role's output is malformed.
     #[error("the {role} output is unusable: {reason}")]
     Output {

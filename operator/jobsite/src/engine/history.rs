@@ -2,7 +2,6 @@
 //! the escalation a resumed build continues with, and the labels attempts are stored under.
 
 use protobot_lifecycle::AttemptRecord;
-use serde_json::json;
 
 use crate::{escalation::Escalation, escalation::Outcome, escalation::Tier, triage::Decision};
 
@@ -40,14 +39,11 @@ pub(super) fn is_transient(label: &str) -> bool {
 }
 
 pub(super) fn tier_label(tier: Tier) -> String {
-    serde_json::to_value(tier)
-        .ok()
-        .and_then(|v| v.as_str().map(str::to_string))
-        .unwrap_or_default()
+    tier.as_str().to_owned()
 }
 
 pub(super) fn tier_from(label: &str) -> Tier {
-    serde_json::from_value(json!(label)).unwrap_or(Tier::T1)
+    Tier::parse(label).unwrap_or(Tier::T1)
 }
 
 /// The escalation a restarted Job Site resumes with: the persisted attempts, replayed.

@@ -4,7 +4,7 @@
 
 use std::{collections::BTreeSet, time::Instant};
 
-use protobot_lifecycle::{AttemptRecord, Command, WorkItemRecord};
+use protobot_lifecycle::{AttemptRecord, WorkItemRecord};
 use protobot_repo::{
     integrate::IntegrateError, integrate::refresh_work_item, land::fetch_remote_branch, role::Role,
 };
@@ -13,7 +13,7 @@ use serde_json::json;
 
 use super::{
     Engine,
-    effects::{Item, RunName},
+    effects::{Fenced, Item, RunName, Task},
     error::{EngineError, git_err},
     history::{escalation_from, label_of, outcome_of, since_last_block, tier_label},
     report::{CycleReport, InspectionReport, Progress},
@@ -103,12 +103,7 @@ impl<S: WorkStore, E: Executor> Engine<S, E> {
                                 },
                             )
                             .await?;
-                            self.command(
-                                claim,
-                                Command::ReturnToBuilding,
-                                json!({"final_tests_failed": true}),
-                            )
-                            .await?;
+                            self.command(claim, Fenced::FinalTestsFailed).await?;
                             return Ok(());
                         }
                     }
@@ -160,7 +155,13 @@ impl<S: WorkStore, E: Executor> Engine<S, E> {
                         role,
                         &producer.class,
                         &pi,
-                        json!({"role": role, "work_item_id": id, "inspection_run_id": run_id, "candidate": candidate, "requirement_ids": item.contract.applicable_requirement_ids}),
+                        Task::Producer {
+                            role,
+                            work_item_id: id,
+                            inspection_run_id: &run_id,
+                            candidate: &candidate,
+                            requirement_ids: &item.contract.applicable_requirement_ids,
+                        },
                         RunName::new(format!("{run_id}-{}", producer.name), 0),
                     )
                     .await?;
@@ -254,12 +255,7 @@ impl<S: WorkStore, E: Executor> Engine<S, E> {
                     },
                 )
                 .await?;
-                self.command(
-                    claim,
-                    Command::ReturnToBuilding,
-                    json!({"in_contract_defect": true}),
-                )
-                .await?;
+                self.command(claim, Fenced::InContractDefect).await?;
                 Ok(())
             }
             Verdict::Blocked { reason } => self.raise_question(claim, reason).await,

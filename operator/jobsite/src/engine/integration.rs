@@ -12,7 +12,7 @@ use serde_json::json;
 
 use super::{
     Engine,
-    effects::{Item, RunName},
+    effects::{Item, RunName, Task},
     error::{EngineError, git_err},
     history::label_of,
 };
@@ -76,7 +76,10 @@ impl<S: WorkStore, E: Executor> Engine<S, E> {
                 SandboxRole::IntegrationRunner,
                 &self.config.integration,
                 &pi,
-                json!({"role": "integration-runner", "cycle": cycle}),
+                Task::Integration {
+                    role: SandboxRole::IntegrationRunner,
+                    cycle,
+                },
                 RunName::new(
                     format!(
                         "{id}-c{cycle}-int-{}",

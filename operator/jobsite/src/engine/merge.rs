@@ -5,7 +5,7 @@
 use std::time::Instant;
 
 use git2::Oid;
-use protobot_lifecycle::{Command, MergeEnvelope, WorkItemRecord};
+use protobot_lifecycle::{MergeEnvelope, WorkItemRecord};
 use protobot_repo::{
     digest::product_tree_digest, land::AttestationFile, land::LandError, land::commit_attestation,
     land::fetch_remote_branch, land::find_merge_by_trailer, land::land_tested_work_item,
@@ -16,7 +16,7 @@ use serde_json::json;
 
 use super::{
     Engine,
-    effects::Item,
+    effects::{Fenced, Item},
     error::{EngineError, GitError, git_err},
     report::Progress,
 };
@@ -88,12 +88,7 @@ impl<S: WorkStore, E: Executor> Engine<S, E> {
             merge_commit: String::new(),
         };
         self.stage("merging: attestation committed; merging wi/ into the default branch");
-        self.command(
-            claim,
-            Command::BeginMerge,
-            json!({"merge_envelope": envelope}),
-        )
-        .await?;
+        self.command(claim, Fenced::BeginMerge(envelope)).await?;
         Ok(())
     }
 
@@ -152,12 +147,7 @@ impl<S: WorkStore, E: Executor> Engine<S, E> {
             Ok(landed) => {
                 self.boundary(id, "after:land")?;
                 envelope.merge_commit = landed.merge_commit.clone();
-                self.command(
-                    claim,
-                    Command::RecordMerge,
-                    json!({"merge_envelope": envelope}),
-                )
-                .await?;
+                self.command(claim, Fenced::RecordMerge(envelope)).await?;
                 progress.merge_commit = Some(landed.merge_commit);
                 self.stage("completed: merged, verified on the default branch and recorded");
                 Ok(())
@@ -166,8 +156,7 @@ impl<S: WorkStore, E: Executor> Engine<S, E> {
                 // The default branch moved past the tested candidate: back to building
                 // (a fresh fence), where the passed cycle is reused and revalidated.
                 self.stage("merging: the default branch moved; revalidating before landing");
-                self.command(claim, Command::MergeConflict, json!({}))
-                    .await?;
+                self.command(claim, Fenced::MergeConflict).await?;
                 Ok(())
             }
             Err(e @ LandError::NotOnRemote { .. }) => {
@@ -374,8 +363,7 @@ impl<S: WorkStore, E: Executor> Engine<S, E> {
     /// the new default head, then the item lands again.
     pub(super) async fn revalidate(&self, claim: &Claim, why: &str) -> Result<(), EngineError> {
         self.stage(&format!("merging: {why}; revalidating before landing"));
-        self.command(claim, Command::MergeConflict, json!({}))
-            .await?;
+        self.command(claim, Fenced::MergeConflict).await?;
         Ok(())
     }
 
@@ -387,12 +375,8 @@ impl<S: WorkStore, E: Executor> Engine<S, E> {
         progress: &mut Progress,
     ) -> Result<(), EngineError> {
         envelope.merge_commit = merge_commit.clone();
-        self.command(
-            claim,
-            Command::RecordMerge,
-            json!({"merge_envelope": envelope}),
-        )
-        .await?;
+        self.command(claim, Fenced::RecordMerge(envelope.clone()))
+            .await?;
         progress.merge_commit = Some(merge_commit);
         self.stage("completed: merged, verified on the default branch and recorded");
         Ok(())

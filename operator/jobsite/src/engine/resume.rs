@@ -5,16 +5,15 @@
 use std::{collections::BTreeSet, path::Path};
 
 use git2::Oid;
-use protobot_lifecycle::{AttemptRecord, Command, State};
+use protobot_lifecycle::{AttemptRecord, State};
 use protobot_repo::{
     catalog::ChangeScope, integrate::WorkItemRef, integrate::ensure_work_item_branch,
 };
 use protobot_stores::WorkStore;
-use serde_json::json;
 
 use super::{
     Engine,
-    effects::Item,
+    effects::{Fenced, Item},
     error::{EngineError, git_err},
     history::{BLOCKED_OUTCOME, tier_label},
     report::{BuildReport, Progress},
@@ -175,7 +174,7 @@ impl<S: WorkStore, E: Executor> Engine<S, E> {
                 tier: tier_label(self.config.start_tier),
                 outcome: BLOCKED_OUTCOME.into(),
                 candidate_commit: String::new(),
-                feedback: json!([]),
+                feedback: serde_json::Value::Array(Vec::new()),
                 started_at: Some(now),
                 finished_at: now,
             },
@@ -189,12 +188,8 @@ impl<S: WorkStore, E: Executor> Engine<S, E> {
         question: String,
     ) -> Result<(), EngineError> {
         self.stage(&format!("blocked: {question}"));
-        self.command(
-            claim,
-            Command::RaiseSpecQuestion,
-            json!({"question": question}),
-        )
-        .await?;
+        self.command(claim, Fenced::RaiseSpecQuestion { question })
+            .await?;
         Ok(())
     }
 }

@@ -15,7 +15,7 @@ use serde_json::json;
 
 use super::{
     Engine,
-    effects::{Item, RunName},
+    effects::{Item, RunName, Task},
     error::{EngineError, git_err},
     history::tier_label,
     integration::Gate,
@@ -70,16 +70,16 @@ impl<S: WorkStore, E: Executor> Engine<S, E> {
                 Side::Tests => &self.config.worker_a,
                 Side::Implementation => &self.config.worker_b,
             };
-            json!({
-                "role": side,
-                "work_item_id": id,
-                "cycle": cycle,
-                "retry_budget": budget,
-                "model_tier": tier,
-                "model": class.tiers.model_for(tier),
-                "requirement_ids": item.contract.applicable_requirement_ids,
-                "feedback": feedback.iter().filter(|f| f.recipient == side).collect::<Vec<_>>(),
-            })
+            Task::Worker {
+                role: side,
+                work_item_id: id,
+                cycle,
+                retry_budget: budget,
+                model_tier: tier,
+                model: class.tiers.model_for(tier),
+                requirement_ids: &item.contract.applicable_requirement_ids,
+                feedback: feedback.iter().filter(|f| f.recipient == side).collect(),
+            }
         };
         let (out_a, out_b) = tokio::join!(
             self.run_role(

@@ -253,7 +253,7 @@ fn lease(
     clock: StatusClock,
     now: Timestamp,
 ) -> Lease {
-    let same_token = previous.filter(|p| p.fencing_token == lease.fencing_token);
+    let same_token = previous.filter(|p| lease.fencing_token == p.fencing_token.as_str());
     let unchanged = same_token.filter(|p| p.expires_at() == lease.expires_at);
     if let Some(p) = unchanged {
         return p.clone();
@@ -268,7 +268,7 @@ fn lease(
     let seconds = lease.expires_at.duration_since(renew).as_secs().max(1);
     Lease {
         holder: lease.owner.clone(),
-        fencing_token: lease.fencing_token.clone(),
+        fencing_token: lease.fencing_token.to_string(),
         acquire_time: same_token.map_or(Time(renew), |p| p.acquire_time.clone()),
         renew_time: Time(renew),
         duration_seconds: u32::try_from(seconds).unwrap_or(u32::MAX),
