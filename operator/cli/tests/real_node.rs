@@ -641,6 +641,25 @@ async fn job_site_metrics_on_a_real_prometheus(
     );
 }
 
+/// The Kubernetes executor's configuration for `namespace`, staging under `staging` (the
+/// claim of [`real_node::sandbox_namespace`]), running `image`.
+fn executor_config(
+    namespace: &str,
+    staging: &std::path::Path,
+    image: String,
+) -> protobot_kube_executor::KubeExecutorConfig {
+    let mut config = protobot_kube_executor::KubeExecutorConfig::new(
+        namespace,
+        protobot_kube_executor::StagingVolume {
+            claim_name: "protobot-staging".into(),
+            mount_path: staging.to_path_buf(),
+        },
+        staging.join("collected"),
+    );
+    config.default_image = Some(image);
+    config
+}
+
 /// The shipped gVisor profile.
 fn gvisor_profile() -> protobot_kube_executor::SandboxProfile {
     let text = std::fs::read_to_string(
@@ -659,7 +678,7 @@ fn gvisor_profile() -> protobot_kube_executor::SandboxProfile {
 async fn a_run_over_its_memory_or_its_deadline_ends_as_that_limit_on_the_node() {
     use protobot_jobsite::executor::{Limits, RunSpec, SandboxRole, Termination};
     use protobot_kube_executor::{
-        KubeExecutorConfig, StagingVolume, manifest,
+        manifest,
         status::{PodOutcome, outcome},
     };
 
@@ -670,15 +689,7 @@ async fn a_run_over_its_memory_or_its_deadline_ends_as_that_limit_on_the_node() 
     let client = node.client.clone();
     let ns = TestNamespace::create(&client, "real-node-limits").await;
     let (staging, pv_name) = real_node::sandbox_namespace(&client, &ns.name).await;
-    let mut config = KubeExecutorConfig::new(
-        &ns.name,
-        StagingVolume {
-            claim_name: "protobot-staging".into(),
-            mount_path: staging.path().to_path_buf(),
-        },
-        staging.path().join("collected"),
-    );
-    config.default_image = Some(worker);
+    let config = executor_config(&ns.name, staging.path(), worker);
     let pods = ns.pods();
     let memory = |limit: &str| Termination::LimitExceeded {
         limit: limit.into(),
@@ -767,7 +778,7 @@ async fn a_run_over_its_memory_or_its_deadline_ends_as_that_limit_on_the_node() 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_runs_network_policy_refuses_a_direct_connection_and_dns_on_the_node() {
     use protobot_jobsite::executor::{Limits, RunSpec, SandboxRole};
-    use protobot_kube_executor::{KubeExecutorConfig, StagingVolume, manifest};
+    use protobot_kube_executor::manifest;
 
     let Some(node) = node_or_skip("network_policy_on_the_real_node").await else {
         return;
@@ -789,15 +800,7 @@ async fn the_runs_network_policy_refuses_a_direct_connection_and_dns_on_the_node
     // The staging claim the pod mounts (its sub-paths are created by the kubelet).
     let (staging, pv_name) = real_node::sandbox_namespace(&client, &ns.name).await;
     let profile = gvisor_profile();
-    let mut config = KubeExecutorConfig::new(
-        &ns.name,
-        StagingVolume {
-            claim_name: "protobot-staging".into(),
-            mount_path: staging.path().to_path_buf(),
-        },
-        staging.path().join("collected"),
-    );
-    config.default_image = Some(worker);
+    let config = executor_config(&ns.name, staging.path(), worker);
     // Once at the container's start, and again 3 s later: kube-router programs a new pod's
     // policy from its pod watch, after the pod started (the early line shows that window);
     // the verdict is the later one.
