@@ -315,38 +315,18 @@ fn counts(api: ModelApi, usage: &Value) -> Option<TokenCounts> {
         v.as_u64()
     };
     match api {
-        ModelApi::OpenAiChat => {
-            let prompt = n(&["prompt_tokens"]);
-            let completion = n(&["completion_tokens"]);
-            if prompt.is_none() && completion.is_none() {
-                return None;
-            }
-            let cached = n(&["prompt_tokens_details", "cached_tokens"]).unwrap_or(0);
-            let prompt = prompt.unwrap_or(0);
-            Some(TokenCounts {
-                input: prompt.saturating_sub(cached),
-                output: completion.unwrap_or(0),
-                cache_read: cached.min(prompt),
-                cache_write: 0,
-                reasoning: n(&["completion_tokens_details", "reasoning_tokens"]).unwrap_or(0),
-            })
-        }
-        ModelApi::OpenAiResponses => {
-            let input = n(&["input_tokens"]);
-            let output = n(&["output_tokens"]);
-            if input.is_none() && output.is_none() {
-                return None;
-            }
-            let cached = n(&["input_tokens_details", "cached_tokens"]).unwrap_or(0);
-            let input = input.unwrap_or(0);
-            Some(TokenCounts {
-                input: input.saturating_sub(cached),
-                output: output.unwrap_or(0),
-                cache_read: cached.min(input),
-                cache_write: 0,
-                reasoning: n(&["output_tokens_details", "reasoning_tokens"]).unwrap_or(0),
-            })
-        }
+        // OpenAI reports cached tokens inside its input count; the two dialects differ only
+        // in their field names.
+        ModelApi::OpenAiChat => openai(
+            &n,
+            ["prompt_tokens", "prompt_tokens_details"],
+            ["completion_tokens", "completion_tokens_details"],
+        ),
+        ModelApi::OpenAiResponses => openai(
+            &n,
+            ["input_tokens", "input_tokens_details"],
+            ["output_tokens", "output_tokens_details"],
+        ),
         ModelApi::AnthropicMessages => {
             let input = n(&["input_tokens"]);
             let output = n(&["output_tokens"]);
@@ -362,6 +342,28 @@ fn counts(api: ModelApi, usage: &Value) -> Option<TokenCounts> {
             })
         }
     }
+}
+
+/// An OpenAI-style usage object: `[input count, its details]` and `[output count, its
+/// details]` name the fields; the details hold `cached_tokens` and `reasoning_tokens`.
+fn openai(
+    n: &dyn Fn(&[&str]) -> Option<u64>,
+    [input, input_details]: [&str; 2],
+    [output, output_details]: [&str; 2],
+) -> Option<TokenCounts> {
+    let (input_count, output_count) = (n(&[input]), n(&[output]));
+    if input_count.is_none() && output_count.is_none() {
+        return None;
+    }
+    let cached = n(&[input_details, "cached_tokens"]).unwrap_or(0);
+    let input_count = input_count.unwrap_or(0);
+    Some(TokenCounts {
+        input: input_count.saturating_sub(cached),
+        output: output_count.unwrap_or(0),
+        cache_read: cached.min(input_count),
+        cache_write: 0,
+        reasoning: n(&[output_details, "reasoning_tokens"]).unwrap_or(0),
+    })
 }
 
 #[cfg(test)]
