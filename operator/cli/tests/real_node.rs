@@ -218,7 +218,10 @@ async fn helm_install_builds_a_change_set_with_gvisor_pods_on_the_real_node() {
             pod.name, pod.runtime_class, pod.node, pod.phase, pod.container_ids, pod.terminated
         );
     }
-    assert!(out.status.success(), "helm install failed (its output is above)");
+    assert!(
+        out.status.success(),
+        "helm install failed (its output is above)"
+    );
 
     // The operator: two replicas of the image built here, Running on the node. (A replica
     // may be briefly unready on a loaded node after the hook: wait for both, then say so.)
@@ -237,7 +240,11 @@ async fn helm_install_builds_a_change_set_with_gvisor_pods_on_the_real_node() {
     if !matches!(ready, Ok(Some(_))) {
         println!(
             "Deployment {deployment_name}: {:#?}\noperator logs:\n{}",
-            deployments.get(&deployment_name).await.ok().and_then(|d| d.status),
+            deployments
+                .get(&deployment_name)
+                .await
+                .ok()
+                .and_then(|d| d.status),
             operator_logs(&client, &ns.name).await
         );
         panic!("the operator Deployment has not 2 ready replicas 180 s after helm install");
@@ -246,7 +253,11 @@ async fn helm_install_builds_a_change_set_with_gvisor_pods_on_the_real_node() {
     println!("operator pods: {operators:?}");
     assert_eq!(operators.len(), 2, "two operator pods Running");
     for (pod, node_name, ids) in &operators {
-        assert_eq!(node_name.as_deref(), Some(node.name.as_str()), "{pod} runs on the node");
+        assert_eq!(
+            node_name.as_deref(),
+            Some(node.name.as_str()),
+            "{pod} runs on the node"
+        );
         assert!(
             !ids.is_empty() && ids.iter().all(|id| id.starts_with("containerd://")),
             "{pod}'s containers run in containerd: {ids:?}"
@@ -258,7 +269,10 @@ async fn helm_install_builds_a_change_set_with_gvisor_pods_on_the_real_node() {
         .iter()
         .filter(|p| p.runtime_class.as_deref() == Some(GVISOR))
         .collect();
-    assert!(!probes.is_empty(), "no gVisor pod ran (pods seen are listed above)");
+    assert!(
+        !probes.is_empty(),
+        "no gVisor pod ran (pods seen are listed above)"
+    );
     // Every container that started has a containerd id (a probe cancelled before its
     // container started, SB-LIFE-001, has none), and probes ran their sandbox container.
     for p in &probes {
@@ -657,28 +671,50 @@ async fn job_site_metrics_on_a_real_prometheus(
     wait_for("every target scraped", "up", &|r| {
         r.len() == 3 && r.iter().all(|s| value(s) == "1")
     });
-    let dashboard: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-                .join("../../charts/protobot/dashboards/job-site.json"),
-        )
-        .unwrap(),
-    )
-    .unwrap();
+    // Every panel query of every dashboard, its variables set to "all" as Grafana does.
+    let dir =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../charts/protobot/dashboards");
     let mut queries = Vec::new();
-    dashboard_queries(&dashboard, &mut queries);
-    assert!(queries.len() >= 8, "{queries:?}");
-    let failed: Vec<_> = queries
-        .iter()
-        .filter_map(|q| prometheus.query(q).err().map(|e| (q, e)))
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
         .collect();
-    assert!(
-        failed.is_empty(),
-        "dashboard queries Prometheus refused: {failed:#?}"
+    files.sort();
+    for path in &files {
+        let dashboard: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        dashboard_queries(&dashboard, &mut queries);
+    }
+    let queries: Vec<String> = queries
+        .iter()
+        .map(|q| q.replace("$namespace", ".*").replace("$project", ".*"))
+        .collect();
+    assert!(queries.len() >= 30, "{queries:?}");
+    // The items-by-state panel counts each completed item once across the two replicas (after
+    // the recording rule's first evaluation): as many as the API server holds (the operator
+    // watches every namespace; a failed earlier run may have left its items behind).
+    let expected = Api::<BuildWorkItem>::all(client.clone())
+        .list(&Default::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .filter(|i| {
+            i.status
+                .as_ref()
+                .is_some_and(|s| s.state == LifecycleState::Completed)
+        })
+        .count()
+        .to_string();
+    let items_by_state = queries
+        .iter()
+        .find(|q| q.starts_with("sum by (state) (namespace_job_state:protobot_work_items:max"))
+        .expect("the overview has an items-by-state panel");
+    let by_state = wait_for(
+        "items by state, once across replicas",
+        items_by_state,
+        &|r| r.iter().any(|s| s["metric"]["state"] == "completed"),
     );
-    let by_state = wait_for("items by state, once across replicas", &queries[0], &|r| {
-        r.iter().any(|s| s["metric"]["state"] == "completed")
-    });
     let completed: Vec<_> = by_state
         .iter()
         .filter(|s| s["metric"]["state"] == "completed")
@@ -686,19 +722,59 @@ async fn job_site_metrics_on_a_real_prometheus(
         .collect();
     assert_eq!(
         completed,
-        ["1"],
-        "the dashboard counts the one completed item once: {by_state:?}"
+        std::slice::from_ref(&expected),
+        "the dashboard counts each completed item once: {by_state:?}"
     );
     let recorded = wait_for(
         "the recording rule",
         "namespace_job_state:protobot_work_items:max{state=\"completed\"}",
         &|r| !r.is_empty(),
     );
-    assert_eq!(value(&recorded[0]), "1", "{recorded:?}");
+    assert_eq!(value(&recorded[0]), expected, "{recorded:?}");
+    // Each replica publishes its build slots (the chart's default, 8 each).
+    let slots = wait_for(
+        "build slots per replica",
+        "sum(protobot_build_slots{state=\"total\"})",
+        &|r| !r.is_empty(),
+    );
+    assert_eq!(value(&slots[0]), "16", "two replicas of 8 slots: {slots:?}");
+    // rate() and increase() need two samples of a series in their range: wait until every
+    // target was scraped three times.
+    wait_for(
+        "three scrapes of every target",
+        "count_over_time(up[5m]) >= 3",
+        &|r| r.len() == 3,
+    );
+    // Every query parses and answers; one without a series must be over a family this
+    // scenario has no event for (no model call, no forge), and nothing else.
+    let mut refused = Vec::new();
+    let mut empty = Vec::new();
+    for q in &queries {
+        match prometheus.query(q) {
+            Err(e) => refused.push(format!("{q}: {e}")),
+            Ok(series) if series.is_empty() => empty.push(q.clone()),
+            Ok(_) => {}
+        }
+    }
+    assert!(
+        refused.is_empty(),
+        "dashboard queries Prometheus refused: {refused:#?}"
+    );
+    let unexplained: Vec<_> = empty
+        .iter()
+        .filter(|q| !q.contains("protobot_model_") && !q.contains("protobot_forge_"))
+        .collect();
+    assert!(
+        unexplained.is_empty(),
+        "dashboard queries without data after a build: {unexplained:#?}"
+    );
     println!(
-        "Prometheus scraped {} operator replicas and the egress proxy; {} dashboard queries answered",
+        "Prometheus scraped {} operator replicas and the egress proxy: {} dashboards, {} panel queries evaluated, {} with data, {} without (model calls and forge: none in this scenario)",
         operators.len(),
-        queries.len()
+        files.len(),
+        queries.len(),
+        queries.len() - empty.len(),
+        empty.len()
     );
 }
 

@@ -75,6 +75,9 @@ pub struct Settings {
     pub metrics: Option<crate::metrics::JobSiteMetrics>,
     /// This replica's build slots, shared by every project (`--max-concurrent-builds`).
     pub capacity: Arc<tokio::sync::Semaphore>,
+    /// How many permits [`Settings::capacity`] was made with (published as
+    /// `protobot_build_slots{state="total"}`).
+    pub max_concurrent_builds: usize,
     /// Raised on SIGTERM/SIGINT: no more claims, builds stop at their next boundary.
     pub stop: StopSignal,
     /// Notified once, after a raised [`Settings::stop`], when no pass runs any more.
@@ -107,6 +110,7 @@ impl Settings {
             claim_sweeps: ClaimSweeps::default(),
             metrics: None,
             capacity: Arc::new(tokio::sync::Semaphore::new(max_concurrent_builds.max(1))),
+            max_concurrent_builds: max_concurrent_builds.max(1),
             stop: StopSignal::new(),
             drained: Arc::new(tokio::sync::Notify::new()),
             repositories: crate::project::decide::RepositoryPolicy::default(),

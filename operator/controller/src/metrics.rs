@@ -88,9 +88,85 @@ impl Collector for WorkItemsByState {
     }
 }
 
+/// `protobot_build_slots{state}`: this replica's build slots, read at scrape time from the
+/// semaphore builds take a permit of — `total` (`--max-concurrent-builds`) and `in_use`.
+/// Both are 0 on a replica without a Job Site until [`BuildSlots::attach`]. Per replica:
+/// sum them over replicas for the cluster's capacity.
+#[derive(Clone)]
+pub struct BuildSlots {
+    source: Arc<std::sync::Mutex<Option<Capacity>>>,
+    desc: Desc,
+    template: IntGaugeVec,
+}
+
+/// A replica's slot semaphore and the permits it was made with.
+type Capacity = (Arc<tokio::sync::Semaphore>, usize);
+
+impl BuildSlots {
+    fn new() -> Result<BuildSlots, prometheus::Error> {
+        let template = IntGaugeVec::new(
+            Opts::new(
+                "protobot_build_slots",
+                "This replica's build slots: total (--max-concurrent-builds) and in_use.",
+            ),
+            &["state"],
+        )?;
+        let desc = template
+            .desc()
+            .first()
+            .map(|d| (*d).clone())
+            .ok_or_else(|| prometheus::Error::Msg("build slot gauge has no descriptor".into()))?;
+        Ok(BuildSlots {
+            source: Arc::default(),
+            desc,
+            template,
+        })
+    }
+
+    /// Publishes `capacity` (made with `total` permits) from now on.
+    pub fn attach(&self, capacity: Arc<tokio::sync::Semaphore>, total: usize) {
+        *self
+            .source
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some((capacity, total));
+    }
+
+    /// `(total, in_use)` now.
+    pub fn read(&self) -> (usize, usize) {
+        match &*self
+            .source
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        {
+            Some((capacity, total)) => (*total, total.saturating_sub(capacity.available_permits())),
+            None => (0, 0),
+        }
+    }
+}
+
+impl Collector for BuildSlots {
+    fn desc(&self) -> Vec<&Desc> {
+        vec![&self.desc]
+    }
+
+    fn collect(&self) -> Vec<MetricFamily> {
+        let (total, in_use) = self.read();
+        let gauge = |n: usize| i64::try_from(n).unwrap_or(i64::MAX);
+        self.template
+            .with_label_values(&["total"])
+            .set(gauge(total));
+        self.template
+            .with_label_values(&["in_use"])
+            .set(gauge(in_use));
+        self.template.collect()
+    }
+}
+
 /// Every counter and histogram of the Job Site.
 #[derive(Clone)]
 pub struct JobSiteMetrics {
+    /// `protobot_build_slots{state}`: this replica's slots (scrape time).
+    pub slots: BuildSlots,
     /// `protobot_claims_total{outcome}`: allowed, duplicate, stale, rejected.
     pub claims: IntCounterVec,
     /// `protobot_lease_renewals_total{outcome}`.
@@ -142,6 +218,7 @@ impl JobSiteMetrics {
         let seconds = vec![0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 30.0, 120.0, 600.0, 3600.0];
         let long = vec![60.0, 300.0, 900.0, 1800.0, 3600.0, 7200.0, 21600.0, 86400.0];
         let m = JobSiteMetrics {
+            slots: BuildSlots::new()?,
             claims: counter_vec("protobot_claims_total", "Claims by outcome.", &["outcome"])?,
             lease_renewals: counter_vec(
                 "protobot_lease_renewals_total",
@@ -215,6 +292,7 @@ impl JobSiteMetrics {
         registry.register(Box::new(m.registration_to_completion.clone()))?;
         registry.register(Box::new(m.repository_fetches.clone()))?;
         registry.register(Box::new(WorkItemsByState::new(states)?))?;
+        registry.register(Box::new(m.slots.clone()))?;
         // Known label values start at zero so every family is exposed from the
         // first scrape and rate() and alerts see them before the first event.
         for (family, values) in [
@@ -534,6 +612,35 @@ mod tests {
             findings,
             verdict,
         }
+    }
+
+    #[tokio::test]
+    async fn build_slots_are_read_from_the_semaphore_at_scrape_time() {
+        let registry = Registry::new();
+        let m = JobSiteMetrics::register(&registry, Arc::new(NoCounts)).unwrap();
+        let sample = |state: &str| {
+            registry
+                .gather()
+                .into_iter()
+                .find(|f| f.name() == "protobot_build_slots")
+                .and_then(|f| {
+                    f.get_metric()
+                        .iter()
+                        .find(|s| s.get_label().iter().any(|l| l.value() == state))
+                        .map(|s| s.get_gauge().get_value())
+                })
+        };
+        // No Job Site in this replica: the family is there, at zero.
+        assert_eq!((sample("total"), sample("in_use")), (Some(0.0), Some(0.0)));
+        let capacity = Arc::new(tokio::sync::Semaphore::new(3));
+        m.slots.attach(Arc::clone(&capacity), 3);
+        let first = Arc::clone(&capacity).acquire_owned().await.unwrap();
+        let second = Arc::clone(&capacity).acquire_owned().await.unwrap();
+        assert_eq!((sample("total"), sample("in_use")), (Some(3.0), Some(2.0)));
+        drop(first);
+        assert_eq!(sample("in_use"), Some(1.0));
+        drop(second);
+        assert_eq!(sample("in_use"), Some(0.0));
     }
 
     #[test]

@@ -214,6 +214,10 @@ pub async fn run<E: protobot_jobsite::executor::Executor + 'static>(
     let jobs = async {
         match job_site {
             Some(j) => {
+                metrics.slots.attach(
+                    Arc::clone(&j.settings.capacity),
+                    j.settings.max_concurrent_builds,
+                );
                 let settings = crate::jobsite::Settings {
                     metrics: Some(metrics.clone()),
                     repositories,

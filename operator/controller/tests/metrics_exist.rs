@@ -31,10 +31,34 @@ fn chart() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../charts/protobot")
 }
 
+/// One exposition of every family the chart's Prometheus scrapes: the operator's (the Job
+/// Site's and the forge client's, registered as `operator::run` registers them) and the
+/// egress proxy's (decisions, limits, model usage), served from one registry here. Families
+/// whose label values are only known when their event happens (forge calls, model usage)
+/// get one event each, so their names and labels are exposed as after the first event.
 async fn scrape() -> String {
     let registry = prometheus::Registry::new();
     let (reader, _writer) = reflector::store::<BuildWorkItem>();
     let _metrics = JobSiteMetrics::register(&registry, Arc::new(CachedStates(reader))).unwrap();
+    let forge = protobot_forge::metrics::ForgeMetrics::register(&registry).unwrap();
+    forge.call("merge-pull", protobot_forge::metrics::Outcome::Success);
+    forge.waited("primary");
+    forge.merge_retried("base-branch-modified");
+    forge.checks_wait_ended(protobot_forge::metrics::ChecksWaitOutcome::Reported);
+    let _egress = protobot_egress::metrics::EgressMetrics::register(&registry).unwrap();
+    let usage = protobot_egress::meter::UsageMetrics::register(&registry).unwrap();
+    usage
+        .tokens
+        .with_label_values(&["shop", "worker-b", "t1", "input"])
+        .inc();
+    usage
+        .cost
+        .with_label_values(&["shop", "worker-b", "t1"])
+        .inc();
+    usage
+        .calls
+        .with_label_values(&["shop", "worker-b", "t1", "openai-chat", "reported"])
+        .inc();
     let (addr, task) = serve(
         "127.0.0.1:0".parse().unwrap(),
         registry,
@@ -427,4 +451,65 @@ fn selectors_skip_functions_strings_and_label_names() {
         vec![("state".to_string(), "blocked".to_string())]
     );
     assert!(!names.contains(&"sum") && !names.contains(&"max"));
+}
+
+/// Every dashboard a platform team opens answers "what do I do now" and follows the chosen
+/// data source and namespace: each panel has a description, reads `${datasource}`, and each
+/// query on the operator's families filters on `$namespace`; the variables exist.
+#[test]
+fn every_dashboard_panel_says_what_to_do_and_follows_its_variables() {
+    let mut dashboards = 0;
+    for entry in std::fs::read_dir(chart().join("dashboards")).unwrap() {
+        let path = entry.unwrap().path();
+        let json: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        dashboards += 1;
+        let variables: BTreeSet<&str> = json["templating"]["list"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|v| v["name"].as_str())
+            .collect();
+        assert!(
+            variables.contains("datasource") && variables.contains("namespace"),
+            "{}: variables {variables:?}",
+            path.display()
+        );
+        let panels = json["panels"].as_array().unwrap();
+        assert!(
+            panels.len() >= 8,
+            "{}: {} panels",
+            path.display(),
+            panels.len()
+        );
+        for panel in panels {
+            let title = panel["title"].as_str().unwrap_or("?");
+            let place = format!("{} ({title})", path.display());
+            assert!(
+                panel["description"].as_str().is_some_and(|d| d.len() > 40),
+                "{place}: no description saying what to do"
+            );
+            assert_eq!(panel["datasource"]["uid"], "${datasource}", "{place}");
+            for target in panel["targets"].as_array().unwrap() {
+                let expr = target["expr"].as_str().unwrap();
+                assert_eq!(target["datasource"]["uid"], "${datasource}", "{place}");
+                let selected = selectors(expr);
+                let filtered = selected
+                    .iter()
+                    .filter(|s| s.name.starts_with("protobot_") || s.name.contains(':'))
+                    .all(|_| {
+                        expr.contains("namespace=~\"$namespace\"")
+                            || expr.contains("project=~\"$project\"")
+                    });
+                assert!(
+                    filtered,
+                    "{place}: `{expr}` ignores the namespace/project variable"
+                );
+            }
+        }
+    }
+    assert_eq!(
+        dashboards, 3,
+        "overview, build pipeline, sandboxes and egress"
+    );
 }
