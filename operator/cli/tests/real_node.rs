@@ -363,6 +363,8 @@ async fn helm_install_builds_a_change_set_with_gvisor_pods_on_the_real_node() {
                 "sandboxProfile": GVISOR,
                 "workerClassesRef": {"name": "cli-sync-workers"},
                 "credentialsSecretRef": {"name": "cli-sync-git"},
+                // The shortest lease the CRD allows: the fault below waits for it to expire.
+                "leaseDurationSeconds": 30,
             },
         }),
     )
@@ -398,6 +400,53 @@ async fn helm_install_builds_a_change_set_with_gvisor_pods_on_the_real_node() {
             panic!("the ChangeSet was never registered ({other:?}); the logs are above")
         }
     };
+    // The fault: the replica holding the item's lease dies mid-build — its pod deleted without
+    // grace, as a node failure or an OOM kill would — while a Worker pod of the build runs.
+    // The other replica recovers the lease when it expires and finishes the build.
+    let building =
+        protobot_testkit::wait::until(&items, &item_name, limit, |i: Option<&BuildWorkItem>| {
+            i.and_then(|i| i.status.as_ref())
+                .is_some_and(|s| s.state == LifecycleState::Building && s.owner.is_some())
+        })
+        .await;
+    let Ok(Some(building)) = building else {
+        println!("logs:\n{}", operator_logs().await);
+        panic!("{item_name} was never claimed ({building:?}); the logs are above");
+    };
+    let victim = building.status.and_then(|s| s.owner).unwrap();
+    let worker_running = {
+        use futures::StreamExt;
+        use kube::runtime::WatchStreamExt;
+        let pods = Api::<Pod>::namespaced(client.clone(), &ns.name);
+        let config = kube::runtime::watcher::Config::default().labels("protobot.dev/role=worker-a");
+        let mut stream = kube::runtime::watcher(pods, config)
+            .applied_objects()
+            .boxed();
+        tokio::time::timeout(Duration::from_secs(300), async {
+            while let Some(Ok(pod)) = stream.next().await {
+                if pod.status.and_then(|s| s.phase).as_deref() == Some("Running") {
+                    return pod.metadata.name;
+                }
+            }
+            None
+        })
+        .await
+    };
+    let Ok(Some(worker)) = worker_running else {
+        panic!("no Worker A pod of {item_name} ran within 5 min ({worker_running:?})");
+    };
+    Api::<Pod>::namespaced(client.clone(), &ns.name)
+        .delete(
+            &victim,
+            &DeleteParams {
+                grace_period_seconds: Some(0),
+                ..DeleteParams::default()
+            },
+        )
+        .await
+        .unwrap_or_else(|e| panic!("deleting the lease holder {victim}: {e}"));
+    let killed = std::time::Instant::now();
+    println!("killed the lease holder {victim} while {worker} ran");
     let completed = protobot_testkit::wait::until(
         &items,
         &item_name,
@@ -424,9 +473,41 @@ async fn helm_install_builds_a_change_set_with_gvisor_pods_on_the_real_node() {
         }
     };
     println!(
-        "item {} completed in {:.0} s",
+        "item {} completed in {:.0} s, {:.0} s after its lease holder was killed",
         completed.spec.work_item_id,
-        started.elapsed().as_secs_f64()
+        started.elapsed().as_secs_f64(),
+        killed.elapsed().as_secs_f64()
+    );
+    // The victim claimed it; another replica finished it.
+    let versions = completed
+        .status
+        .as_ref()
+        .map(|s| s.contract_versions.clone())
+        .unwrap_or_default();
+    let transitions: Vec<_> = versions
+        .iter()
+        .map(|v| format!("{:?} → {:?} by {:?}", v.command, v.state, v.actor))
+        .collect();
+    println!("transitions: {transitions:#?}");
+    assert!(
+        versions
+            .iter()
+            .any(|v| v.command == protobot_api::common::LifecycleCommand::Claim
+                && v.actor.as_deref() == Some(victim.as_str())),
+        "the killed replica had claimed it: {transitions:?}"
+    );
+    assert!(
+        versions
+            .iter()
+            .any(|v| v.command == protobot_api::common::LifecycleCommand::RecoverLease),
+        "the lease was recovered, not waited out by the dead replica: {transitions:?}"
+    );
+    let last = versions.last().expect("the completed item has transitions");
+    assert_eq!(last.state, LifecycleState::Completed, "{transitions:?}");
+    assert_ne!(
+        last.actor.as_deref(),
+        Some(victim.as_str()),
+        "the killed replica cannot have completed the item: {transitions:?}"
     );
     let merged = completed
         .status

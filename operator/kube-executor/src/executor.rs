@@ -670,7 +670,18 @@ impl KubernetesExecutor {
 
         // The policy exists before the pod, so the pod never runs unfenced.
         let pp = PostParams::default();
-        if let Err(e) = self.network_policies().create(&pp, &policy).await {
+        let mut created_policy = self.network_policies().create(&pp, &policy).await;
+        if matches!(&created_policy, Err(kube::Error::Api(s)) if s.code == 409) {
+            // A run of this id left behind by another replica: replace it, once.
+            match self.replace_leftover(&name, &run_id).await {
+                Ok(()) => created_policy = self.network_policies().create(&pp, &policy).await,
+                Err(reason) => {
+                    let _ = staging::remove_tree(&staged.root);
+                    return Err(start_err(reason));
+                }
+            }
+        }
+        if let Err(e) = created_policy {
             let _ = staging::remove_tree(&staged.root);
             return Err(start_err(format!(
                 "failed to create NetworkPolicy {name}: {}",
@@ -881,6 +892,54 @@ impl KubernetesExecutor {
         {
             tracing::warn!(pod = name, "deleting the sandbox pod failed: {e}");
         }
+    }
+
+    /// Makes room for run `name` when another executor instance left one of the same id
+    /// behind: the replica that held the item's lease before this one died or lost the lease
+    /// mid-run (run ids are deterministic per item, cycle and role). The engine starts a run
+    /// only under the item's live lease, and a late command of the old holder is refused by
+    /// its stale fencing token, so the leftover's result cannot count: its pod is deleted and
+    /// waited for, then its NetworkPolicy. A run of this id of this very instance is never
+    /// touched (it is live: [`Self::reserve`] let this run start only because it is not).
+    async fn replace_leftover(&self, name: &str, run_id: &str) -> Result<(), String> {
+        let ours = &self.inner.config.instance;
+        let existing = self.network_policies().get_opt(name).await.map_err(|e| {
+            format!(
+                "reading the NetworkPolicy {name} in the way: {}",
+                api_reason(&e)
+            )
+        })?;
+        let owner = existing
+            .as_ref()
+            .and_then(|p| p.labels().get(LABEL_EXECUTOR).cloned())
+            .unwrap_or_default();
+        if existing.is_some() && &owner == ours {
+            return Err(format!(
+                "NetworkPolicy {name} of run {run_id} already exists and belongs to this executor ({ours}): a run with this id is live or was left behind; wait for it or run collect_garbage"
+            ));
+        }
+        tracing::warn!(
+            run_id,
+            pod = name,
+            left_by = owner.as_str(),
+            "replacing a run of the same id left behind by another replica (its lease on the item ended)"
+        );
+        if let Some(pod) = self
+            .pods()
+            .get_opt(name)
+            .await
+            .map_err(|e| format!("reading the pod {name} in the way: {}", api_reason(&e)))?
+            && !self
+                .delete_pod_and_wait(name, &pod.uid().unwrap_or_default())
+                .await
+        {
+            return Err(format!(
+                "the pod {name} left behind by {owner} did not go within {:?}; the run is retried later",
+                self.inner.config.deletion_timeout
+            ));
+        }
+        self.delete_network_policy(name).await;
+        Ok(())
     }
 
     /// Deletes the pod and waits (bounded) until it is gone.

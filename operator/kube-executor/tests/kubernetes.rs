@@ -23,7 +23,9 @@
 //! - `a_run_with_the_egress_proxy_gets_one_egress_rule_and_the_proxy_env`;
 //! - `a_failed_pod_create_leaves_nothing_behind`;
 //! - `a_pod_that_never_starts_hits_the_executor_deadline_and_is_deleted`;
-//! - `garbage_collection_removes_only_this_instances_leftovers`.
+//! - `garbage_collection_removes_only_this_instances_leftovers`;
+//! - `a_run_left_behind_by_another_replica_is_replaced_and_ours_is_refused` (a replica that
+//!   died mid-run, found on the real node).
 
 use std::{
     path::{Path, PathBuf},
@@ -653,6 +655,68 @@ async fn garbage_collection_removes_only_this_instances_leftovers() {
         Default::default(),
         "idempotent"
     );
+}
+
+/// The replica that held an item's lease died mid-run (found on the real node: the survivor
+/// resumed the build and met the dead replica's pod and NetworkPolicy under the same
+/// deterministic run id, and retried "already exists" forever). A leftover of another
+/// executor instance is replaced — its pod deleted and waited for, its policy deleted — and
+/// the run goes on; a leftover of this very instance is refused as before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_left_behind_by_another_replica_is_replaced_and_ours_is_refused() {
+    let Some(env) = Env::start() else { return };
+    let exec = env.admitted();
+    let leftover = |name: &str, instance: &str| {
+        let labels =
+            json!({LABEL_MANAGED_BY: "protobot", LABEL_EXECUTOR: instance, LABEL_RUN_ID: name});
+        env.server
+            .create_object(json!({
+                "apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": name, "namespace": NS, "labels": labels},
+                "spec": {"restartPolicy": "Never", "containers": [
+                    {"name": "sandbox", "image": "x", "command": ["sleep", "60"]}]}
+            }))
+            .unwrap();
+        env.server
+            .create_object(json!({
+                "apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+                "metadata": {"name": name, "namespace": NS, "labels": labels},
+                "spec": {"podSelector": {"matchLabels": {LABEL_RUN_ID: name}}, "policyTypes": ["Ingress", "Egress"]}
+            }))
+            .unwrap();
+    };
+
+    // Another replica's leftover: replaced, and this run's output comes back.
+    let spec = env.spec(
+        "wi-12/cycle-1/worker-a",
+        "echo '{\"ok\": true}' > /out/results.json",
+    );
+    let name = run_name(&spec.run_id);
+    leftover(&name, "a-replica-that-died");
+    let out = exec.run(spec, no_cancel()).await.unwrap();
+    assert_eq!(out.termination, Termination::Exited { code: 0 }, "{out:?}");
+    assert!(
+        std::fs::read_to_string(out.out_dir.join("results.json"))
+            .unwrap()
+            .contains("ok"),
+        "the replacing run's own output"
+    );
+    // The replacing run cleaned up after itself: nothing of either is left.
+    assert!(!env.pod_names().await.contains(&name));
+    assert!(!env.policy_names().await.contains(&name));
+
+    // This instance's own leftover (a run of ours, live or crashed): refused, untouched.
+    let spec = env.spec("wi-13/cycle-1/worker-a", "true");
+    let name = run_name(&spec.run_id);
+    leftover(&name, INSTANCE);
+    let err = exec.run(spec, no_cancel()).await.unwrap_err();
+    assert!(matches!(err, ExecutorError::Start { .. }), "{err}");
+    assert!(
+        err.to_string().contains("belongs to this executor"),
+        "{err}"
+    );
+    assert!(env.pod_names().await.contains(&name));
+    assert!(env.policy_names().await.contains(&name));
 }
 
 /// Reports every container as OOM-killed (exit 137), as a node does after a
