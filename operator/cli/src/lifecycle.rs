@@ -300,6 +300,14 @@ async fn abandon_inner(args: &AbandonArgs) -> Result<serde_json::Value, (u8, Str
     )
     .await
     .map_err(|e| (1, e))?;
+    // An abandoned item is never built again: what its cycles left goes (its trace stays).
+    crate::run::remove_item_scratch(
+        &store_path
+            .parent()
+            .unwrap_or(std::path::Path::new("."))
+            .join("scratch"),
+        &record.id,
+    );
     Ok(serde_json::json!({
         "work_item": record.id,
         "state": State::Abandoned,

@@ -578,7 +578,7 @@ async fn run_inner(args: &RunArgs, mode: Mode) -> Result<serde_json::Value, RunE
         .await
         .map_err(|e| RunError::Failed(e.to_string()))?;
     if let Some(r) = &record
-        && r.state == State::Completed
+        && matches!(r.state, State::Completed | State::Abandoned)
     {
         remove_item_scratch(&scratch, &r.id);
     }
@@ -724,10 +724,11 @@ async fn preflight(
     )))
 }
 
-/// Removes what a completed item's build left under `scratch`: its cycles'
+/// Removes what a finished item's build left under `scratch`: its cycles'
 /// projections and the collected `/out` folders of its runs (the trace stays,
-/// in `scratch/traces`). A completed item is never built again.
-fn remove_item_scratch(scratch: &Path, work_item_id: &str) {
+/// in `scratch/traces`). A completed or abandoned item is never built again; a
+/// blocked one keeps its scratch (what its last cycle saw explains the block).
+pub(crate) fn remove_item_scratch(scratch: &Path, work_item_id: &str) {
     let prefix = format!("{work_item_id}-");
     for dir in [scratch.to_path_buf(), scratch.join("sandbox").join("out")] {
         let Ok(entries) = std::fs::read_dir(&dir) else {

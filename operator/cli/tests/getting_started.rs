@@ -482,6 +482,14 @@ fn a_blocked_item_is_abandoned_through_the_lifecycle_and_nothing_is_merged() {
     let items = status(&s);
     assert_eq!(items[0]["state"], "blocked", "{items}");
     let id = items[0]["id"].as_str().unwrap().to_owned();
+    // A blocked item keeps what its cycles left (it explains the block) ...
+    let scratch = |s: &Session| {
+        s.ok(
+            &s.repo(),
+            "ls .git/protobot/scratch .git/protobot/scratch/sandbox/out 2>/dev/null || true",
+        )
+    };
+    assert!(scratch(&s).contains(&format!("{id}-")), "{}", scratch(&s));
     let abandoned = s.ok(
         &s.repo(),
         &format!("protobot abandon --repo . --work-item {id}"),
@@ -490,6 +498,10 @@ fn a_blocked_item_is_abandoned_through_the_lifecycle_and_nothing_is_merged() {
         abandoned.contains("is abandoned (was blocked)"),
         "{abandoned}"
     );
+    // ... an abandoned one is never built again: it goes, its trace stays.
+    let left = scratch(&s);
+    assert!(!left.contains(&format!("{id}-")), "{left}");
+    assert!(left.contains("traces"), "{left}");
     assert_eq!(status(&s)[0]["state"], "abandoned");
     // The old block reason is not shown under an item that is no longer blocked.
     let table = s.ok(&s.repo(), "protobot status --repo .");

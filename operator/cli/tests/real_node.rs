@@ -490,10 +490,10 @@ async fn helm_install_builds_a_change_set_with_gvisor_pods_on_the_real_node() {
         .collect();
     println!("transitions: {transitions:#?}");
     assert!(
-        versions
-            .iter()
-            .any(|v| v.command == protobot_api::common::LifecycleCommand::Claim
-                && v.actor.as_deref() == Some(victim.as_str())),
+        versions.iter().any(
+            |v| v.command == protobot_api::common::LifecycleCommand::Claim
+                && v.actor.as_deref() == Some(victim.as_str())
+        ),
         "the killed replica had claimed it: {transitions:?}"
     );
     assert!(
