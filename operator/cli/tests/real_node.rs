@@ -593,7 +593,7 @@ async fn operator_logs(client: &kube::Client, namespace: &str) -> String {
     all
 }
 
-/// The Running pods of `deployment` (by its selector), read from the API server now.
+/// The Running and Ready pods of `deployment` (by its selector), read from the API server now.
 async fn running_pods(client: &kube::Client, namespace: &str, deployment: &str) -> Vec<Pod> {
     let d = Api::<Deployment>::namespaced(client.clone(), namespace)
         .get(deployment)
@@ -615,6 +615,13 @@ async fn running_pods(client: &kube::Client, namespace: &str, deployment: &str) 
         .items
         .into_iter()
         .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running"))
+        // Ready: serving (a replacement replica may be Running and not listening yet).
+        .filter(|p| {
+            p.status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+        })
         .collect()
 }
 
@@ -687,6 +694,21 @@ async fn job_site_metrics_on_a_real_prometheus(
 ) {
     use real_node::{Prometheus, ScrapeJob};
     let fullname = format!("{release}-protobot");
+    // Both replicas serve again (one was killed mid-build and replaced).
+    let ready = protobot_testkit::wait::until(
+        &Api::<Deployment>::namespaced(client.clone(), namespace),
+        &fullname,
+        Duration::from_secs(180),
+        |d: Option<&Deployment>| {
+            d.and_then(|d| d.status.as_ref())
+                .is_some_and(|s| s.ready_replicas == Some(2))
+        },
+    )
+    .await;
+    assert!(
+        matches!(ready, Ok(Some(_))),
+        "the operator Deployment has not 2 ready replicas again: {ready:?}"
+    );
     let operators = pod_targets(client, namespace, &fullname, 8080).await;
     let proxies = pod_targets(client, namespace, &format!("{fullname}-egress-proxy"), 9090).await;
     assert_eq!(operators.len(), 2, "two operator replicas: {operators:?}");
@@ -738,12 +760,12 @@ async fn job_site_metrics_on_a_real_prometheus(
                 return result.unwrap();
             }
             assert!(
-                started.elapsed() < Duration::from_secs(90),
-                "{what}: `{expr}` answered {result:?} for 90 s"
+                started.elapsed() < Duration::from_secs(180),
+                "{what}: `{expr}` answered {result:?} for 180 s"
             );
             #[expect(
                 clippy::disallowed_methods,
-                reason = "a scrape or rule evaluation has no notification: the query is polled, paced at 500 ms, bounded at 90 s"
+                reason = "a scrape or rule evaluation has no notification: the query is polled, paced at 500 ms, bounded at 180 s"
             )]
             std::thread::sleep(Duration::from_millis(500));
         }

@@ -240,6 +240,27 @@ impl Env {
         }
     }
 
+    /// A run's pod and NetworkPolicy as `instance` would have left them behind.
+    fn leftover(&self, name: &str, instance: &str) {
+        let labels =
+            json!({LABEL_MANAGED_BY: "protobot", LABEL_EXECUTOR: instance, LABEL_RUN_ID: name});
+        self.server
+            .create_object(json!({
+                "apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": name, "namespace": NS, "labels": labels},
+                "spec": {"restartPolicy": "Never", "containers": [
+                    {"name": "sandbox", "image": "x", "command": ["sleep", "60"]}]}
+            }))
+            .unwrap();
+        self.server
+            .create_object(json!({
+                "apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+                "metadata": {"name": name, "namespace": NS, "labels": labels},
+                "spec": {"podSelector": {"matchLabels": {LABEL_RUN_ID: name}}, "policyTypes": ["Ingress", "Egress"]}
+            }))
+            .unwrap();
+    }
+
     /// The body of the client's create request for `plural`.
     fn created(&self, plural: &str) -> Vec<Value> {
         self.server
@@ -585,27 +606,8 @@ async fn a_second_run_with_a_live_run_id_is_refused() {
 async fn garbage_collection_removes_only_this_instances_leftovers() {
     let Some(env) = Env::start() else { return };
     let exec = env.admitted();
-    let leftover = |name: &str, instance: &str| {
-        let labels =
-            json!({LABEL_MANAGED_BY: "protobot", LABEL_EXECUTOR: instance, LABEL_RUN_ID: name});
-        env.server
-            .create_object(json!({
-                "apiVersion": "v1", "kind": "Pod",
-                "metadata": {"name": name, "namespace": NS, "labels": labels},
-                "spec": {"restartPolicy": "Never", "containers": [
-                    {"name": "sandbox", "image": "x", "command": ["sleep", "60"]}]}
-            }))
-            .unwrap();
-        env.server
-            .create_object(json!({
-                "apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
-                "metadata": {"name": name, "namespace": NS, "labels": labels},
-                "spec": {"podSelector": {"matchLabels": {LABEL_RUN_ID: name}}, "policyTypes": ["Ingress", "Egress"]}
-            }))
-            .unwrap();
-    };
-    leftover("pb-crashed-run-0123456789", INSTANCE);
-    leftover("pb-other-replica-0123456789", "another-replica");
+    env.leftover("pb-crashed-run-0123456789", INSTANCE);
+    env.leftover("pb-other-replica-0123456789", "another-replica");
     env.server
         .create_object(json!({
             "apiVersion": "v1", "kind": "Pod",
@@ -666,25 +668,6 @@ async fn garbage_collection_removes_only_this_instances_leftovers() {
 async fn a_run_left_behind_by_another_replica_is_replaced_and_ours_is_refused() {
     let Some(env) = Env::start() else { return };
     let exec = env.admitted();
-    let leftover = |name: &str, instance: &str| {
-        let labels =
-            json!({LABEL_MANAGED_BY: "protobot", LABEL_EXECUTOR: instance, LABEL_RUN_ID: name});
-        env.server
-            .create_object(json!({
-                "apiVersion": "v1", "kind": "Pod",
-                "metadata": {"name": name, "namespace": NS, "labels": labels},
-                "spec": {"restartPolicy": "Never", "containers": [
-                    {"name": "sandbox", "image": "x", "command": ["sleep", "60"]}]}
-            }))
-            .unwrap();
-        env.server
-            .create_object(json!({
-                "apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
-                "metadata": {"name": name, "namespace": NS, "labels": labels},
-                "spec": {"podSelector": {"matchLabels": {LABEL_RUN_ID: name}}, "policyTypes": ["Ingress", "Egress"]}
-            }))
-            .unwrap();
-    };
 
     // Another replica's leftover: replaced, and this run's output comes back.
     let spec = env.spec(
@@ -692,7 +675,7 @@ async fn a_run_left_behind_by_another_replica_is_replaced_and_ours_is_refused() 
         "echo '{\"ok\": true}' > /out/results.json",
     );
     let name = run_name(&spec.run_id);
-    leftover(&name, "a-replica-that-died");
+    env.leftover(&name, "a-replica-that-died");
     let out = exec.run(spec, no_cancel()).await.unwrap();
     assert_eq!(out.termination, Termination::Exited { code: 0 }, "{out:?}");
     assert!(
@@ -708,7 +691,7 @@ async fn a_run_left_behind_by_another_replica_is_replaced_and_ours_is_refused() 
     // This instance's own leftover (a run of ours, live or crashed): refused, untouched.
     let spec = env.spec("wi-13/cycle-1/worker-a", "true");
     let name = run_name(&spec.run_id);
-    leftover(&name, INSTANCE);
+    env.leftover(&name, INSTANCE);
     let err = exec.run(spec, no_cancel()).await.unwrap_err();
     assert!(matches!(err, ExecutorError::Start { .. }), "{err}");
     assert!(
