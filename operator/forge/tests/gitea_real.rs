@@ -306,6 +306,20 @@ fn request(id: &str, tested: &str) -> PullRequestMerge {
     }
 }
 
+/// Every issue of the repository (pull requests excluded).
+async fn issues(repo: &Repo) -> Vec<Value> {
+    repo.admin
+        .ok(
+            Method::GET,
+            &format!("{}/issues?state=all&type=issues&limit=50", repo.route()),
+            None,
+        )
+        .await
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+}
+
 /// The open pull requests of the repository (the test reads them as the admin).
 async fn pulls(repo: &Repo) -> Vec<Value> {
     repo.admin
@@ -534,18 +548,6 @@ async fn one_escalation_issue_per_work_item_across_retries_labelled_by_id_and_re
             .await
             .unwrap();
     }
-    let issues = |repo: &Repo| {
-        let path = format!("{}/issues?state=all&type=issues&limit=50", repo.route());
-        let admin = &repo.admin;
-        async move {
-            admin
-                .ok(Method::GET, &path, None)
-                .await
-                .as_array()
-                .cloned()
-                .unwrap()
-        }
-    };
     let listed = issues(&repo).await;
     assert_eq!(listed.len(), 1, "{listed:?}");
     let issue = &listed[0];
