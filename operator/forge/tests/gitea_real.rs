@@ -1,7 +1,8 @@
 //! The Gitea forge judged by a real Gitea (scripts/gitea up): landing with the
 //! `head_commit_id` guard, a head pushed after the tests, the default branch moving first
 //! under "block on outdated branch", a required status context missing then reported (and
-//! missing until the deadline, then reported to a person), a review arriving, one escalation
+//! missing until the deadline, then reported to a person), a conflicted pull request (405
+//! "Please try again later", retried, then the conflict path), a review arriving, one escalation
 //! issue across retries, and a change set's registration checked through Gitea's
 //! commit → pull lookup and the pull request's reviews.
 //!
@@ -180,8 +181,14 @@ impl Repo {
     /// Commits a new file on `branch` (created from `from` when given) as the admin; returns
     /// the commit.
     async fn commit(&self, branch: &str, from: Option<&str>, file: &str) -> String {
+        self.commit_text(branch, from, file, &format!("{file}\n"))
+            .await
+    }
+
+    /// [`Repo::commit`] with the file's text.
+    async fn commit_text(&self, branch: &str, from: Option<&str>, file: &str, text: &str) -> String {
         let mut body = json!({
-            "content": base64::engine::general_purpose::STANDARD.encode(format!("{file}\n")),
+            "content": base64::engine::general_purpose::STANDARD.encode(text),
             "message": format!("add {file}"),
         });
         match from {
@@ -437,6 +444,33 @@ async fn the_default_branch_moving_first_revalidates_then_the_new_head_lands() {
     let merged = forge.merge(&request("WI-3", &retested)).await.unwrap();
     assert_eq!(merged.pull_request, number);
     assert_eq!(repo.branch_head("main").await, merged.merge_commit);
+}
+
+#[tokio::test]
+async fn a_conflict_answered_please_try_again_later_is_retried_then_takes_the_conflict_path() {
+    let Some(env) = env() else { return };
+    let repo = Repo::new(&env, "conflict").await;
+    let tested = repo
+        .commit_text("wi/WI-9-build", Some("main"), "same.txt", "the work item's\n")
+        .await;
+    let moved = repo
+        .commit_text("main", None, "same.txt", "someone else's\n")
+        .await;
+    let forge = repo.forge(MergePolicy {
+        transient_retries: 2,
+        ..quick()
+    });
+    let refusal = forge.merge(&request("WI-9", &tested)).await.unwrap_err();
+    let ForgeRefusal::Conflict { reason } = &refusal else {
+        panic!("{refusal:?}")
+    };
+    // Gitea's answer to a conflicted pull request, asked again before it was believed.
+    assert!(
+        reason.contains("Please try again later") && reason.contains("asked 3 times"),
+        "{reason}"
+    );
+    assert_eq!(repo.branch_head("main").await, moved, "nothing merged");
+    assert_eq!(pulls(&repo).await[0]["mergeable"], false);
 }
 
 #[tokio::test]
