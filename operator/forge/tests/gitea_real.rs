@@ -662,7 +662,7 @@ async fn a_change_set_registration_is_checked_through_the_commit_pull_lookup_and
         .unwrap()
         .unwrap();
     assert_eq!(approved.number(), number);
-    assert_eq!(approved.approvers(), [env.reviewer.0.clone()]);
+    assert_eq!(approved.approvers(), std::slice::from_ref(&env.reviewer.0));
     // CS-00043 merged without a review: NOT_APPROVED under multi-player, approved under
     // single-player.
     repo.commit("cs/00043-more", Some("main"), "more.txt").await;
