@@ -506,9 +506,7 @@ mod tests {
             assert!(required.contains(&json!(field)), "{required:?}");
         }
         assert!(!rules(&gitea["properties"]["baseUrl"]).is_empty());
-        assert!(
-            rules(gitea).contains(&"has(self.owner) == has(self.repository)".to_string())
-        );
+        assert!(rules(gitea).contains(&"has(self.owner) == has(self.repository)".to_string()));
     }
 
     #[test]

@@ -276,13 +276,12 @@ fn gitea_config(
     repo_url: &str,
     gitea: &GiteaSpec,
 ) -> Result<ForgeConfig, ForgeSetupError> {
-    let api_base =
-        protobot_forge::gitea::api_root(&gitea.base_url).map_err(|source| {
-            ForgeSetupError::ApiBase {
-                project: key.to_string(),
-                source,
-            }
-        })?;
+    let api_base = protobot_forge::gitea::api_root(&gitea.base_url).map_err(|source| {
+        ForgeSetupError::ApiBase {
+            project: key.to_string(),
+            source,
+        }
+    })?;
     let repository = match (&gitea.owner, &gitea.repository) {
         (Some(owner), Some(name)) => RepoCoordinates::new(owner, name),
         _ => RepoCoordinates::from_repo_url(repo_url),
@@ -538,26 +537,26 @@ impl ProjectForge {
     /// How the Job Site lands this Project's work items.
     pub fn landing(&self) -> Landing {
         match (self.config.landing, &self.client) {
-            (LandingMode::PullRequest, ForgeClient::Github(client)) => Landing::PullRequest(
-                Arc::new(
+            (LandingMode::PullRequest, ForgeClient::Github(client)) => {
+                Landing::PullRequest(Arc::new(
                     GithubForge::new(
                         Arc::clone(client),
                         &self.config.web_base,
                         self.config.work_item_url.clone(),
                     )
                     .with_waits(self.waits.clone()),
-                ),
-            ),
-            (LandingMode::PullRequest, ForgeClient::Gitea(client)) => Landing::PullRequest(
-                Arc::new(
+                ))
+            }
+            (LandingMode::PullRequest, ForgeClient::Gitea(client)) => {
+                Landing::PullRequest(Arc::new(
                     GiteaForge::new(
                         Arc::clone(client),
                         &self.config.web_base,
                         self.config.work_item_url.clone(),
                     )
                     .with_waits(self.waits.clone()),
-                ),
-            ),
+                ))
+            }
             (LandingMode::DirectPush, _) => Landing::DirectPush,
         }
     }
@@ -846,14 +845,21 @@ mod tests {
             "file:///srv/git/r.git",
         );
         assert_eq!(
-            forge_config(&loopback).unwrap().unwrap().repository.to_string(),
+            forge_config(&loopback)
+                .unwrap()
+                .unwrap()
+                .repository
+                .to_string(),
             "o/r"
         );
         let plain_http = project(
             serde_json::json!({"gitea": {"baseUrl": "http://gitea.example", "tokenSecretRef": {"name": "gt"}}}),
             "https://gitea.example/acme/widgets.git",
         );
-        assert_eq!(forge_config(&plain_http).unwrap_err().category(), "forge-config");
+        assert_eq!(
+            forge_config(&plain_http).unwrap_err().category(),
+            "forge-config"
+        );
         let both = project(
             serde_json::json!({"gitea": {"baseUrl": "https://gitea.example", "tokenSecretRef": {"name": "gt"}},
                                "github": {"tokenSecretRef": {"name": "gh"}}}),

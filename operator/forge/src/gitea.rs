@@ -373,12 +373,13 @@ impl GiteaClient {
         let mut value = b"token ".to_vec();
         value.extend_from_slice(self.token.as_bytes());
         let value = Sensitive::new(value);
-        let mut header =
-            http::HeaderValue::from_bytes(value.as_bytes()).map_err(|_| GiteaError::Credentials {
+        let mut header = http::HeaderValue::from_bytes(value.as_bytes()).map_err(|_| {
+            GiteaError::Credentials {
                 source: AuthError::BadToken {
                     secret: "the configured Gitea token".into(),
                 },
-            })?;
+            }
+        })?;
         header.set_sensitive(true);
         Ok(header)
     }
@@ -493,9 +494,7 @@ impl GiteaClient {
         operation: GiteaOperation,
         path: &str,
     ) -> Result<T, GiteaError> {
-        let answer = self
-            .call(operation, Method::GET, path, None::<&()>)
-            .await?;
+        let answer = self.call(operation, Method::GET, path, None::<&()>).await?;
         let answer = self.expect_success(operation, answer)?;
         decode(operation, &answer.body).inspect_err(|_| self.count(operation, Outcome::DecodeError))
     }
@@ -510,7 +509,10 @@ impl GiteaClient {
         let mut items = Vec::new();
         for page in 1..=MAX_PAGES {
             let batch: Vec<T> = self
-                .get(operation, &format!("{path}{sep}limit={PAGE_SIZE}&page={page}"))
+                .get(
+                    operation,
+                    &format!("{path}{sep}limit={PAGE_SIZE}&page={page}"),
+                )
                 .await?;
             let short = batch.len() < PAGE_SIZE;
             items.extend(batch);
@@ -569,8 +571,7 @@ impl GiteaClient {
                 .into_iter()
                 .collect();
             let decision = select_merged_pull(claim, &pulls);
-            if let Some(wait) = reask_after(&self.settings.reask, claim, &pulls, &decision, asked)
-            {
+            if let Some(wait) = reask_after(&self.settings.reask, claim, &pulls, &decision, asked) {
                 if let Some(m) = &self.metrics {
                     m.approval_reasked();
                 }
@@ -728,8 +729,11 @@ impl GiteaClient {
     pub async fn combined_status(&self, sha: &str) -> Result<GiteaCombinedStatus, GiteaError> {
         let op = GiteaOperation::CombinedStatus;
         check_sha(op, sha)?;
-        self.get(op, &format!("{}/commits/{sha}/status?limit=50", self.route()))
-            .await
+        self.get(
+            op,
+            &format!("{}/commits/{sha}/status?limit=50", self.route()),
+        )
+        .await
     }
 
     /// Sets a commit status on `sha` (Gitea takes GitHub's body).
@@ -928,7 +932,10 @@ mod tests {
             },
         );
         let text = e.to_string();
-        assert!(text.contains("422") && text.contains("labels must be ids"), "{text}");
+        assert!(
+            text.contains("422") && text.contains("labels must be ids"),
+            "{text}"
+        );
         let e = refused(
             GiteaOperation::GetPull,
             &Answer {

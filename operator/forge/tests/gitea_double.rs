@@ -110,20 +110,24 @@ async fn handle(
                 ]),
             )
         }
-        ("PATCH", "/pulls/7") => json(201, pull_json(7, "wi/WI-1-build", "acme/widgets", head, merged)),
+        ("PATCH", "/pulls/7") => json(
+            201,
+            pull_json(7, "wi/WI-1-build", "acme/widgets", head, merged),
+        ),
         ("POST", "/pulls") => {
             m.creates += 1;
             json(409, json!({"message": "pull request already exists"}))
         }
         ("POST", "/pulls/7/merge") => {
-            m.merges.push(serde_json::from_slice(&body).unwrap_or(Value::Null));
-            let (status, body) = m
-                .merge_answers
-                .pop_front()
-                .unwrap_or((200, String::new()));
+            m.merges
+                .push(serde_json::from_slice(&body).unwrap_or(Value::Null));
+            let (status, body) = m.merge_answers.pop_front().unwrap_or((200, String::new()));
             (StatusCode::from_u16(status).unwrap(), body).into_response()
         }
-        ("GET", "/pulls/7") => json(200, pull_json(7, "wi/WI-1-build", "acme/widgets", head, merged)),
+        ("GET", "/pulls/7") => json(
+            200,
+            pull_json(7, "wi/WI-1-build", "acme/widgets", head, merged),
+        ),
         ("GET", "/branches/wi/WI-1-build") => json(200, json!({"commit": {"id": TESTED}})),
         ("POST", p) if p.starts_with("/statuses/") => json(201, json!({})),
         _ => {

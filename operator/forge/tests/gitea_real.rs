@@ -164,7 +164,10 @@ impl Repo {
                 )
                 .await;
         }
-        eprintln!("gitea {} at {}: repository {owner}/{name}", env.version, env.url);
+        eprintln!(
+            "gitea {} at {}: repository {owner}/{name}",
+            env.version, env.url
+        );
         Repo {
             env: env.clone(),
             owner,
@@ -186,7 +189,13 @@ impl Repo {
     }
 
     /// [`Repo::commit`] with the file's text.
-    async fn commit_text(&self, branch: &str, from: Option<&str>, file: &str, text: &str) -> String {
+    async fn commit_text(
+        &self,
+        branch: &str,
+        from: Option<&str>,
+        file: &str,
+        text: &str,
+    ) -> String {
         let mut body = json!({
             "content": base64::engine::general_purpose::STANDARD.encode(text),
             "message": format!("add {file}"),
@@ -345,7 +354,9 @@ async fn pulls(repo: &Repo) -> Vec<Value> {
 async fn a_work_item_lands_with_the_head_guard_as_a_two_parent_merge_of_the_tested_head() {
     let Some(env) = env() else { return };
     let repo = Repo::new(&env, "land").await;
-    let tested = repo.commit("wi/WI-1-build", Some("main"), "feature.txt").await;
+    let tested = repo
+        .commit("wi/WI-1-build", Some("main"), "feature.txt")
+        .await;
     // The default branch moves on (no conflict, no protection): Gitea merges into it.
     let moved_main = repo.commit("main", None, "unrelated.txt").await;
     let forge = repo.forge(quick());
@@ -409,7 +420,11 @@ async fn a_head_pushed_after_the_tests_is_refused_by_the_guard_and_revalidates()
         matches!(refusal, ForgeRefusal::HeadMoved { .. }),
         "{refusal:?}"
     );
-    assert_eq!(repo.branch_head("main").await, main_before, "nothing merged");
+    assert_eq!(
+        repo.branch_head("main").await,
+        main_before,
+        "nothing merged"
+    );
     let pull = &pulls(&repo).await[0];
     assert_eq!(pull["merged"], false);
     assert_eq!(pull["head"]["sha"], pushed_later.as_str());
@@ -419,7 +434,8 @@ async fn a_head_pushed_after_the_tests_is_refused_by_the_guard_and_revalidates()
 async fn the_default_branch_moving_first_revalidates_then_the_new_head_lands() {
     let Some(env) = env() else { return };
     let repo = Repo::new(&env, "behind").await;
-    repo.protect(json!({"block_on_outdated_branch": true})).await;
+    repo.protect(json!({"block_on_outdated_branch": true}))
+        .await;
     let tested = repo.commit("wi/WI-3-build", Some("main"), "c.txt").await;
     let moved = repo.commit("main", None, "d.txt").await;
     let forge = repo.forge(quick());
@@ -451,7 +467,12 @@ async fn a_conflict_answered_please_try_again_later_is_retried_then_takes_the_co
     let Some(env) = env() else { return };
     let repo = Repo::new(&env, "conflict").await;
     let tested = repo
-        .commit_text("wi/WI-9-build", Some("main"), "same.txt", "the work item's\n")
+        .commit_text(
+            "wi/WI-9-build",
+            Some("main"),
+            "same.txt",
+            "the work item's\n",
+        )
         .await;
     let moved = repo
         .commit_text("main", None, "same.txt", "someone else's\n")
@@ -537,8 +558,15 @@ async fn a_required_context_that_never_reports_or_fails_is_reported_to_a_person(
     let ForgeRefusal::Blocked { reason } = &refusal else {
         panic!("{refusal:?}")
     };
-    assert!(reason.contains("\"ci/test\"") && reason.contains("failed"), "{reason}");
-    assert_eq!(repo.branch_head("main").await, main_before, "nothing merged");
+    assert!(
+        reason.contains("\"ci/test\"") && reason.contains("failed"),
+        "{reason}"
+    );
+    assert_eq!(
+        repo.branch_head("main").await,
+        main_before,
+        "nothing merged"
+    );
 }
 
 #[tokio::test]
@@ -597,10 +625,7 @@ async fn one_escalation_issue_per_work_item_across_retries_labelled_by_id_and_re
             Some(json!({"state": "closed"})),
         )
         .await;
-    forge
-        .escalate(&ask("WI-7", "blocked again"))
-        .await
-        .unwrap();
+    forge.escalate(&ask("WI-7", "blocked again")).await.unwrap();
     forge.escalate(&ask("WI-8", "another item")).await.unwrap();
     let listed = issues(&repo).await;
     assert_eq!(listed.len(), 2, "{listed:?}");
@@ -680,7 +705,11 @@ async fn a_change_set_registration_is_checked_through_the_commit_pull_lookup_and
         .unwrap()
         .to_string();
     let refusal = client
-        .approved_merge(&claim("CS-00043", &unreviewed_merge, ReviewMode::MultiPlayer))
+        .approved_merge(&claim(
+            "CS-00043",
+            &unreviewed_merge,
+            ReviewMode::MultiPlayer,
+        ))
         .await
         .unwrap()
         .unwrap_err();
@@ -691,7 +720,11 @@ async fn a_change_set_registration_is_checked_through_the_commit_pull_lookup_and
     assert_eq!(refusal.code(), "NOT_APPROVED");
     assert!(
         client
-            .approved_merge(&claim("CS-00043", &unreviewed_merge, ReviewMode::SinglePlayer))
+            .approved_merge(&claim(
+                "CS-00043",
+                &unreviewed_merge,
+                ReviewMode::SinglePlayer
+            ))
             .await
             .unwrap()
             .is_ok()
@@ -709,7 +742,11 @@ async fn a_change_set_registration_is_checked_through_the_commit_pull_lookup_and
     );
     // The change set's pull request merged as another commit than the one claimed.
     let refusal = client
-        .approved_merge(&claim("CS-00042", &unreviewed_merge, ReviewMode::SinglePlayer))
+        .approved_merge(&claim(
+            "CS-00042",
+            &unreviewed_merge,
+            ReviewMode::SinglePlayer,
+        ))
         .await
         .unwrap()
         .unwrap_err();

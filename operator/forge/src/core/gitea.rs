@@ -38,9 +38,7 @@ use super::{
         ChecksVerdict, LifecycleOutcome, MergePolicy, OWN_CONTEXT_PREFIX, PullView, checks_verdict,
     },
     render::sanitize_line,
-    wire::{
-        Account, CheckRuns, CombinedStatus, CommitStatus, PullRequest, Review, error_message,
-    },
+    wire::{Account, CheckRuns, CombinedStatus, CommitStatus, PullRequest, Review, error_message},
 };
 
 /// Longest Gitea reason kept (sanitized) in a refusal.
@@ -240,7 +238,9 @@ pub fn outcome(refusal: &GiteaRefusal, pull: Option<&PullView>) -> LifecycleOutc
             ),
         },
         GiteaRefusal::AlreadyMerged => LifecycleOutcome::Failed {
-            reason: "Gitea says the pull request is already merged but does not report its merge commit".to_string(),
+            reason:
+                "Gitea says the pull request is already merged but does not report its merge commit"
+                    .to_string(),
         },
         GiteaRefusal::ServerError { status } => LifecycleOutcome::Failed {
             reason: format!("Gitea kept answering {status} to the merge"),
@@ -355,8 +355,7 @@ pub fn glob_matches(pattern: &str, name: &str) -> bool {
         return pattern == name;
     }
     let (first, last) = (parts[0], parts[parts.len() - 1]);
-    if !name.starts_with(first) || name.len() < first.len() + last.len() || !name.ends_with(last)
-    {
+    if !name.starts_with(first) || name.len() < first.len() + last.len() || !name.ends_with(last) {
         return false;
     }
     let mut rest = &name[first.len()..name.len() - last.len()];
@@ -428,7 +427,8 @@ pub fn gitea_checks_verdict(
         None => {
             let mut v = checks_verdict(&[], &as_github, &runs);
             if v.succeeded.is_empty() && v.pending.is_empty() && v.failing.is_empty() {
-                v.pending.push("(the contexts branch protection requires)".to_string());
+                v.pending
+                    .push("(the contexts branch protection requires)".to_string());
             }
             v
         }
@@ -629,7 +629,10 @@ mod tests {
             GiteaRefusal::PushOutOfDate { .. }
         ));
         assert!(matches!(
-            refused(409, r#"{"Style":"merge","StdOut":"","StdErr":"CONFLICT","Err":{}}"#),
+            refused(
+                409,
+                r#"{"Style":"merge","StdOut":"","StdErr":"CONFLICT","Err":{}}"#
+            ),
             GiteaRefusal::Conflict { .. }
         ));
         assert!(matches!(
@@ -658,10 +661,7 @@ mod tests {
                 "{m}"
             );
         }
-        assert_eq!(
-            refused(500, ""),
-            GiteaRefusal::ServerError { status: 500 }
-        );
+        assert_eq!(refused(500, ""), GiteaRefusal::ServerError { status: 500 });
         assert!(matches!(
             refused(422, &msg("[Do]: Required")),
             GiteaRefusal::Invalid { status: 422, .. }
@@ -672,7 +672,10 @@ mod tests {
     fn a_405_over_a_moved_head_revalidates_whatever_it_says() {
         for refusal in [
             refused(405, r#"{"message":"Please try again later"}"#),
-            refused(405, r#"{"message":"Not all required status checks successful"}"#),
+            refused(
+                405,
+                r#"{"message":"Not all required status checks successful"}"#,
+            ),
             refused(405, r#"{"message":"Does not have enough approvals"}"#),
             refused(409, r#"{"message":"head out of date"}"#),
         ] {
@@ -734,7 +737,10 @@ mod tests {
         assert_eq!(
             after_refusal(
                 &policy(),
-                &refused(405, r#"{"message":"Not all required status checks successful"}"#),
+                &refused(
+                    405,
+                    r#"{"message":"Not all required status checks successful"}"#
+                ),
                 Some(&same),
                 TESTED,
                 9
@@ -773,7 +779,10 @@ mod tests {
         assert_eq!(
             after_refusal(
                 &policy(),
-                &refused(405, r#"{"message":"The head branch is behind the base branch"}"#),
+                &refused(
+                    405,
+                    r#"{"message":"The head branch is behind the base branch"}"#
+                ),
                 Some(&same),
                 TESTED,
                 0
@@ -807,7 +816,8 @@ mod tests {
         let required = required_contexts(&rules, "main").unwrap();
         assert_eq!(required, vec!["ci/*".to_string()]);
         assert_eq!(required_contexts(&rules, "develop"), None);
-        let missing = gitea_checks_verdict(Some(&required), &combined(&[("protobot/merge", "pending")]));
+        let missing =
+            gitea_checks_verdict(Some(&required), &combined(&[("protobot/merge", "pending")]));
         assert_eq!(missing.pending, vec!["ci/*".to_string()]);
         let p = policy();
         assert!(matches!(
@@ -819,9 +829,15 @@ mod tests {
         else {
             panic!("no escalation at the deadline")
         };
-        assert!(reason.contains("\"ci/*\"") && reason.contains("60 s"), "{reason}");
+        assert!(
+            reason.contains("\"ci/*\"") && reason.contains("60 s"),
+            "{reason}"
+        );
         let passed = gitea_checks_verdict(Some(&required), &combined(&[("ci/test", "success")]));
-        assert_eq!(checks_step(&p, &passed, Duration::ZERO), GiteaChecksStep::MergeAgain);
+        assert_eq!(
+            checks_step(&p, &passed, Duration::ZERO),
+            GiteaChecksStep::MergeAgain
+        );
         let failed = gitea_checks_verdict(Some(&required), &combined(&[("ci/test", "failure")]));
         assert!(matches!(
             checks_step(&p, &failed, Duration::ZERO),

@@ -23,8 +23,8 @@ use crate::{
     core::{
         escalation::Escalation,
         gitea::{
-            GiteaChecksStep, GiteaMergeAnswer, GiteaStep, after_refusal,
-            checks_step, gitea_checks_verdict, required_contexts,
+            GiteaChecksStep, GiteaMergeAnswer, GiteaStep, after_refusal, checks_step,
+            gitea_checks_verdict, required_contexts,
         },
         merge::{LifecycleOutcome, PullView, is_sha},
         render::{
