@@ -218,10 +218,7 @@ async fn helm_install_builds_a_change_set_with_gvisor_pods_on_the_real_node() {
             pod.name, pod.runtime_class, pod.node, pod.phase, pod.container_ids, pod.terminated
         );
     }
-    assert!(
-        out.status.success(),
-        "helm install failed (its output is above)"
-    );
+    assert!(out.status.success(), "helm install failed (its output is above)");
 
     // The operator: two replicas of the image built here, Running on the node. (A replica
     // may be briefly unready on a loaded node after the hook: wait for both, then say so.)
@@ -240,11 +237,7 @@ async fn helm_install_builds_a_change_set_with_gvisor_pods_on_the_real_node() {
     if !matches!(ready, Ok(Some(_))) {
         println!(
             "Deployment {deployment_name}: {:#?}\noperator logs:\n{}",
-            deployments
-                .get(&deployment_name)
-                .await
-                .ok()
-                .and_then(|d| d.status),
+            deployments.get(&deployment_name).await.ok().and_then(|d| d.status),
             operator_logs(&client, &ns.name).await
         );
         panic!("the operator Deployment has not 2 ready replicas 180 s after helm install");
@@ -253,11 +246,7 @@ async fn helm_install_builds_a_change_set_with_gvisor_pods_on_the_real_node() {
     println!("operator pods: {operators:?}");
     assert_eq!(operators.len(), 2, "two operator pods Running");
     for (pod, node_name, ids) in &operators {
-        assert_eq!(
-            node_name.as_deref(),
-            Some(node.name.as_str()),
-            "{pod} runs on the node"
-        );
+        assert_eq!(node_name.as_deref(), Some(node.name.as_str()), "{pod} runs on the node");
         assert!(
             !ids.is_empty() && ids.iter().all(|id| id.starts_with("containerd://")),
             "{pod}'s containers run in containerd: {ids:?}"
@@ -269,10 +258,7 @@ async fn helm_install_builds_a_change_set_with_gvisor_pods_on_the_real_node() {
         .iter()
         .filter(|p| p.runtime_class.as_deref() == Some(GVISOR))
         .collect();
-    assert!(
-        !probes.is_empty(),
-        "no gVisor pod ran (pods seen are listed above)"
-    );
+    assert!(!probes.is_empty(), "no gVisor pod ran (pods seen are listed above)");
     // Every container that started has a containerd id (a probe cancelled before its
     // container started, SB-LIFE-001, has none), and probes ran their sandbox container.
     for p in &probes {
