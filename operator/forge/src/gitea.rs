@@ -772,8 +772,8 @@ impl GiteaClient {
     }
 
     /// Opens the work item's escalation issue, or updates (and reopens) the one it has.
-    /// Returns the issue number. Idempotent: a retry finds the issue by its marker (every
-    /// issue is read: the label filter is a hint Gitea may ignore).
+    /// Returns the issue number. Idempotent: a retry finds the issue among the labelled ones
+    /// by its marker (every page, open and closed).
     pub async fn escalate(&self, escalation: &Escalation) -> Result<u64, GiteaError> {
         let issues: Vec<Issue> = self
             .get_all(

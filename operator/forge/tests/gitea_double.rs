@@ -1,7 +1,7 @@
 //! The Gitea landing against a small scripted Gitea double: the answers a real Gitea gives
 //! only under a race or a fault, which `gitea_real.rs` cannot provoke on demand.
 //!
-//! - 500 while Gitea checks the pull request, then 200: retried, lands;
+//! - a 500, then 200: retried, lands;
 //! - a merge whose answer was lost (500, but the pull request merged): reported as merged,
 //!   never sent again;
 //! - 409 "head out of date" while the head branch already is the tested head (Gitea's pull
@@ -189,8 +189,7 @@ fn request() -> PullRequestMerge {
 }
 
 #[tokio::test]
-async fn a_500_while_gitea_checks_is_retried_and_the_empty_200_lands_with_the_pull_requests_commit()
-{
+async fn a_500_is_retried_and_the_empty_200_lands_with_the_pull_requests_commit() {
     let (model, base) = double(Model {
         merge_answers: VecDeque::from([(500, String::new()), (200, String::new())]),
         merged_after: Some(2),

@@ -4,7 +4,8 @@
 //! missing until the deadline, then reported to a person), a conflicted pull request (405
 //! "Please try again later", retried, then the conflict path), a review arriving, one escalation
 //! issue across retries, and a change set's registration checked through Gitea's
-//! commit → pull lookup and the pull request's reviews.
+//! commit → pull lookup and the pull request's reviews; the bot's token serves git over HTTP
+//! as the password of `x-access-token` (what the operator's git transport sends).
 //!
 //! Each test makes its own repository (owned by the admin; the bot and the reviewer are
 //! collaborators with write access) and commits through Gitea's contents API, so no git
@@ -774,4 +775,74 @@ async fn merge_as_admin(repo: &Repo, number: u64) {
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
     panic!("pull request #{number} never merged");
+}
+
+/// The forge's token serves git: a clone and a push as `x-access-token` with the bot's token
+/// as the password (the user the operator's git transport sends), and a wrong token refused.
+#[tokio::test]
+async fn the_bot_token_serves_git_over_http_as_the_x_access_token_password() {
+    let Some(env) = env() else { return };
+    let repo = Repo::new(&env, "git").await;
+    // A private repository: anonymous git is refused, the token is needed.
+    repo.admin
+        .ok(Method::PATCH, &repo.route(), Some(json!({"private": true})))
+        .await;
+    let url = format!("{}/{}/{}.git", env.url, repo.owner, repo.name);
+    let tmp = tempfile::tempdir().unwrap();
+    let git = |token: &str, args: &[&str]| {
+        let basic = base64::engine::general_purpose::STANDARD.encode(format!(
+            "{}:{token}",
+            protobot_repo::remote::DEFAULT_TOKEN_USERNAME
+        ));
+        std::process::Command::new("git")
+            .arg("-c")
+            .arg(format!("http.extraHeader=Authorization: Basic {basic}"))
+            .args(args)
+            .current_dir(tmp.path())
+            .env("GIT_TERMINAL_PROMPT", "0")
+            .output()
+            .unwrap()
+    };
+    let refused = git("not-a-token", &["clone", "-q", &url, "refused"]);
+    assert!(!refused.status.success(), "a wrong token cloned");
+    let cloned = git(&env.bot.1, &["clone", "-q", &url, "work"]);
+    assert!(
+        cloned.status.success(),
+        "{}",
+        String::from_utf8_lossy(&cloned.stderr)
+    );
+    let work = tmp.path().join("work");
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new("git")
+            .args(["-c", "user.name=bot", "-c", "user.email=bot@protobot.test"])
+            .args(args)
+            .current_dir(&work)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).trim().to_string()
+    };
+    std::fs::write(work.join("pushed.txt"), "over http\n").unwrap();
+    run(&["add", "pushed.txt"]);
+    run(&["commit", "-q", "-m", "pushed with the token"]);
+    let head = run(&["rev-parse", "HEAD"]);
+    let basic = base64::engine::general_purpose::STANDARD.encode(format!(
+        "{}:{}",
+        protobot_repo::remote::DEFAULT_TOKEN_USERNAME,
+        env.bot.1
+    ));
+    run(&[
+        "-c",
+        &format!("http.extraHeader=Authorization: Basic {basic}"),
+        "push",
+        "-q",
+        "origin",
+        "HEAD:refs/heads/wi/WI-10-build",
+    ]);
+    // Gitea saw the push (its hooks ran): the branch is known to its API at that commit.
+    assert_eq!(repo.branch_head("wi/WI-10-build").await, head);
 }

@@ -15,7 +15,7 @@
 //! | 405 "The head branch is behind the base branch" | revalidate |
 //! | 405 approvals, requested changes, review requests, protected files, permission, WIP | blocked: a person acts |
 //! | 405 "The PR is already merged" | the pull request is read again and its merge reported |
-//! | 5xx (Gitea answers 500 while it checks a pull request) | retried, then unavailable |
+//! | 5xx | retried, then unavailable (a merge whose answer was lost is found on the re-read) |
 //! | 404, 422, other | failed, reported |
 //!
 //! Every 405 and 409 is decided only after the pull request is read again: a 405 can hide a
@@ -86,7 +86,7 @@ pub enum GiteaRefusal {
         /// Gitea's message (sanitized).
         message: String,
     },
-    /// 5xx: Gitea could not answer (it answers 500 while it checks the pull request).
+    /// 5xx: Gitea could not answer (the merge may still have happened: the re-read decides).
     ServerError {
         /// Status.
         status: u16,
