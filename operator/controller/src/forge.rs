@@ -869,6 +869,40 @@ mod tests {
         assert!(e.to_string().contains("at most one"), "{e}");
     }
 
+    #[tokio::test]
+    async fn a_gitea_project_lands_through_the_gitea_forge_unless_it_pushes_directly() {
+        let forge_of = |landing: &str| {
+            let p = project(
+                serde_json::json!({"gitea": {"baseUrl": "http://127.0.0.1:3000", "owner": "acme",
+                                   "repository": "widgets", "tokenSecretRef": {"name": "gt"},
+                                   "landing": landing}}),
+                "https://gitea.example/acme/widgets.git",
+            );
+            let config = forge_config(&p).unwrap().unwrap();
+            let client = GiteaClient::new(
+                GiteaSettings::new(config.api_base.clone(), config.repository.clone()),
+                Sensitive::new(b"gitea-token".to_vec()),
+                "team/gt",
+                None,
+            )
+            .unwrap();
+            ProjectForge {
+                config,
+                client: ForgeClient::Gitea(Arc::new(client)),
+                waits: LandingWaits::default(),
+                shown: Mutex::new(None),
+            }
+        };
+        assert_eq!(
+            format!("{:?}", forge_of("pull-request").landing()),
+            "PullRequest(gitea acme/widgets)"
+        );
+        assert!(matches!(
+            forge_of("direct-push").landing(),
+            Landing::DirectPush
+        ));
+    }
+
     #[test]
     fn credentials_come_from_the_documented_keys_and_never_echo_a_value() {
         let token = Identity::Token {
