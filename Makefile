@@ -132,6 +132,21 @@ e2e-real: ## the e2e scenarios against the real API server, the operator under t
 	  $(CARGO) nextest run -p protobot-e2e -p protobot-cli --no-fail-fast \
 	    -E 'package(protobot-e2e) | binary(operator_replicas) | binary(wms_kubernetes) | binary(sandbox_conformance) | binary(helm_install_acceptance) | binary(broker_conformance) | binary(worker_egress)'
 
+## A real Gitea (the second forge's judge; built from the Go module proxy, cached in .tools)
+.PHONY: gitea-up
+gitea-up: ## start a real Gitea on loopback (builds it once); last line GITEA_ENV=<file the tests read>
+	@scripts/gitea up
+
+.PHONY: gitea-down
+gitea-down: ## stop the Gitea that gitea-up started and forget its data
+	@scripts/gitea down
+
+.PHONY: test-gitea
+test-gitea: ## the Gitea forge's tests against the real Gitea (starts it when needed; never skipped)
+	gitea_env=$$(scripts/gitea up | tail -1); \
+	  PROTOBOT_GITEA_ENV=$${gitea_env#GITEA_ENV=} PROTOBOT_REQUIRE_GITEA=1 \
+	  $(CARGO) nextest run -p protobot-forge --no-fail-fast -E 'binary(gitea_real)'
+
 ## Lint
 .PHONY: lint
 lint: ## rustfmt check and clippy with warnings denied

@@ -176,14 +176,72 @@ pub const DEFAULT_GITHUB_API_BASE_URL: &str = "https://api.github.com";
 pub const GITHUB_OWNER_PATTERN: &str = "^[A-Za-z0-9][A-Za-z0-9-]{0,38}$";
 /// Pattern of `spec.forge.github.repository`: a GitHub repository name.
 pub const GITHUB_REPOSITORY_PATTERN: &str = "^[A-Za-z0-9._-]{1,100}$";
+/// Pattern of `spec.forge.gitea.owner` and `spec.forge.gitea.repository`.
+pub const GITEA_NAME_PATTERN: &str = "^[A-Za-z0-9._-]{1,100}$";
 
-/// The Git host's API (one host per Project).
+/// The Git host's API (one host per Project: set at most one of `github` and `gitea`).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {"rule": "!(has(self.github) && has(self.gitea))", "message": "set at most one of spec.forge.github and spec.forge.gitea"}
+]))]
 pub struct ForgeSpec {
     /// GitHub or GitHub Enterprise Server.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub github: Option<GithubForge>,
+    /// Gitea or Forgejo (docs/forge-gitea.md).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gitea: Option<GiteaForge>,
+}
+
+/// Gitea (or Forgejo) settings: the server, the repository and the token the Job Site acts
+/// with (API and Git transport over HTTPS; it lives only in the operator's memory). See
+/// docs/forge-gitea.md.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {"rule": "has(self.owner) == has(self.repository)", "message": "set both spec.forge.gitea.owner and spec.forge.gitea.repository, or neither (then both are derived from spec.repoUrl)"}
+]))]
+pub struct GiteaForge {
+    /// The server's base URL (`https://gitea.example`; the REST API is its `/api/v1`). No
+    /// credentials, query or fragment. Plain `http://` only on loopback
+    /// (`http://127.0.0.1[:port]`, `http://localhost[:port]`).
+    #[schemars(length(min = 1, max = REPO_URL_MAX_LENGTH))]
+    #[schemars(extend("x-kubernetes-validations" = [
+        {"rule": "self.matches('^https://[^/@?#[:space:]]+(/[^?#[:space:]]*)?$') || self.matches('^http://(127[.]0[.]0[.]1|localhost)(:[0-9]{1,5})?(/[^?#[:space:]]*)?$')", "message": "spec.forge.gitea.baseUrl must be https://HOST[/path] (http only for 127.0.0.1 or localhost), without credentials, query or fragment"}
+    ]))]
+    pub base_url: String,
+    /// Repository owner (user or organization). Absent: derived from `spec.repoUrl`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = GITEA_NAME_PATTERN))]
+    pub owner: Option<String>,
+    /// Repository name. Absent: derived from `spec.repoUrl`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = GITEA_NAME_PATTERN))]
+    #[schemars(extend("x-kubernetes-validations" = [
+        {"rule": "self != '.' && self != '..'", "message": "spec.forge.gitea.repository must be a repository name"}
+    ]))]
+    pub repository: Option<String>,
+    /// Secret in this namespace whose key `token` holds an access token of the user the Job
+    /// Site acts as (scopes: repository and issue read and write; the user needs write access
+    /// to the repository and merge rights on the default branch).
+    pub token_secret_ref: LocalRef,
+    /// Review mode approvals are checked under (see `github.reviewMode`). Absent: the mode
+    /// declared in `<specPath>/project.yaml`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub review_mode: Option<ReviewMode>,
+    /// How work items land: `pull-request` (merge a pull request from `wi/...` with the tested
+    /// head as `head_commit_id`) or `direct-push`.
+    #[serde(default)]
+    pub landing: LandingMode,
+    /// Page of a BuildWorkItem that commit statuses and pull requests link to, with `{name}`
+    /// for the work item's name. Absent: no link.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = REPO_URL_MAX_LENGTH))]
+    #[schemars(extend("x-kubernetes-validations" = [
+        {"rule": "self.matches('^https://[^/@?#[:space:]]+/[^[:space:]]*$') && self.contains('{name}')", "message": "spec.forge.gitea.workItemUrl must be an https:// URL without credentials that contains {name}"}
+    ]))]
+    pub work_item_url: Option<String>,
 }
 
 /// GitHub settings. Exactly one of `tokenSecretRef` and `app` names the identity the Job Site
@@ -434,6 +492,24 @@ mod tests {
     }
 
     #[test]
+    fn the_gitea_forge_needs_a_base_url_and_a_token_and_excludes_github() {
+        let crd = serde_json::to_value(Project::crd()).unwrap();
+        let forge = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+            ["properties"]["forge"];
+        assert!(
+            rules(forge).contains(&"!(has(self.github) && has(self.gitea))".to_string()),
+            "{forge}"
+        );
+        let gitea = &forge["properties"]["gitea"];
+        let required = gitea["required"].as_array().unwrap();
+        for field in ["baseUrl", "tokenSecretRef"] {
+            assert!(required.contains(&json!(field)), "{required:?}");
+        }
+        assert!(!rules(&gitea["properties"]["baseUrl"]).is_empty());
+        assert!(rules(gitea).contains(&"has(self.owner) == has(self.repository)".to_string()));
+    }
+
+    #[test]
     fn a_forge_spec_reads_with_its_defaults_and_writes_its_wire_names() {
         let spec: ProjectSpec = serde_json::from_value(json!({
             "repoUrl": "https://github.com/acme/widgets.git",
@@ -448,6 +524,19 @@ mod tests {
         let wire = serde_json::to_value(&spec).unwrap();
         assert_eq!(wire["forge"]["github"]["landing"], "pull-request");
         assert!(wire["forge"]["github"].get("app").is_none());
+        // A Gitea forge beside it: the wire names, its defaults.
+        let gitea: ProjectSpec = serde_json::from_value(json!({
+            "repoUrl": "https://gitea.example/acme/widgets.git",
+            "sandboxProfile": "kata",
+            "forge": {"gitea": {"baseUrl": "https://gitea.example", "tokenSecretRef": {"name": "gt"}}},
+        }))
+        .unwrap();
+        let g = gitea.forge.clone().unwrap().gitea.unwrap();
+        assert_eq!(g.token_secret_ref.name, "gt");
+        assert_eq!(g.landing, LandingMode::PullRequest);
+        let wire = serde_json::to_value(&gitea).unwrap();
+        assert_eq!(wire["forge"]["gitea"]["baseUrl"], "https://gitea.example");
+        assert!(wire["forge"].get("github").is_none());
         // A Project without a forge stays as it was on the wire.
         let plain: ProjectSpec = serde_json::from_value(json!({
             "repoUrl": "https://git.example/x.git",

@@ -1,6 +1,7 @@
-//! Forge clients per Project: a Project's `spec.forge.github` and its Secret become one
-//! [`ProjectForge`] (a `protobot_forge::GithubClient` with what the controllers need
-//! around it), cached per Project and rebuilt when the spec or the Secret changes.
+//! Forge clients per Project: a Project's `spec.forge.github` (or `spec.forge.gitea`) and its
+//! Secret become one [`ProjectForge`] (a `protobot_forge::GithubClient` or
+//! `protobot_forge::GiteaClient` with what the controllers need around it), cached per
+//! Project and rebuilt when the spec or the Secret changes.
 //!
 //! Pure: [`forge_config`] (the typed settings from the spec: API base, coordinates,
 //! identity, review mode, landing), [`credentials`] (the identity from the Secret's data),
@@ -10,7 +11,8 @@
 //! client. The token or private key lives only in the client's memory: it is never written
 //! to status, Events or logs, and no error here carries it.
 //!
-//! The token also serves the git transport over HTTPS (docs/forge-github.md "Identity"):
+//! The token also serves the git transport over HTTPS (docs/forge-github.md "Identity",
+//! docs/forge-gitea.md; Gitea takes the token as the password of any user name):
 //! with a token Secret, the clone's `origin` is bound to that Secret (key `token`, user
 //! `x-access-token`); with an App, to the private-key Secret, and the process's credential
 //! resolver asks the App's client for a current installation token instead of reading the
@@ -28,13 +30,17 @@ use protobot_api::{
     BuildWorkItem, BuildWorkItemStatus, Project,
     build_work_item::awaiting_checks_condition,
     conditions::{ConditionStatus, find_condition, set_condition, types},
-    project::{GithubForge as GithubSpec, LandingMode, ReviewMode as SpecReviewMode},
+    project::{
+        ForgeSpec, GiteaForge as GiteaSpec, GithubForge as GithubSpec, LandingMode,
+        ReviewMode as SpecReviewMode,
+    },
 };
 use protobot_forge::{
-    ForgeError, GithubClient, GithubForge, GithubSettings,
+    ForgeError, GiteaClient, GiteaError, GiteaForge, GiteaSettings, GithubClient, GithubForge,
+    GithubSettings,
     auth::{AppKey, AuthError, Credentials},
     core::{
-        approval::ReviewMode,
+        approval::{ApprovalClaim, ApprovalRefusal, ApprovedPullRequest, ReviewMode},
         coordinates::{ApiBase, CoordinatesError, DEFAULT_API_BASE, RepoCoordinates},
     },
     landing::{ChecksWait, LandingWaits},
@@ -76,9 +82,20 @@ impl Identity {
     }
 }
 
+/// Which host's API a Project's forge speaks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ForgeKind {
+    /// GitHub or GitHub Enterprise Server (`spec.forge.github`).
+    Github,
+    /// Gitea or Forgejo (`spec.forge.gitea`).
+    Gitea,
+}
+
 /// A Project's forge settings, validated.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ForgeConfig {
+    /// Which host.
+    pub kind: ForgeKind,
     /// The REST API.
     pub api_base: ApiBase,
     /// The repository.
@@ -135,7 +152,7 @@ pub enum ForgeSetupError {
     },
     /// The Secret does not exist.
     #[error(
-        "the GitHub identity Secret {secret} does not exist; create it with key `{key}` (docs/forge-github.md)"
+        "the forge identity Secret {secret} does not exist; create it with key `{key}` (docs/forge-github.md, docs/forge-gitea.md)"
     )]
     SecretMissing {
         /// The Secret.
@@ -145,7 +162,7 @@ pub enum ForgeSetupError {
     },
     /// The Secret lacks its key.
     #[error(
-        "the GitHub identity Secret {secret} has no key `{key}`; store the {what} under `{key}`"
+        "the forge identity Secret {secret} has no key `{key}`; store the {what} under `{key}`"
     )]
     SecretKeyMissing {
         /// The Secret.
@@ -156,7 +173,7 @@ pub enum ForgeSetupError {
         what: &'static str,
     },
     /// The Secret could not be read.
-    #[error("failed to read the GitHub identity Secret {secret}: {source}")]
+    #[error("failed to read the forge identity Secret {secret}: {source}")]
     ReadSecret {
         /// The Secret.
         secret: SecretRef,
@@ -170,6 +187,16 @@ pub enum ForgeSetupError {
     /// The client could not be built.
     #[error(transparent)]
     Client(Box<ForgeError>),
+    /// The Gitea client could not be built.
+    #[error(transparent)]
+    GiteaClient(Box<GiteaError>),
+    /// Both `spec.forge.github` and `spec.forge.gitea` (the CRD refuses this; an old object
+    /// may still hold it).
+    #[error("Project {project}: set at most one of spec.forge.github and spec.forge.gitea")]
+    TwoForges {
+        /// `namespace/name`.
+        project: String,
+    },
 }
 
 impl ForgeSetupError {
@@ -179,13 +206,14 @@ impl ForgeSetupError {
             ForgeSetupError::Coordinates { .. }
             | ForgeSetupError::ApiBase { .. }
             | ForgeSetupError::Identity { .. }
-            | ForgeSetupError::AppId { .. } => "forge-config",
+            | ForgeSetupError::AppId { .. }
+            | ForgeSetupError::TwoForges { .. } => "forge-config",
             ForgeSetupError::SecretMissing { .. } | ForgeSetupError::SecretKeyMissing { .. } => {
                 "forge-secret"
             }
             ForgeSetupError::ReadSecret { .. } => "forge-secret-read",
             ForgeSetupError::Credentials(_) => "forge-credentials",
-            ForgeSetupError::Client(_) => "forge-client",
+            ForgeSetupError::Client(_) | ForgeSetupError::GiteaClient(_) => "forge-client",
         }
     }
 }
@@ -211,15 +239,76 @@ pub fn web_base(api: &ApiBase, repository: &RepoCoordinates) -> String {
 
 /// The forge settings of `project` (`None`: no forge), validated (pure).
 pub fn forge_config(project: &Project) -> Result<Option<ForgeConfig>, ForgeSetupError> {
-    let Some(github) = project.spec.forge.as_ref().and_then(|f| f.github.as_ref()) else {
+    let Some(forge) = project.spec.forge.as_ref() else {
         return Ok(None);
     };
     let key = project_key(project);
     let ns = project.namespace().unwrap_or_default();
-    config_of(&key, &ns, &project.spec.repo_url, github).map(Some)
+    config_of(&key, &ns, &project.spec.repo_url, forge)
 }
 
 fn config_of(
+    key: &str,
+    ns: &str,
+    repo_url: &str,
+    forge: &ForgeSpec,
+) -> Result<Option<ForgeConfig>, ForgeSetupError> {
+    match (&forge.github, &forge.gitea) {
+        (None, None) => Ok(None),
+        (Some(github), None) => github_config(key, ns, repo_url, github).map(Some),
+        (None, Some(gitea)) => gitea_config(key, ns, repo_url, gitea).map(Some),
+        (Some(_), Some(_)) => Err(ForgeSetupError::TwoForges {
+            project: key.to_string(),
+        }),
+    }
+}
+
+fn spec_review_mode(mode: Option<SpecReviewMode>) -> Option<ReviewMode> {
+    mode.map(|m| match m {
+        SpecReviewMode::SinglePlayer => ReviewMode::SinglePlayer,
+        SpecReviewMode::MultiPlayer => ReviewMode::MultiPlayer,
+    })
+}
+
+fn gitea_config(
+    key: &str,
+    ns: &str,
+    repo_url: &str,
+    gitea: &GiteaSpec,
+) -> Result<ForgeConfig, ForgeSetupError> {
+    let api_base = protobot_forge::gitea::api_root(&gitea.base_url).map_err(|source| {
+        ForgeSetupError::ApiBase {
+            project: key.to_string(),
+            source,
+        }
+    })?;
+    let repository = match (&gitea.owner, &gitea.repository) {
+        (Some(owner), Some(name)) => RepoCoordinates::new(owner, name),
+        _ => RepoCoordinates::from_repo_url(repo_url),
+    }
+    .map_err(|source| ForgeSetupError::Coordinates {
+        project: key.to_string(),
+        source,
+    })?;
+    let web_base = format!(
+        "{}/{repository}",
+        api_base.as_str().trim_end_matches("/api/v1")
+    );
+    Ok(ForgeConfig {
+        kind: ForgeKind::Gitea,
+        api_base,
+        repository,
+        identity: Identity::Token {
+            secret: SecretRef::new(ns, &gitea.token_secret_ref.name),
+        },
+        review_mode: spec_review_mode(gitea.review_mode),
+        landing: gitea.landing,
+        work_item_url: gitea.work_item_url.clone(),
+        web_base,
+    })
+}
+
+fn github_config(
     key: &str,
     ns: &str,
     repo_url: &str,
@@ -266,13 +355,11 @@ fn config_of(
     };
     let web_base = web_base(&api_base, &repository);
     Ok(ForgeConfig {
+        kind: ForgeKind::Github,
         api_base,
         repository,
         identity,
-        review_mode: github.review_mode.map(|m| match m {
-            SpecReviewMode::SinglePlayer => ReviewMode::SinglePlayer,
-            SpecReviewMode::MultiPlayer => ReviewMode::MultiPlayer,
-        }),
+        review_mode: spec_review_mode(github.review_mode),
         landing: github.landing,
         work_item_url: github.work_item_url.clone(),
         web_base,
@@ -292,7 +379,7 @@ pub fn credentials(
                 .ok_or_else(|| ForgeSetupError::SecretKeyMissing {
                     secret: secret.clone(),
                     key: TOKEN_KEY,
-                    what: "GitHub token",
+                    what: "access token",
                 })?;
             // A trailing newline (`echo token > file`) is not part of the token.
             let end = token
@@ -344,13 +431,47 @@ pub fn git_secret(ns: &str, project: &Project) -> Option<SecretRef> {
         .map(|r| SecretRef::new(ns, &r.name))
 }
 
+/// A forge's API client.
+#[derive(Clone, Debug)]
+pub enum ForgeClient {
+    /// GitHub.
+    Github(Arc<GithubClient>),
+    /// Gitea or Forgejo.
+    Gitea(Arc<GiteaClient>),
+}
+
+/// A forge call that failed (the host's own error).
+#[derive(Debug, thiserror::Error)]
+pub enum ForgeCallError {
+    /// GitHub's.
+    #[error(transparent)]
+    Github(#[from] ForgeError),
+    /// Gitea's.
+    #[error(transparent)]
+    Gitea(#[from] GiteaError),
+}
+
+impl ForgeClient {
+    /// `approved_merge` on the host: the outer error is the host failing, the inner one the
+    /// decision that the change set is not an approved merge.
+    pub async fn approved_merge(
+        &self,
+        claim: &ApprovalClaim,
+    ) -> Result<Result<ApprovedPullRequest, ApprovalRefusal>, ForgeCallError> {
+        match self {
+            ForgeClient::Github(c) => Ok(c.approved_merge(claim).await?),
+            ForgeClient::Gitea(c) => Ok(c.approved_merge(claim).await?),
+        }
+    }
+}
+
 /// A Project's forge: its settings and its client.
 #[derive(Debug)]
 pub struct ProjectForge {
     /// The settings it was built from.
     pub config: ForgeConfig,
-    /// The GitHub client.
-    pub client: Arc<GithubClient>,
+    /// The host's client.
+    pub client: ForgeClient,
     /// The landings of this Project waiting for required checks (shown as the
     /// `AwaitingChecks` condition of their items, [`crate::jobsite`]).
     pub waits: LandingWaits,
@@ -415,16 +536,28 @@ impl ProjectForge {
 impl ProjectForge {
     /// How the Job Site lands this Project's work items.
     pub fn landing(&self) -> Landing {
-        match self.config.landing {
-            LandingMode::PullRequest => Landing::PullRequest(Arc::new(
-                GithubForge::new(
-                    Arc::clone(&self.client),
-                    &self.config.web_base,
-                    self.config.work_item_url.clone(),
-                )
-                .with_waits(self.waits.clone()),
-            )),
-            LandingMode::DirectPush => Landing::DirectPush,
+        match (self.config.landing, &self.client) {
+            (LandingMode::PullRequest, ForgeClient::Github(client)) => {
+                Landing::PullRequest(Arc::new(
+                    GithubForge::new(
+                        Arc::clone(client),
+                        &self.config.web_base,
+                        self.config.work_item_url.clone(),
+                    )
+                    .with_waits(self.waits.clone()),
+                ))
+            }
+            (LandingMode::PullRequest, ForgeClient::Gitea(client)) => {
+                Landing::PullRequest(Arc::new(
+                    GiteaForge::new(
+                        Arc::clone(client),
+                        &self.config.web_base,
+                        self.config.work_item_url.clone(),
+                    )
+                    .with_waits(self.waits.clone()),
+                ))
+            }
+            (LandingMode::DirectPush, _) => Landing::DirectPush,
         }
     }
 }
@@ -433,7 +566,7 @@ impl ProjectForge {
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Fingerprint {
     repo_url: String,
-    github: GithubSpec,
+    forge: ForgeSpec,
     secret_uid: Option<String>,
     secret_version: Option<String>,
 }
@@ -501,12 +634,12 @@ impl ForgeClients {
         project: &Project,
     ) -> Result<Option<Arc<ProjectForge>>, ForgeSetupError> {
         let key = project_key(project);
-        let Some(github) = project.spec.forge.as_ref().and_then(|f| f.github.clone()) else {
+        let ns = project.namespace().unwrap_or_default();
+        let forge_spec = project.spec.forge.clone().unwrap_or_default();
+        let Some(config) = config_of(&key, &ns, &project.spec.repo_url, &forge_spec)? else {
             self.cache.lock().await.remove(&key);
             return Ok(None);
         };
-        let ns = project.namespace().unwrap_or_default();
-        let config = config_of(&key, &ns, &project.spec.repo_url, &github)?;
         let secret = config.identity.secret().clone();
         let found = crate::repo_cache::read_secret(&self.client, &secret)
             .await
@@ -525,7 +658,7 @@ impl ForgeClients {
         };
         let fingerprint = Fingerprint {
             repo_url: project.spec.repo_url.clone(),
-            github,
+            forge: forge_spec,
             secret_uid: found.uid,
             secret_version: found.resource_version,
         };
@@ -536,19 +669,38 @@ impl ForgeClients {
             return Ok(Some(Arc::clone(forge)));
         }
         let credentials = credentials(&config.identity, &found.data)?;
-        let mut settings = GithubSettings::new(config.api_base.clone(), config.repository.clone());
-        settings.timeout = self.timeout;
-        let client = Arc::new(
-            GithubClient::new(settings, credentials, self.metrics.clone())
-                .map_err(|e| ForgeSetupError::Client(Box::new(e)))?,
-        );
-        if matches!(config.identity, Identity::App { .. }) {
-            APP_CLIENTS
-                .write()
-                .unwrap_or_else(|e| e.into_inner())
-                .insert(secret, Arc::clone(&client));
-        }
-        tracing::info!(project = %key, repository = %config.repository, api = config.api_base.as_str(), "built the GitHub client");
+        let client = match config.kind {
+            ForgeKind::Github => {
+                let mut settings =
+                    GithubSettings::new(config.api_base.clone(), config.repository.clone());
+                settings.timeout = self.timeout;
+                let client = Arc::new(
+                    GithubClient::new(settings, credentials, self.metrics.clone())
+                        .map_err(|e| ForgeSetupError::Client(Box::new(e)))?,
+                );
+                if matches!(config.identity, Identity::App { .. }) {
+                    APP_CLIENTS
+                        .write()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .insert(secret, Arc::clone(&client));
+                }
+                ForgeClient::Github(client)
+            }
+            ForgeKind::Gitea => {
+                let Credentials::Token { token, secret } = credentials else {
+                    // config_of gives a Gitea forge a token identity only.
+                    return Err(ForgeSetupError::Identity { project: key });
+                };
+                let mut settings =
+                    GiteaSettings::new(config.api_base.clone(), config.repository.clone());
+                settings.timeout = self.timeout;
+                ForgeClient::Gitea(Arc::new(
+                    GiteaClient::new(settings, token, &secret, self.metrics.clone())
+                        .map_err(|e| ForgeSetupError::GiteaClient(Box::new(e)))?,
+                ))
+            }
+        };
+        tracing::info!(project = %key, repository = %config.repository, api = config.api_base.as_str(), kind = ?config.kind, "built the forge client");
         let forge = Arc::new(ProjectForge {
             config,
             client,
@@ -672,6 +824,83 @@ mod tests {
                 .to_string()
                 .contains("app.appId")
         );
+    }
+
+    #[test]
+    fn a_gitea_forge_reads_its_server_repository_and_token_secret() {
+        let p = project(
+            serde_json::json!({"gitea": {"baseUrl": "https://gitea.example/", "tokenSecretRef": {"name": "gt"}, "reviewMode": "single-player"}}),
+            "https://gitea.example/acme/widgets.git",
+        );
+        let c = forge_config(&p).unwrap().unwrap();
+        assert_eq!(c.kind, ForgeKind::Gitea);
+        assert_eq!(c.api_base.as_str(), "https://gitea.example/api/v1");
+        assert_eq!(c.repository.to_string(), "acme/widgets");
+        assert_eq!(c.web_base, "https://gitea.example/acme/widgets");
+        assert_eq!(c.review_mode, Some(ReviewMode::SinglePlayer));
+        // The token serves git over https too.
+        assert_eq!(git_secret("team", &p), Some(SecretRef::new("team", "gt")));
+        let loopback = project(
+            serde_json::json!({"gitea": {"baseUrl": "http://127.0.0.1:3000", "owner": "o", "repository": "r", "tokenSecretRef": {"name": "gt"}}}),
+            "file:///srv/git/r.git",
+        );
+        assert_eq!(
+            forge_config(&loopback)
+                .unwrap()
+                .unwrap()
+                .repository
+                .to_string(),
+            "o/r"
+        );
+        let plain_http = project(
+            serde_json::json!({"gitea": {"baseUrl": "http://gitea.example", "tokenSecretRef": {"name": "gt"}}}),
+            "https://gitea.example/acme/widgets.git",
+        );
+        assert_eq!(
+            forge_config(&plain_http).unwrap_err().category(),
+            "forge-config"
+        );
+        let both = project(
+            serde_json::json!({"gitea": {"baseUrl": "https://gitea.example", "tokenSecretRef": {"name": "gt"}},
+                               "github": {"tokenSecretRef": {"name": "gh"}}}),
+            "https://gitea.example/acme/widgets.git",
+        );
+        let e = forge_config(&both).unwrap_err();
+        assert!(e.to_string().contains("at most one"), "{e}");
+    }
+
+    #[tokio::test]
+    async fn a_gitea_project_lands_through_the_gitea_forge_unless_it_pushes_directly() {
+        let forge_of = |landing: &str| {
+            let p = project(
+                serde_json::json!({"gitea": {"baseUrl": "http://127.0.0.1:3000", "owner": "acme",
+                                   "repository": "widgets", "tokenSecretRef": {"name": "gt"},
+                                   "landing": landing}}),
+                "https://gitea.example/acme/widgets.git",
+            );
+            let config = forge_config(&p).unwrap().unwrap();
+            let client = GiteaClient::new(
+                GiteaSettings::new(config.api_base.clone(), config.repository.clone()),
+                Sensitive::new(b"gitea-token".to_vec()),
+                "team/gt",
+                None,
+            )
+            .unwrap();
+            ProjectForge {
+                config,
+                client: ForgeClient::Gitea(Arc::new(client)),
+                waits: LandingWaits::default(),
+                shown: Mutex::new(None),
+            }
+        };
+        assert_eq!(
+            format!("{:?}", forge_of("pull-request").landing()),
+            "PullRequest(gitea acme/widgets)"
+        );
+        assert!(matches!(
+            forge_of("direct-push").landing(),
+            Landing::DirectPush
+        ));
     }
 
     #[test]

@@ -111,11 +111,11 @@ impl LandingWaits {
         self.with(|m| m.get(work_item_id).cloned())
     }
 
-    fn set(&self, wait: ChecksWait) {
+    pub(crate) fn set(&self, wait: ChecksWait) {
         self.with(|m| m.insert(wait.work_item_id.clone(), wait));
     }
 
-    fn clear(&self, work_item_id: &str) {
+    pub(crate) fn clear(&self, work_item_id: &str) {
         self.with(|m| m.remove(work_item_id));
     }
 }

@@ -80,6 +80,7 @@ fn project() -> Project {
                     landing: protobot_api::project::LandingMode::PullRequest,
                     work_item_url: Some("https://console.example.invalid/bwi/{name}".to_owned()),
                 }),
+                gitea: None,
             }),
         },
     );
@@ -345,6 +346,24 @@ fn inspection_run() -> InspectionRun {
 #[test]
 fn sample_project_validates() {
     assert_eq!(check("Project", &project()), Vec::<String>::new());
+}
+
+#[test]
+fn a_project_with_a_gitea_forge_validates() {
+    let mut p = project();
+    p.spec.forge = Some(protobot_api::project::ForgeSpec {
+        github: None,
+        gitea: Some(protobot_api::project::GiteaForge {
+            base_url: "https://gitea.example.invalid".to_owned(),
+            owner: Some("acme".to_owned()),
+            repository: Some("cli-sync".to_owned()),
+            token_secret_ref: LocalRef::new("cli-sync-gitea"),
+            review_mode: Some(protobot_api::project::ReviewMode::SinglePlayer),
+            landing: protobot_api::project::LandingMode::PullRequest,
+            work_item_url: None,
+        }),
+    });
+    assert_eq!(check("Project", &p), Vec::<String>::new());
 }
 
 #[test]

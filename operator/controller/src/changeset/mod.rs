@@ -316,7 +316,7 @@ pub(crate) async fn mirror_project(
 ) -> Result<(), String> {
     if let Err(e) = forges.for_project(project).await {
         return Err(format!(
-            "repository {} could not be mirrored: the GitHub forge could not be set up: {e}",
+            "repository {} could not be mirrored: the forge (spec.forge) could not be set up: {e}",
             project.spec.repo_url
         ));
     }

@@ -312,7 +312,7 @@ async fn observe(project: &Project, dir: &Path, ctx: &Context) -> Outcome {
         return Outcome::Unreachable {
             failure: RepoFailure::CredentialsUnavailable,
             reason: decide::redact_credentials(&format!(
-                "repository {} could not be read: the GitHub forge could not be set up: {e}",
+                "repository {} could not be read: the forge (spec.forge) could not be set up: {e}",
                 spec.repo_url
             )),
             conformance,

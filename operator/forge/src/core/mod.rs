@@ -8,6 +8,7 @@
 //! - [`merge`]: what the merge API answered, and what a refused merge means for the lifecycle;
 //! - [`render`]: sanitized text, the pull-request body rendered from the inspection report;
 //! - [`escalation`]: the one escalation issue per work item (title, body, marker, open or update);
+//! - [`gitea`]: what Gitea's answers mean (merge refusals, required contexts, reviews, labels);
 //! - [`status`]: commit statuses per stage;
 //! - [`ratelimit`]: how long to wait, from GitHub's rate-limit headers;
 //! - [`page`]: pagination (`Link` header) that never leaves the API's origin;
@@ -16,6 +17,7 @@
 pub mod approval;
 pub mod coordinates;
 pub mod escalation;
+pub mod gitea;
 pub mod merge;
 pub mod page;
 pub mod ratelimit;
