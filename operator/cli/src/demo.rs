@@ -356,6 +356,7 @@ async fn run(
         image: None,
         egress: false,
         tiers: Default::default(),
+        prices: Default::default(),
     };
     let engine = Engine {
         store: store.clone(),

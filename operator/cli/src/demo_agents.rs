@@ -426,6 +426,7 @@ pub async fn start_agent(
         image: None,
         egress: true,
         tiers: Default::default(),
+        prices: Default::default(),
     };
     let binds = vec![
         harness_dir.clone(),

@@ -218,7 +218,10 @@ async fn helm_install_builds_a_change_set_with_gvisor_pods_on_the_real_node() {
             pod.name, pod.runtime_class, pod.node, pod.phase, pod.container_ids, pod.terminated
         );
     }
-    assert!(out.status.success(), "helm install failed (its output is above)");
+    assert!(
+        out.status.success(),
+        "helm install failed (its output is above)"
+    );
 
     // The operator: two replicas of the image built here, Running on the node. (A replica
     // may be briefly unready on a loaded node after the hook: wait for both, then say so.)
@@ -237,7 +240,11 @@ async fn helm_install_builds_a_change_set_with_gvisor_pods_on_the_real_node() {
     if !matches!(ready, Ok(Some(_))) {
         println!(
             "Deployment {deployment_name}: {:#?}\noperator logs:\n{}",
-            deployments.get(&deployment_name).await.ok().and_then(|d| d.status),
+            deployments
+                .get(&deployment_name)
+                .await
+                .ok()
+                .and_then(|d| d.status),
             operator_logs(&client, &ns.name).await
         );
         panic!("the operator Deployment has not 2 ready replicas 180 s after helm install");
@@ -246,7 +253,11 @@ async fn helm_install_builds_a_change_set_with_gvisor_pods_on_the_real_node() {
     println!("operator pods: {operators:?}");
     assert_eq!(operators.len(), 2, "two operator pods Running");
     for (pod, node_name, ids) in &operators {
-        assert_eq!(node_name.as_deref(), Some(node.name.as_str()), "{pod} runs on the node");
+        assert_eq!(
+            node_name.as_deref(),
+            Some(node.name.as_str()),
+            "{pod} runs on the node"
+        );
         assert!(
             !ids.is_empty() && ids.iter().all(|id| id.starts_with("containerd://")),
             "{pod}'s containers run in containerd: {ids:?}"
@@ -258,7 +269,10 @@ async fn helm_install_builds_a_change_set_with_gvisor_pods_on_the_real_node() {
         .iter()
         .filter(|p| p.runtime_class.as_deref() == Some(GVISOR))
         .collect();
-    assert!(!probes.is_empty(), "no gVisor pod ran (pods seen are listed above)");
+    assert!(
+        !probes.is_empty(),
+        "no gVisor pod ran (pods seen are listed above)"
+    );
     // Every container that started has a containerd id (a probe cancelled before its
     // container started, SB-LIFE-001, has none), and probes ran their sandbox container.
     for p in &probes {
@@ -789,6 +803,7 @@ async fn a_run_over_its_memory_or_its_deadline_ends_as_that_limit_on_the_node() 
                 },
                 egress_proxy: None,
                 audit: Default::default(),
+                attribution: Default::default(),
             };
             let mut pod = manifest::build_pod(&profile, &config, &spec, None).unwrap();
             if let Some(spec) = pod.spec.as_mut() {
@@ -888,6 +903,7 @@ async fn the_runs_network_policy_refuses_a_direct_connection_and_dns_on_the_node
             },
             egress_proxy: None,
             audit: Default::default(),
+            attribution: Default::default(),
         };
         let mut config = config.clone();
         if with_policy {

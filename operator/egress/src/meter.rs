@@ -18,12 +18,12 @@ use std::{
     sync::{Arc, Mutex},
 };
 
-use prometheus::{IntCounterVec, Opts, Registry};
 use crate::{
     price::PriceTable,
     session::Session,
     usage::{Metered, ModelApi, read_usage},
 };
+use prometheus::{IntCounterVec, Opts, Registry};
 
 pub use protobot_usage::run::{ModelUsage, RunUsage, UNKNOWN_MODEL};
 

@@ -41,4 +41,3 @@ pub enum PriceTableError {
         source: serde_yaml_ng::Error,
     },
 }
-

@@ -400,6 +400,7 @@ pub fn site_on<S: WorkStore + 'static, T: WorkStore + 'static>(
         image: None,
         egress: false,
         tiers: Default::default(),
+        prices: Default::default(),
     };
     let mut config = EngineConfig::new(class(), class(), class(), home.join("scratch"));
     config.max_cycles = o.max_cycles;

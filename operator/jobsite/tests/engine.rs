@@ -40,6 +40,7 @@ fn sh(script: &str) -> WorkerClass {
         image: None,
         egress: false,
         tiers: Default::default(),
+        prices: Default::default(),
     }
 }
 

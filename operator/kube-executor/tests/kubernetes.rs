@@ -202,6 +202,7 @@ impl Env {
                 cycle: 1,
                 trace_id: run_id.into(),
             },
+            attribution: Default::default(),
         }
     }
 

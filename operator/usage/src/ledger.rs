@@ -406,7 +406,10 @@ mod tests {
             .insert("nobody-prices".into(), usage(1, 5, None));
         let s = Spend::of_run(&unpriced, &class);
         assert_eq!((s.cost(), s.unpriced_calls), (None, 1));
-        assert!(s.to_string().contains("cost unknown (1 calls unpriced"), "{s}");
+        assert!(
+            s.to_string().contains("cost unknown (1 calls unpriced"),
+            "{s}"
+        );
         assert!(Spend::of_run(&RunUsage::default(), &class).is_empty());
     }
 

@@ -64,4 +64,3 @@ impl RunUsage {
 
 /// Model name used when an answer names none.
 pub const UNKNOWN_MODEL: &str = "unknown";
-

@@ -376,6 +376,14 @@ impl<S: WorkStore, E: Executor> Engine<S, E> {
         RunName { run_id, cycle }: RunName,
     ) -> Result<crate::executor::RunOutput, EngineError> {
         let work_item = claim.check()?.work_item_id;
+        let attribution = crate::executor::RunAttribution {
+            project: self.context.project_id.clone(),
+            stage: Some(role.stage()),
+            tier: match &task {
+                Task::Worker { model_tier, .. } => Some(*model_tier),
+                Task::Producer { .. } | Task::Integration { .. } => None,
+            },
+        };
         let task = serde_json::to_value(&task).map_err(|source| EngineError::Task {
             run_id: run_id.clone(),
             source,
@@ -401,6 +409,7 @@ impl<S: WorkStore, E: Executor> Engine<S, E> {
                 cycle,
                 trace_id: run_id.clone(),
             },
+            attribution,
         };
         let started = Instant::now();
         // Boxed, like every stage below: no future nests another's whole state, so polling
