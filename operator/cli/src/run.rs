@@ -522,6 +522,7 @@ async fn run_inner(args: &RunArgs, mode: Mode) -> Result<serde_json::Value, RunE
         })),
         faults: None,
         stop: None,
+        usage: None,
     };
     let site = JobSite {
         engine: Arc::new(engine),

@@ -447,6 +447,7 @@ mod tests {
                     renewed: 4,
                     failed: 1,
                 },
+                usage: Default::default(),
             }),
         }
     }

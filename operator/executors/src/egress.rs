@@ -18,6 +18,9 @@
 //! `PROTOBOT_EGRESS_SESSION_TOKEN_FILE`, pointing at a signed session token
 //! (`protobot_egress::issue_session_token`) that expires with the run.
 //!
+//! [`MeterUsage`] is the usage port over an in-process proxy's meter: the Job
+//! Site reads each run's model usage from it when the run ends (issue 34).
+//!
 //! Pure: [`ProxyAddress::parse`], [`session_for`], [`token_expiry`]. Edges,
 //! shared with the simulated kubelet through `protobot_egress::netns`:
 //! [`NetNs`] (runs `ip`), [`bind_inside`] (`setns` on a short-lived thread),
@@ -219,6 +222,18 @@ pub fn sandbox_env() -> [(String, String); 2] {
     ]
 }
 
+/// The usage port on one machine: the in-process egress proxy's meter
+/// (`protobot_egress::UsageMeter`), read directly after each run. Reading it
+/// cannot fail.
+#[derive(Clone, Debug)]
+pub struct MeterUsage(pub protobot_egress::UsageMeter);
+
+impl protobot_jobsite::usage::UsageSource for MeterUsage {
+    fn run_usage<'a>(&'a self, run_id: &'a str) -> protobot_jobsite::usage::UsageFuture<'a> {
+        Box::pin(async move { Ok(self.0.run(run_id)) })
+    }
+}
+
 pub use protobot_egress::netns::NetNs;
 
 /// Binds `127.0.0.1:port` inside the namespace at `ns_path`
@@ -392,6 +407,17 @@ mod tests {
             ("shop", "worker-a", "t3")
         );
         assert_eq!(input.get_counter().get_value(), 12.0);
+        // The usage port over this meter reads the same record back.
+        let port = MeterUsage(meter.clone());
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        use protobot_jobsite::usage::UsageSource;
+        let read = runtime
+            .block_on(port.run_usage("wi-7-c1-worker-a-0"))
+            .unwrap();
+        assert_eq!(read, Some(run));
+        assert_eq!(runtime.block_on(port.run_usage("other")).unwrap(), None);
         // A run without attribution keeps the session (and token) it always had.
         let bare = session_for(&spec(serde_json::json!({})));
         assert_eq!(

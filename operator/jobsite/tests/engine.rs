@@ -240,6 +240,7 @@ fn engine<E: Executor>(s: &Setup, executor: E) -> Engine<MemoryStore, E> {
         on_stage: None,
         faults: None,
         stop: None,
+        usage: None,
     }
 }
 

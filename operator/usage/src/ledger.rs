@@ -295,6 +295,31 @@ impl UsageLedger {
     }
 }
 
+impl UsageSummary {
+    /// One short line for an Event note: tokens and cost per stage, then the total
+    /// (`worker-a 1500 tokens $0.003600; …; total 3000 tokens in 4 calls, cost unknown`).
+    pub fn brief(&self) -> String {
+        let cost = |s: &Spend| match s.cost() {
+            Some(c) => c.to_string(),
+            None => "cost unknown".to_owned(),
+        };
+        let mut parts: Vec<String> = self
+            .by_stage
+            .iter()
+            .map(|(stage, s)| format!("{stage} {} tokens {}", s.tokens.total(), cost(s)))
+            .collect();
+        parts.push(format!(
+            "total {} tokens in {} calls, {}",
+            self.total.tokens.total(),
+            self.total
+                .calls
+                .saturating_add(self.total.calls_without_usage),
+            cost(&self.total)
+        ));
+        parts.join("; ")
+    }
+}
+
 impl fmt::Display for UsageSummary {
     /// One line per stage that spent, then the total.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -349,6 +374,19 @@ mod tests {
         assert_eq!(summary.total, spend(4, 151, 16));
         assert_eq!(summary.by_stage[&Stage::WorkerA], spend(3, 150, 15));
         assert_eq!(summary.by_tier["t2"], spend(1, 1, 1));
+    }
+
+    #[test]
+    fn the_brief_line_names_each_stage_and_the_total() {
+        let mut ledger = UsageLedger::default();
+        ledger.record(run("a", Stage::WorkerA, "t1", spend(2, 100, 10)));
+        let mut unpriced = spend(1, 50, 0);
+        unpriced.unpriced_calls = 1;
+        ledger.record(run("b", Stage::WorkerB, "t1", unpriced));
+        assert_eq!(
+            ledger.summary().brief(),
+            "worker-a 100 tokens $0.000010; worker-b 50 tokens cost unknown; total 150 tokens in 3 calls, cost unknown"
+        );
     }
 
     #[test]
