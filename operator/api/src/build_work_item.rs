@@ -247,6 +247,11 @@ pub struct BuildWorkItemStatus {
     /// Immutable completion evidence, recorded with `completed`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub completion: Option<CompletionEvidence>,
+    /// What the item's sandboxed runs spent on model calls, metered at the egress proxy and
+    /// read back after each run: totals, per stage and per tier. Absent until a run made a
+    /// model call. See docs/cost-and-review.md.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<UsageStatus>,
     /// The `metadata.generation` this status was computed from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
@@ -452,6 +457,102 @@ pub struct CycleRecord {
     pub end_time: Option<Time>,
 }
 
+/// Bound of `status.usage.stages` (one entry per build stage).
+pub const USAGE_STAGES_LIMIT: u32 = 4;
+/// Bound of `status.usage.tiers` (one entry per model tier).
+pub const USAGE_TIERS_LIMIT: u32 = 4;
+
+/// What an item's model calls spent (docs/cost-and-review.md). Bounded: one entry per stage
+/// and per tier, never per run or per call.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct UsageStatus {
+    /// Sandboxed runs whose usage was read back.
+    pub runs: u64,
+    /// Everything the item's runs spent.
+    pub total: UsageAmount,
+    /// By build stage, in build order (only stages that made model calls).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = USAGE_STAGES_LIMIT))]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["stage"]))]
+    pub stages: Vec<StageUsage>,
+    /// By model tier of the Worker runs (runs outside build cycles have none).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = USAGE_TIERS_LIMIT))]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["tier"]))]
+    pub tiers: Vec<TierUsage>,
+}
+
+/// Calls, tokens and cost of some model calls.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct UsageAmount {
+    /// Calls whose answer reported usage.
+    pub calls: u64,
+    /// Calls whose answer reported none: their tokens are unknown, never guessed.
+    #[serde(default)]
+    pub calls_without_usage: u64,
+    /// Fresh input tokens.
+    pub input_tokens: u64,
+    /// Output tokens (reasoning included).
+    pub output_tokens: u64,
+    /// Input tokens read from the prompt cache.
+    #[serde(default)]
+    pub cache_read_tokens: u64,
+    /// Input tokens written to the prompt cache.
+    #[serde(default)]
+    pub cache_write_tokens: u64,
+    /// The part of the output tokens the model reported as reasoning.
+    #[serde(default)]
+    pub reasoning_tokens: u64,
+    /// Cost in micro-dollars (millionths of a US dollar), priced with the worker class's
+    /// prices or else the egress proxy's; absent when some call's model has no price (the
+    /// cost is unknown).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost_microdollars: Option<u64>,
+    /// Calls with tokens whose model has no price (the cost is unknown while any exist).
+    #[serde(default)]
+    pub unpriced_calls: u64,
+    /// The cost for humans: `$0.003600`, or `unknown`.
+    pub cost: String,
+}
+
+/// A build stage whose runs made model calls.
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize, JsonSchema,
+)]
+#[serde(rename_all = "kebab-case")]
+pub enum UsageStage {
+    /// Worker A (tests).
+    WorkerA,
+    /// Worker B (implementation).
+    WorkerB,
+    /// The integration runner.
+    Integration,
+    /// Inspectors and mutation campaigns.
+    Inspection,
+}
+
+/// What one build stage spent.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct StageUsage {
+    /// The stage.
+    pub stage: UsageStage,
+    /// What its runs spent.
+    pub spent: UsageAmount,
+}
+
+/// What the Worker runs of one model tier spent.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TierUsage {
+    /// The tier.
+    pub tier: ModelTier,
+    /// What its runs spent.
+    pub spent: UsageAmount,
+}
+
 /// Completion evidence recorded with `completed`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -491,6 +592,7 @@ impl BuildWorkItemStatus {
             candidate_commit: None,
             merge_commit: None,
             completion: None,
+            usage: None,
             observed_generation: None,
             ledger: None,
             conditions: Vec::new(),

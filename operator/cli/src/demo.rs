@@ -356,6 +356,7 @@ async fn run(
         image: None,
         egress: false,
         tiers: Default::default(),
+        prices: Default::default(),
     };
     let engine = Engine {
         store: store.clone(),
@@ -402,6 +403,10 @@ async fn run(
         on_stage: Some(recorder),
         faults: None,
         stop: None,
+        usage: agents.as_ref().map(|a| {
+            Arc::new(protobot_executors::egress::MeterUsage(a.meter.clone()))
+                as Arc<dyn protobot_jobsite::usage::UsageSource>
+        }),
     };
     let site = JobSite {
         engine: Arc::new(engine),
@@ -486,6 +491,7 @@ async fn run(
         product_tree_digest: built.as_ref().and_then(|r| r.product_tree_digest.clone()),
         block_reason: built.as_ref().and_then(|r| r.block_reason.clone()),
         lease_renewals: built.as_ref().map(|r| r.lease_renewals).unwrap_or_default(),
+        usage: built.as_ref().map(|r| r.usage.clone()).unwrap_or_default(),
     };
     let contains = match &report.merge_commit {
         Some(m) => git(&origin, &["merge-base", "--is-ancestor", m, "main"]).is_ok(),

@@ -33,7 +33,7 @@ use std::{
 use protobot_demo::example::{INSPECTOR, WORKER_A, WORKER_B};
 use protobot_egress::{
     Broker, Credential, CredentialStore, EgressMetrics, EgressPolicy, Limits, SessionRegistry,
-    SessionSecret, Upstream, server::serve,
+    SessionSecret, Upstream, UsageMeter, server::serve,
 };
 use protobot_executors::LocalEgress;
 use protobot_jobsite::engine::WorkerClass;
@@ -260,6 +260,8 @@ pub struct AgentWorkers {
     pub egress: LocalEgress,
     /// Host paths the sandbox must see read-only: the harness and the agent's CLI.
     pub binds: Vec<PathBuf>,
+    /// The proxy's meter: the Job Site reads each run's model usage from it (issue 34).
+    pub meter: UsageMeter,
     key: String,
     double: ModelDouble,
     metrics: EgressMetrics,
@@ -389,6 +391,7 @@ pub async fn start_agent(
     let key = format!("demo-model-key-{}", random_hex(16)?);
     let registry = prometheus::Registry::new();
     let metrics = EgressMetrics::register(&registry)?;
+    let meter = UsageMeter::new(Default::default(), None);
     let broker = Broker::new(
         EgressPolicy::from_yaml(&policy(agent.api_path()), "<demo policy>")?,
         CredentialStore::from_pairs([("model", Credential::new(key.clone()))]),
@@ -396,7 +399,10 @@ pub async fn start_agent(
         Upstream::plaintext_for_tests(HashMap::from([(MODEL_HOST.to_owned(), double.addr())])),
         metrics.clone(),
         Limits::default(),
-    );
+    )
+    // Priced at nothing: the double's tokens are counted, their cost is unknown unless a
+    // class names a price.
+    .with_meter(meter.clone());
     let listener = TcpListener::bind("127.0.0.1:0")
         .await
         .map_err(io("bind the egress proxy"))?;
@@ -426,6 +432,7 @@ pub async fn start_agent(
         image: None,
         egress: true,
         tiers: Default::default(),
+        prices: Default::default(),
     };
     let binds = vec![
         harness_dir.clone(),
@@ -440,6 +447,7 @@ pub async fn start_agent(
         proxy_url,
         egress: LocalEgress::new(secret),
         binds,
+        meter,
         key,
         double,
         metrics,

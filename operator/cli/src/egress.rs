@@ -145,7 +145,7 @@ async fn run(args: &EgressProxyArgs) -> Result<(), StartError> {
     let registry = prometheus::Registry::new();
     let metrics = EgressMetrics::register(&registry).map_err(StartError::Metrics)?;
     let prices = match &args.prices {
-        Some(path) => PriceTable::load(path)?,
+        Some(path) => protobot_egress::price::load(path)?,
         None => PriceTable::default(),
     };
     let priced_models = prices.0.len();

@@ -116,6 +116,7 @@ fn read_harness(dir: &Path, name: &str, run_at: &Path) -> Result<Option<WorkerCl
             image: None,
             egress: false,
             tiers: Default::default(),
+            prices: Default::default(),
         })),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(RunError::Input(format!(
@@ -521,6 +522,7 @@ async fn run_inner(args: &RunArgs, mode: Mode) -> Result<serde_json::Value, RunE
         })),
         faults: None,
         stop: None,
+        usage: None,
     };
     let site = JobSite {
         engine: Arc::new(engine),
@@ -695,6 +697,7 @@ async fn preflight(
         limits: Default::default(),
         egress_proxy: None,
         audit: Default::default(),
+        attribution: Default::default(),
     };
     let (_stop, cancel) = tokio::sync::watch::channel(false);
     let out = executor.run(spec, cancel).await.map_err(|e| {

@@ -1,5 +1,6 @@
 //! `protobot status`: the work items of a single-machine work store, with
-//! their lifecycle state, contract version and lease holder.
+//! their lifecycle state, contract version and lease holder, and under an item
+//! whose runs made model calls, the tokens and cost per stage (issue 34).
 
 use std::{path::PathBuf, process::ExitCode};
 
@@ -127,6 +128,80 @@ fn table(items: &[protobot_lifecycle::WorkItemRecord]) -> String {
         if r.state == protobot_lifecycle::State::Blocked && !r.block_reason.is_empty() {
             lines.push(format!("  blocked: {}", r.block_reason));
         }
+        lines.extend(usage_lines(&r.usage));
     }
     lines.join("\n")
+}
+
+/// The item's model usage, one line per stage and the total (none before a model call).
+fn usage_lines(ledger: &protobot_usage::UsageLedger) -> Vec<String> {
+    if ledger.is_empty() {
+        return Vec::new();
+    }
+    let summary = ledger.summary();
+    summary
+        .by_stage
+        .iter()
+        .map(|(stage, spend)| format!("  {:<12} {spend}", stage.as_str()))
+        .chain(std::iter::once(format!(
+            "  {:<12} {}",
+            "total", summary.total
+        )))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use protobot_lifecycle::{State, WorkItemRecord};
+    use protobot_usage::{RunSpend, Spend, Stage, TokenCounts};
+
+    use super::*;
+
+    #[test]
+    fn an_item_that_spent_shows_tokens_and_cost_per_stage_and_one_that_did_not_shows_none() {
+        let mut spent = WorkItemRecord::new("wi-1", "p", State::Completed, 9);
+        for (run, stage, input, unpriced) in [
+            ("wi-1-c1-a", Stage::WorkerA, 1200, 0),
+            ("wi-1-c1-b", Stage::WorkerB, 800, 1),
+        ] {
+            spent.usage.record(RunSpend {
+                run_id: run.into(),
+                stage,
+                tier: "t1".into(),
+                spend: Spend {
+                    calls: 2,
+                    tokens: TokenCounts {
+                        input,
+                        output: 100,
+                        ..TokenCounts::default()
+                    },
+                    cost_microdollars: input,
+                    unpriced_calls: unpriced,
+                    ..Spend::default()
+                },
+            });
+        }
+        let idle = WorkItemRecord::new("wi-2", "p", State::ReadyForBuilding, 1);
+        let text = table(&[spent, idle]);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 1 + 1 + 3 + 1, "{text}");
+        assert!(lines[2].starts_with("  worker-a"), "{text}");
+        assert!(
+            lines[2].contains("1200 tokens in") && lines[2].ends_with("$0.001200"),
+            "{text}"
+        );
+        assert!(
+            lines[3].starts_with("  worker-b") && lines[3].contains("cost unknown"),
+            "{text}"
+        );
+        assert!(
+            lines[4].starts_with("  total") && lines[4].contains("2000 tokens in"),
+            "{text}"
+        );
+        assert!(
+            lines[4].contains("cost unknown"),
+            "one unpriced call makes the total unknown: {text}"
+        );
+        assert!(lines[5].starts_with("wi-2"), "{text}");
+    }
 }

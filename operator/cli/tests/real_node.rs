@@ -968,6 +968,7 @@ async fn a_run_over_its_memory_or_its_deadline_ends_as_that_limit_on_the_node() 
                 },
                 egress_proxy: None,
                 audit: Default::default(),
+                attribution: Default::default(),
             };
             let mut pod = manifest::build_pod(&profile, &config, &spec, None).unwrap();
             if let Some(spec) = pod.spec.as_mut() {
@@ -1067,6 +1068,7 @@ async fn the_runs_network_policy_refuses_a_direct_connection_and_dns_on_the_node
             },
             egress_proxy: None,
             audit: Default::default(),
+            attribution: Default::default(),
         };
         let mut config = config.clone();
         if with_policy {

@@ -537,6 +537,7 @@ async fn build_site<E: Executor + 'static>(
         on_stage: None,
         faults: None,
         stop: Some(settings.stop.clone()),
+        usage: None,
     };
     Ok(JobSite {
         engine: Arc::new(engine),
@@ -823,12 +824,9 @@ pub fn event_for(action: &SiteAction) -> Option<(String, Event)> {
                         report.cycles.len()
                     ),
                 ),
-                protobot_lifecycle::State::Blocked => event(
-                    EventType::Warning,
-                    "Blocked",
-                    "Build",
-                    report.block_reason.clone().unwrap_or_default(),
-                ),
+                protobot_lifecycle::State::Blocked => {
+                    event(EventType::Warning, "Blocked", "Build", blocked_note(report))
+                }
                 other => event(EventType::Normal, "Built", "Build", format!("now {other}")),
             };
             (report.work_item_id.clone(), ev)
@@ -892,6 +890,36 @@ pub fn event_for(action: &SiteAction) -> Option<(String, Event)> {
         ),
         SiteAction::Claimed { .. } | SiteAction::LostClaim { .. } => return None,
     })
+}
+
+/// Longest Event note the API server accepts (events.k8s.io/v1: 1 kB).
+const EVENT_NOTE_LIMIT: usize = 1024;
+
+/// The note of a blocked build's Event: the block reason, then what the item's runs spent
+/// per stage (issue 34), cut to the API's limit on a character boundary (the spend stays
+/// whole; the reason is cut first).
+fn blocked_note(report: &protobot_jobsite::engine::BuildReport) -> String {
+    let reason = report.block_reason.clone().unwrap_or_default();
+    if report.usage.is_empty() {
+        return truncate(reason, EVENT_NOTE_LIMIT);
+    }
+    let spent = format!(" (spent: {})", report.usage.summary().brief());
+    let room = EVENT_NOTE_LIMIT.saturating_sub(spent.len());
+    truncate(
+        format!("{}{spent}", truncate(reason, room)),
+        EVENT_NOTE_LIMIT,
+    )
+}
+
+fn truncate(mut text: String, limit: usize) -> String {
+    if text.len() > limit {
+        let mut at = limit;
+        while !text.is_char_boundary(at) {
+            at -= 1;
+        }
+        text.truncate(at);
+    }
+    text
 }
 
 async fn publish_events(client: &Client, ns: &str, identity: &str, actions: &[SiteAction]) {
@@ -1405,6 +1433,55 @@ mod tests {
 
     use super::*;
     use crate::bugreport::decide::recorded_facts;
+
+    #[test]
+    fn a_blocked_build_s_event_says_what_was_spent_within_the_note_limit() {
+        let mut report = BuildReport {
+            work_item_id: "wi-1".into(),
+            state: protobot_lifecycle::State::Blocked,
+            cycles: Vec::new(),
+            inspections: Vec::new(),
+            revalidations: 0,
+            merge_commit: None,
+            product_tree_digest: None,
+            block_reason: Some("the tests still fail after 3 cycles".into()),
+            lease_renewals: Default::default(),
+            usage: Default::default(),
+        };
+        let note = |report: &BuildReport| {
+            let action = SiteAction::Built {
+                report: Box::new(report.clone()),
+            };
+            event_for(&action).unwrap().1.note.unwrap()
+        };
+        assert_eq!(note(&report), "the tests still fail after 3 cycles");
+        report.usage.record(protobot_usage::RunSpend {
+            run_id: "wi-1-c1-b".into(),
+            stage: protobot_usage::Stage::WorkerB,
+            tier: "t1".into(),
+            spend: protobot_usage::Spend {
+                calls: 3,
+                tokens: protobot_usage::TokenCounts {
+                    input: 1000,
+                    output: 200,
+                    ..Default::default()
+                },
+                cost_microdollars: 4200,
+                ..Default::default()
+            },
+        });
+        assert_eq!(
+            note(&report),
+            "the tests still fail after 3 cycles (spent: worker-b 1200 tokens $0.004200; total 1200 tokens in 3 calls, $0.004200)"
+        );
+        report.block_reason = Some("é".repeat(2000));
+        let long = note(&report);
+        assert!(long.len() <= EVENT_NOTE_LIMIT, "{}", long.len());
+        assert!(
+            long.ends_with("$0.004200)"),
+            "the spend stays whole: {long}"
+        );
+    }
 
     fn facts(project: &str, bug: &str) -> BugFacts {
         BugFacts {

@@ -525,6 +525,7 @@ mod tests {
                     renewed: 4,
                     failed: 1,
                 },
+                usage: Default::default(),
             }),
         }
     }

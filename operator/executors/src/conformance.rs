@@ -632,6 +632,7 @@ impl<E: SandboxBackend> Prober<'_, E> {
                 cycle: 1,
                 trace_id: CONFORMANCE_TRACE_ID.to_owned(),
             },
+            attribution: Default::default(),
         }
     }
 

@@ -18,6 +18,9 @@
 //! `PROTOBOT_EGRESS_SESSION_TOKEN_FILE`, pointing at a signed session token
 //! (`protobot_egress::issue_session_token`) that expires with the run.
 //!
+//! [`MeterUsage`] is the usage port over an in-process proxy's meter: the Job
+//! Site reads each run's model usage from it when the run ends (issue 34).
+//!
 //! Pure: [`ProxyAddress::parse`], [`session_for`], [`token_expiry`]. Edges,
 //! shared with the simulated kubelet through `protobot_egress::netns`:
 //! [`NetNs`] (runs `ip`), [`bind_inside`] (`setns` on a short-lived thread),
@@ -165,9 +168,11 @@ impl ProxyAddress {
 }
 
 /// The egress session of a run: its work item (from the task document, else
-/// the run id), its role, the run id as trace id, and the source commit when
-/// the task names one. The same derivation as the Kubernetes executor's
-/// (`protobot_kube_executor::manifest::egress_session`), so one policy serves
+/// the run id), its role, the run id as trace id, the source commit when the
+/// task names one, and what its model usage is attributed to (project, stage,
+/// cycle, tier: [`RunSpec::attribution`] and the audit's cycle). The one
+/// derivation both executors use (the Kubernetes executor's
+/// `manifest::egress_session` calls it), so one policy and one meter serve
 /// both.
 pub fn session_for(spec: &RunSpec) -> Session {
     let field = |name: &str| {
@@ -181,7 +186,18 @@ pub fn session_for(spec: &RunSpec) -> Session {
         role: spec.role.as_str().to_owned(),
         trace_id: spec.run_id.clone(),
         source_commit: field("source_commit").unwrap_or_default(),
-        ..Default::default()
+        project: spec.attribution.project.clone(),
+        stage: spec
+            .attribution
+            .stage
+            .map(|s| s.as_str().to_owned())
+            .unwrap_or_default(),
+        cycle: spec.audit.cycle,
+        tier: spec
+            .attribution
+            .tier
+            .map(|t| t.as_str().to_owned())
+            .unwrap_or_default(),
     }
 }
 
@@ -204,6 +220,18 @@ pub fn sandbox_env() -> [(String, String); 2] {
             format!("/task/{TOKEN_FILE}"),
         ),
     ]
+}
+
+/// The usage port on one machine: the in-process egress proxy's meter
+/// (`protobot_egress::UsageMeter`), read directly after each run. Reading it
+/// cannot fail.
+#[derive(Clone, Debug)]
+pub struct MeterUsage(pub protobot_egress::UsageMeter);
+
+impl protobot_jobsite::usage::UsageSource for MeterUsage {
+    fn run_usage<'a>(&'a self, run_id: &'a str) -> protobot_jobsite::usage::UsageFuture<'a> {
+        Box::pin(async move { Ok(self.0.run(run_id)) })
+    }
 }
 
 pub use protobot_egress::netns::NetNs;
@@ -284,6 +312,7 @@ mod tests {
             limits: Limits::default(),
             egress_proxy: Some("http://127.0.0.1:3128".into()),
             audit: RunAudit::default(),
+            attribution: Default::default(),
         }
     }
 
@@ -306,6 +335,95 @@ mod tests {
         let s = session_for(&spec(serde_json::json!({"work_item_id": 7})));
         assert_eq!(s.work_item, "wi-7-c1-worker-a-0");
         assert_eq!(s.source_commit, "");
+    }
+
+    #[test]
+    fn the_session_carries_the_runs_attribution_and_the_meter_counts_by_it() {
+        use protobot_egress::{ModelApi, UsageMeter, UsageMetrics, usage::TokenKind};
+        use protobot_jobsite::{escalation::Tier, executor::RunAttribution};
+        use protobot_usage::Stage;
+
+        let mut attributed = spec(serde_json::json!({"work_item_id": "wi-7"}));
+        attributed.audit.cycle = 2;
+        attributed.attribution = RunAttribution {
+            project: "shop".into(),
+            stage: Some(Stage::WorkerA),
+            tier: Some(Tier::T3),
+        };
+        let session = session_for(&attributed);
+        assert_eq!(
+            (
+                session.project.as_str(),
+                session.stage.as_str(),
+                session.cycle,
+                session.tier.as_str(),
+                session.role.as_str()
+            ),
+            ("shop", "worker-a", 2, "t3", "worker-a")
+        );
+        // The signed token the sandbox gets carries it to the proxy unchanged.
+        let secret = SessionSecret::new(vec![7u8; 32]);
+        let token = protobot_egress::issue_session_token(&secret, &session, i64::MAX);
+        let verified = protobot_egress::verify_session_token(&secret, &token, 0).unwrap();
+        assert_eq!(verified, session);
+        // The proxy's meter keys the run by its id and labels its metrics by
+        // project, role and tier.
+        let registry = prometheus::Registry::new();
+        let meter = UsageMeter::new(
+            Default::default(),
+            Some(UsageMetrics::register(&registry).unwrap()),
+        );
+        meter.record_answer(
+            &verified,
+            ModelApi::OpenAiChat,
+            None,
+            br#"{"model":"m","usage":{"prompt_tokens":12,"completion_tokens":5}}"#,
+        );
+        let run = meter.run("wi-7-c1-worker-a-0").unwrap();
+        assert_eq!(run.tokens().input, 12);
+        let family = registry
+            .gather()
+            .into_iter()
+            .find(|f| f.name() == "protobot_model_tokens_total")
+            .unwrap();
+        let labels = |m: &prometheus::proto::Metric| {
+            m.get_label()
+                .iter()
+                .map(|l| (l.name().to_owned(), l.value().to_owned()))
+                .collect::<std::collections::BTreeMap<_, _>>()
+        };
+        let input = family
+            .get_metric()
+            .iter()
+            .find(|m| labels(m)["kind"] == TokenKind::Input.as_str())
+            .unwrap();
+        let l = labels(input);
+        assert_eq!(
+            (
+                l["project"].as_str(),
+                l["role"].as_str(),
+                l["tier"].as_str()
+            ),
+            ("shop", "worker-a", "t3")
+        );
+        assert_eq!(input.get_counter().get_value(), 12.0);
+        // The usage port over this meter reads the same record back.
+        let port = MeterUsage(meter.clone());
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        use protobot_jobsite::usage::UsageSource;
+        let read = runtime
+            .block_on(port.run_usage("wi-7-c1-worker-a-0"))
+            .unwrap();
+        assert_eq!(read, Some(run));
+        assert_eq!(runtime.block_on(port.run_usage("other")).unwrap(), None);
+        // A run without attribution keeps the session (and token) it always had.
+        let bare = session_for(&spec(serde_json::json!({})));
+        assert_eq!(
+            (bare.project.as_str(), bare.stage.as_str(), bare.cycle),
+            ("", "", 0)
+        );
     }
 
     #[test]

@@ -89,6 +89,7 @@ pub fn spec(workspace: &Path, script: &str) -> RunSpec {
             cycle: 1,
             trace_id: format!("test-{}-{n}", std::process::id()),
         },
+        attribution: Default::default(),
     }
 }
 

@@ -107,6 +107,40 @@ pub struct RunSpec {
     /// Who the run belongs to, for its audit events.
     #[serde(default)]
     pub audit: RunAudit,
+    /// What its model calls are attributed to (its egress session carries it, and the
+    /// proxy's meter and metrics read it from there).
+    #[serde(default)]
+    pub attribution: RunAttribution,
+}
+
+/// What a run's model usage is attributed to, besides its work item, role, run id and cycle
+/// ([`RunAudit`]): the project, the build stage and the escalation tier (issue 34). The
+/// executors put it into the run's egress session (`protobot_executors::egress::session_for`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunAttribution {
+    /// The project (empty when not known).
+    #[serde(default)]
+    pub project: String,
+    /// The build stage (`None` for runs outside a build, e.g. conformance probes).
+    #[serde(default)]
+    pub stage: Option<protobot_usage::Stage>,
+    /// The escalation tier its Workers run at (`None` outside build cycles).
+    #[serde(default)]
+    pub tier: Option<crate::escalation::Tier>,
+}
+
+impl SandboxRole {
+    /// The build stage a run of this role belongs to.
+    pub fn stage(self) -> protobot_usage::Stage {
+        match self {
+            SandboxRole::WorkerA => protobot_usage::Stage::WorkerA,
+            SandboxRole::WorkerB => protobot_usage::Stage::WorkerB,
+            SandboxRole::IntegrationRunner => protobot_usage::Stage::Integration,
+            SandboxRole::Inspector | SandboxRole::MutationRunner => {
+                protobot_usage::Stage::Inspection
+            }
+        }
+    }
 }
 
 /// The identity a run's sandbox audit events carry

@@ -1,8 +1,10 @@
 //! The Job Site engine of protobot.
 //!
 //! It turns an approved change set into merged, tested, inspected code and talks
-//! only to two ports: the `WorkStore` (the WMS) and the `Executor` (run one
-//! sandboxed role and collect its output). Nothing here knows Kubernetes,
+//! only to its ports: the `WorkStore` (the WMS), the `Executor` (run one
+//! sandboxed role and collect its output) and, optionally, a
+//! [`usage::UsageSource`] (what a run spent on model calls, read back from the
+//! egress proxy). Nothing here knows Kubernetes,
 //! SQLite or bubblewrap; the same engine runs in the operator and on one machine.
 //!
 //! This first slice holds the deterministic policies the engine is built from:
@@ -38,3 +40,4 @@ pub mod site;
 #[cfg(feature = "test-support")]
 pub mod testing;
 pub mod triage;
+pub mod usage;

@@ -563,6 +563,7 @@ mod tests {
                 cycle: 2,
                 trace_id: "wi-1-c2-b".into(),
             },
+            attribution: Default::default(),
         }
     }
 

@@ -345,6 +345,10 @@ pub struct SiteOptions {
     pub wip_limit: usize,
     /// Raised to shut the Job Site down (see [`Engine::stop`]).
     pub stop: Option<crate::engine::StopSignal>,
+    /// Where run usage is read back from ([`Engine::usage`]); when set, every class asks
+    /// for egress (through a proxy URL nothing listens on: the in-process executor makes no
+    /// connection) and prices model `priced` at $1 / $2 per million input / output tokens.
+    pub usage: Option<Arc<dyn crate::usage::UsageSource>>,
 }
 
 impl Default for SiteOptions {
@@ -361,6 +365,7 @@ impl Default for SiteOptions {
             capacity: None,
             wip_limit: 1,
             stop: None,
+            usage: None,
         }
     }
 }
@@ -395,13 +400,33 @@ pub fn site_on<S: WorkStore + 'static, T: WorkStore + 'static>(
         );
     }
     let now = w.clock.now();
+    let metered = o.usage.is_some();
     let class = || WorkerClass {
         command: vec!["scripted".into()],
         image: None,
-        egress: false,
+        egress: metered,
         tiers: Default::default(),
+        prices: if metered {
+            protobot_usage::PriceTable(
+                [(
+                    "priced".to_owned(),
+                    protobot_usage::ModelPrice {
+                        input: protobot_usage::PerMillion(1_000_000),
+                        output: protobot_usage::PerMillion(2_000_000),
+                        ..Default::default()
+                    },
+                )]
+                .into_iter()
+                .collect(),
+            )
+        } else {
+            Default::default()
+        },
     };
     let mut config = EngineConfig::new(class(), class(), class(), home.join("scratch"));
+    if metered {
+        config.egress_proxy = Some("http://egress.invalid:3128".into());
+    }
     config.max_cycles = o.max_cycles;
     if o.inspector {
         config.producers.push(Producer {
@@ -449,6 +474,7 @@ pub fn site_on<S: WorkStore + 'static, T: WorkStore + 'static>(
         on_stage: None,
         faults: o.faults,
         stop: o.stop,
+        usage: o.usage,
     };
     JobSite {
         engine: Arc::new(engine),

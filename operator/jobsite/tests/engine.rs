@@ -40,6 +40,7 @@ fn sh(script: &str) -> WorkerClass {
         image: None,
         egress: false,
         tiers: Default::default(),
+        prices: Default::default(),
     }
 }
 
@@ -239,6 +240,7 @@ fn engine<E: Executor>(s: &Setup, executor: E) -> Engine<MemoryStore, E> {
         on_stage: None,
         faults: None,
         stop: None,
+        usage: None,
     }
 }
 

@@ -637,7 +637,21 @@ async fn a_surviving_mutant_sends_the_candidate_back_to_the_test_worker() {
         assert_eq!(run.audit.trace_id, run.run_id);
         let build_cycle = !run.run_id.contains("-ir-");
         assert_eq!(run.audit.cycle > 0, build_cycle, "{}", run.run_id);
+        // And what its model usage is attributed to (issue 34): project, stage, tier.
+        let a = &run.attribution;
+        assert_eq!(a.project, js.engine.context.project_id, "{}", run.run_id);
+        assert_eq!(a.stage, Some(run.role.stage()), "{}", run.run_id);
+        let worker = matches!(run.role, SandboxRole::WorkerA | SandboxRole::WorkerB);
+        assert_eq!(a.tier.is_some(), worker, "{}", run.run_id);
     }
+    assert!(
+        runs.iter()
+            .any(|r| r.attribution.stage == Some(protobot_usage::Stage::Inspection))
+    );
+    assert!(
+        runs.iter()
+            .any(|r| r.attribution.tier == Some(protobot_jobsite::escalation::Tier::T1))
+    );
     assert_eq!(report.inspections.len(), 2);
     assert_eq!(
         report.inspections[0].producers,

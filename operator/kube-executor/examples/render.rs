@@ -60,6 +60,7 @@ fn main() -> ExitCode {
             .any(|a| a == "--egress")
             .then(|| "http://10.96.0.42:3128".to_owned()),
         audit: Default::default(),
+        attribution: Default::default(),
     };
     let pod = match build_pod(&profile, &config, &spec, None) {
         Ok(p) => p,

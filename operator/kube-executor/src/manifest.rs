@@ -171,23 +171,12 @@ pub fn role_label(role: SandboxRole) -> String {
     role.as_str().to_owned()
 }
 
-/// The egress session of a run: its work item (from the task document, else
-/// the run id), its role, the run id as trace id, and the source commit when
-/// the task names one. The proxy's rules match on the role.
+/// The egress session of a run: the one derivation of both executors
+/// ([`protobot_executors::egress::session_for`]): work item, role, run id as
+/// trace id, source commit, and the project, stage, cycle and tier its model
+/// usage is attributed to. The proxy's rules match on the role.
 pub fn egress_session(spec: &RunSpec) -> protobot_egress::Session {
-    let field = |name: &str| {
-        spec.task
-            .get(name)
-            .and_then(serde_json::Value::as_str)
-            .map(str::to_owned)
-    };
-    protobot_egress::Session {
-        work_item: field("work_item_id").unwrap_or_else(|| spec.run_id.clone()),
-        role: role_label(spec.role),
-        trace_id: spec.run_id.clone(),
-        source_commit: field("source_commit").unwrap_or_default(),
-        ..Default::default()
-    }
+    protobot_executors::egress::session_for(spec)
 }
 
 /// The labels of every object of one run.
@@ -634,6 +623,7 @@ mod tests {
             },
             egress_proxy: None,
             audit: Default::default(),
+            attribution: Default::default(),
         }
     }
 
@@ -940,6 +930,23 @@ mod tests {
             "falls back to the run id"
         );
         assert_eq!(bare.source_commit, "");
+        // What its model usage is attributed to rides along (issue 34).
+        s.audit.cycle = 1;
+        s.attribution = protobot_jobsite::executor::RunAttribution {
+            project: "shop".into(),
+            stage: Some(protobot_usage::Stage::WorkerB),
+            tier: Some(protobot_jobsite::escalation::Tier::T2),
+        };
+        let session = egress_session(&s);
+        assert_eq!(
+            (
+                session.project.as_str(),
+                session.stage.as_str(),
+                session.cycle,
+                session.tier.as_str()
+            ),
+            ("shop", "worker-b", 1, "t2")
+        );
     }
 
     #[test]

@@ -204,6 +204,7 @@ impl Env {
                 cycle: 1,
                 trace_id: run_id.into(),
             },
+            attribution: Default::default(),
         }
     }
 

@@ -312,6 +312,12 @@ pub struct WorkItemRecord {
     /// Written only by a fenced trusted observation; never part of a command.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub attempts: Vec<AttemptRecord>,
+    /// What the item's sandboxed runs spent on model calls, read back from the egress
+    /// proxy after each run (issue 34): bounded and idempotent by run id
+    /// ([`protobot_usage::UsageLedger`]). Written only by a fenced trusted observation;
+    /// never part of a command.
+    #[serde(default, skip_serializing_if = "protobot_usage::UsageLedger::is_empty")]
+    pub usage: protobot_usage::UsageLedger,
     /// When the item entered its current state (trusted clock): dispatch takes
     /// older ready items first. `None` on records written before it was kept.
     #[serde(
@@ -394,6 +400,7 @@ impl WorkItemRecord {
             expected_merge: None,
             reconciliation: None,
             attempts: Vec::new(),
+            usage: Default::default(),
             state_since: None,
         }
     }

@@ -2720,6 +2720,84 @@ pub async fn attempts_are_fenced_idempotent_and_bounded<S: WorkStore + 'static>(
     assert!(unleased.is_err(), "an unleased item takes no attempts");
 }
 
+/// Issue 34: the Job Site's reading of a run's model usage is fenced like an attempt,
+/// idempotent by run id (a re-read keeps the larger reading, never the sum), summed per stage
+/// and tier, survives the backend's round trip, and never bumps the contract version.
+pub async fn run_usage_is_fenced_idempotent_and_summed<S: WorkStore + 'static>(h: Harness<S>) {
+    use protobot_usage::{RunSpend, Spend, Stage, TokenCounts};
+    h.seed(leased(
+        item("wi-1", State::Building, 2),
+        "js",
+        "fence-1",
+        60,
+    ))
+    .await;
+    let reading = |run: &str, stage: Stage, calls: u64, input: u64| RunSpend {
+        run_id: run.into(),
+        stage,
+        tier: "t1".into(),
+        spend: Spend {
+            calls,
+            tokens: TokenCounts {
+                input,
+                ..TokenCounts::default()
+            },
+            cost_microdollars: input * 2,
+            ..Spend::default()
+        },
+    };
+    let observe = |token: &str, run: RunSpend| {
+        h.store.observe(
+            "wi-1",
+            Observation::Usage {
+                fencing_token: token.into(),
+                run,
+            },
+        )
+    };
+    let stale = observe("fence-0", reading("wi-1-c1-a", Stage::WorkerA, 1, 10)).await;
+    assert!(
+        matches!(stale, Err(StoreError::ObservationRejected(_))),
+        "a stale fence cannot record usage: {stale:?}"
+    );
+    assert!(h.record("wi-1").await.usage.is_empty());
+    observe("fence-1", reading("wi-1-c1-a", Stage::WorkerA, 1, 10))
+        .await
+        .unwrap();
+    observe("fence-1", reading("wi-1-c1-a", Stage::WorkerA, 2, 30))
+        .await
+        .unwrap();
+    observe("fence-1", reading("wi-1-c1-a", Stage::WorkerA, 2, 30))
+        .await
+        .unwrap();
+    observe("fence-1", reading("wi-1-c1-b", Stage::WorkerB, 1, 5))
+        .await
+        .unwrap();
+    let rec = h.record("wi-1").await;
+    assert_eq!(
+        rec.contract_version, 2,
+        "observations never bump the version"
+    );
+    let summary = rec.usage.summary();
+    assert_eq!(summary.runs, 2, "one entry per run id");
+    assert_eq!(summary.total.calls, 3);
+    assert_eq!(summary.total.tokens.input, 35, "re-reads are not added");
+    assert_eq!(summary.by_stage[&Stage::WorkerA].tokens.input, 30);
+    assert_eq!(summary.by_tier["t1"].cost_microdollars, 70);
+    h.seed(item("wi-2", State::ReadyForBuilding, 1)).await;
+    let unleased = h
+        .store
+        .observe(
+            "wi-2",
+            Observation::Usage {
+                fencing_token: protobot_lifecycle::FencingToken::default(),
+                run: reading("wi-2-c1-a", Stage::WorkerA, 1, 1),
+            },
+        )
+        .await;
+    assert!(unleased.is_err(), "an unleased item takes no usage");
+}
+
 fn finding(id: &str, key: &str, body: Value) -> OperationEnvelope {
     OperationEnvelope {
         operation: "finding.create".into(),
@@ -2861,6 +2939,7 @@ macro_rules! workstore_conformance {
             old_fence_is_rejected_after_lease_recovery,
             inspection_is_observed_only_while_inspecting,
             attempts_are_fenced_idempotent_and_bounded,
+            run_usage_is_fenced_idempotent_and_summed,
             findings_are_created_once_per_producer_key,
             malformed_payloads_are_invalid_requests,
         );

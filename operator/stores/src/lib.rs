@@ -98,6 +98,15 @@ pub enum Observation {
         /// The attempt.
         attempt: protobot_lifecycle::AttemptRecord,
     },
+    /// What one sandboxed run spent on model calls, as the Job Site read it back from the
+    /// egress proxy, fenced like [`Observation::Attempt`]. Idempotent by run id: a run read
+    /// again keeps the larger reading, never the sum ([`protobot_usage::UsageLedger`]).
+    Usage {
+        /// The fence of the claim that ran the run.
+        fencing_token: protobot_lifecycle::FencingToken,
+        /// The run's reading.
+        run: protobot_usage::RunSpend,
+    },
 }
 
 /// A trusted import (see `import.rs`).

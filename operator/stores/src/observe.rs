@@ -1,5 +1,6 @@
 //! Trusted WMS observations (§11): readiness, inspection evidence,
-//! reconciliation evidence and independent Inspector confirmation. They are
+//! reconciliation evidence, independent Inspector confirmation, and the Job
+//! Site's fenced attempts and run usage. They are
 //! written by trusted controllers, never through an operation envelope, and
 //! never change `contract_version`.
 
@@ -54,15 +55,20 @@ pub fn apply(txn: &mut dyn WmsTxn, id: &str, observation: Observation) -> Result
                     record.final_tests_passed = final_tests_passed;
                 }
                 Observation::Reconciliation(r) => record.reconciliation = Some(r),
+                Observation::Usage { fencing_token, run } => {
+                    if !builds(&record, &fencing_token) {
+                        return Err(StoreError::ObservationRejected(format!(
+                            "run usage is recorded only by the holder of the live lease while building or inspecting (item is {}); the claim is stale",
+                            record.state
+                        )));
+                    }
+                    record.usage.record(run);
+                }
                 Observation::Attempt {
                     fencing_token,
                     attempt,
                 } => {
-                    let fenced = record
-                        .lease
-                        .as_ref()
-                        .is_some_and(|l| l.admits(&fencing_token));
-                    if !fenced || !matches!(record.state, State::Building | State::Inspecting) {
+                    if !builds(&record, &fencing_token) {
                         return Err(StoreError::ObservationRejected(format!(
                             "a build attempt is recorded only by the holder of the live lease while building or inspecting (item is {}); the claim is stale",
                             record.state
@@ -83,4 +89,17 @@ pub fn apply(txn: &mut dyn WmsTxn, id: &str, observation: Observation) -> Result
             Ok(())
         }
     }
+}
+
+/// Whether `fencing_token` holds the live lease of `record` while it is being built or
+/// inspected: who may record the Job Site's attempts and run usage.
+fn builds(
+    record: &protobot_lifecycle::WorkItemRecord,
+    fencing_token: &protobot_lifecycle::FencingToken,
+) -> bool {
+    let fenced = record
+        .lease
+        .as_ref()
+        .is_some_and(|l| l.admits(fencing_token));
+    fenced && matches!(record.state, State::Building | State::Inspecting)
 }

@@ -642,7 +642,7 @@ fn full_status() -> protobot_api::BuildWorkItemStatus {
         build_work_item::{
             CompletionEvidence, ContractVersionEntry, CycleOutcome, CycleRecord, DependencyStatus,
             GitMutation, MergeEnvelope, Readiness as StatusReadiness, Reconciliation,
-            ReconciliationStatus,
+            ReconciliationStatus, StageUsage, TierUsage, UsageAmount, UsageStage, UsageStatus,
         },
         common::{LifecycleCommand, ModelTier},
     };
@@ -717,6 +717,30 @@ fn full_status() -> protobot_api::BuildWorkItemStatus {
         completed_time: at(9),
     });
     status.observed_generation = Some(1);
+    let spent = UsageAmount {
+        calls: 3,
+        calls_without_usage: 1,
+        input_tokens: 1000,
+        output_tokens: 300,
+        cache_read_tokens: 400,
+        cache_write_tokens: 50,
+        reasoning_tokens: 100,
+        cost_microdollars: Some(4200),
+        unpriced_calls: 0,
+        cost: "$0.004200".into(),
+    };
+    status.usage = Some(UsageStatus {
+        runs: 2,
+        total: spent.clone(),
+        stages: vec![StageUsage {
+            stage: UsageStage::WorkerB,
+            spent: spent.clone(),
+        }],
+        tiers: vec![TierUsage {
+            tier: ModelTier::T2,
+            spent,
+        }],
+    });
     status.ledger = Some("{}".into());
     status.mirror_conditions(Some(1), now());
     status

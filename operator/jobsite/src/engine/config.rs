@@ -4,6 +4,7 @@
 
 use std::{path::PathBuf, sync::Arc};
 
+use protobot_usage::PriceTable;
 use serde::{Deserialize, Serialize};
 
 use crate::{
@@ -34,6 +35,13 @@ pub struct WorkerClass {
     /// carries the current tier's as `model`. Empty: the harness chooses its own.
     #[serde(default, skip_serializing_if = "TierModels::is_empty")]
     pub tiers: TierModels,
+    /// What the models of this class cost (`{"<model>": {"input": "3", "output": "15",
+    /// "cacheRead": "0.3", "cacheWrite": "3.75"}}`, decimal dollars per million tokens): the
+    /// Job Site prices its runs' usage with it, falling back to the egress proxy's own table
+    /// (`--prices`, the chart's `egressProxy.prices`) for a model it does not name; a model
+    /// neither names has its tokens counted and its cost unknown (docs/cost-and-review.md).
+    #[serde(default, skip_serializing_if = "PriceTable::is_empty")]
+    pub prices: PriceTable,
 }
 
 /// A finding producer of the Inspection Run: an Inspector or a mutation campaign
@@ -172,6 +180,7 @@ mod tests {
             image: None,
             egress,
             tiers: Default::default(),
+            prices: Default::default(),
         }
     }
 
@@ -200,6 +209,40 @@ mod tests {
         );
         let refused = egress_for(&class(true), None).unwrap_err();
         assert!(refused.contains("--egress-proxy-url"), "{refused}");
+    }
+
+    #[test]
+    fn a_class_may_carry_prices_as_decimal_strings_and_refuses_a_bare_fraction() {
+        let priced: WorkerClass = serde_json::from_str(
+            r#"{"command":["h"],"image":null,"prices":{"gpt-4o":{"input":"2.5","output":"10","cacheRead":"1.25"}}}"#,
+        )
+        .unwrap();
+        let price = priced.prices.price_of("gpt-4o-2024-08-06").unwrap();
+        assert_eq!(
+            (
+                price.input.0,
+                price.output.0,
+                price.cache_read.0,
+                price.cache_write.0
+            ),
+            (2_500_000, 10_000_000, 1_250_000, 0)
+        );
+        let unpriced: WorkerClass =
+            serde_json::from_str(r#"{"command":["h"],"image":null}"#).unwrap();
+        assert!(unpriced.prices.is_empty());
+        assert!(!serde_json::to_string(&unpriced).unwrap().contains("prices"));
+        let error = serde_json::from_str::<WorkerClass>(
+            r#"{"command":["h"],"image":null,"prices":{"m":{"input":0.5,"output":"1"}}}"#,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(error.contains("quote it"), "{error}");
+        let error = serde_json::from_str::<WorkerClass>(
+            r#"{"command":["h"],"image":null,"prices":{"m":{"input":"1","output":"1","cached":"1"}}}"#,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(error.contains("cached"), "{error}");
     }
 
     #[test]

@@ -376,6 +376,14 @@ impl<S: WorkStore, E: Executor> Engine<S, E> {
         RunName { run_id, cycle }: RunName,
     ) -> Result<crate::executor::RunOutput, EngineError> {
         let work_item = claim.check()?.work_item_id;
+        let attribution = crate::executor::RunAttribution {
+            project: self.context.project_id.clone(),
+            stage: Some(role.stage()),
+            tier: match &task {
+                Task::Worker { model_tier, .. } => Some(*model_tier),
+                Task::Producer { .. } | Task::Integration { .. } => None,
+            },
+        };
         let task = serde_json::to_value(&task).map_err(|source| EngineError::Task {
             run_id: run_id.clone(),
             source,
@@ -401,11 +409,19 @@ impl<S: WorkStore, E: Executor> Engine<S, E> {
                 cycle,
                 trace_id: run_id.clone(),
             },
+            attribution,
         };
+        let metered = spec.egress_proxy.is_some();
+        let tier = spec.attribution.tier;
         let started = Instant::now();
         // Boxed, like every stage below: no future nests another's whole state, so polling
         // a build needs no more stack than a runtime thread has.
-        let out = Box::pin(self.executor.run(spec, claim.lost_signal())).await?;
+        let out = Box::pin(self.executor.run(spec, claim.lost_signal())).await;
+        // A run that failed or was cancelled spent all the same.
+        if metered {
+            Box::pin(self.record_usage(claim, &work_item, &run_id, role, tier, class)).await;
+        }
+        let out = out?;
         let failure = crate::triage::harness_failure(&out.termination, &out.stderr_tail);
         // The chain itself stays private; its head ties the session to this trace.
         self.trace(
@@ -439,6 +455,54 @@ impl<S: WorkStore, E: Executor> Engine<S, E> {
             });
         }
         Ok(out)
+    }
+
+    /// Reads back what run `run_id` spent on model calls ([`Engine::usage`]), prices it with
+    /// `class`'s prices (the proxy's own for a model they do not name) and records it on the
+    /// item, fenced and idempotent by run id. Never fails the build: a source that cannot be
+    /// read or a store that refuses is a warning, and the item's usage misses this run.
+    async fn record_usage(
+        &self,
+        claim: &Claim,
+        work_item: &str,
+        run_id: &str,
+        role: SandboxRole,
+        tier: Option<Tier>,
+        class: &WorkerClass,
+    ) {
+        let Some(source) = &self.usage else {
+            return;
+        };
+        let reading = match source.run_usage(run_id).await {
+            Ok(Some(reading)) => reading,
+            Ok(None) => return,
+            Err(error) => {
+                tracing::warn!(work_item, run_id, error = %error_chain(&error), "run usage not read");
+                return;
+            }
+        };
+        let Ok(held) = claim.check() else {
+            return;
+        };
+        let run = protobot_usage::RunSpend {
+            run_id: run_id.to_owned(),
+            stage: role.stage(),
+            tier: tier.map(|t| t.as_str().to_owned()).unwrap_or_default(),
+            spend: protobot_usage::Spend::of_run(&reading, &class.prices),
+        };
+        let observed = self
+            .store
+            .observe(
+                work_item,
+                Observation::Usage {
+                    fencing_token: held.fencing_token,
+                    run,
+                },
+            )
+            .await;
+        if let Err(error) = observed {
+            tracing::warn!(work_item, run_id, error = %error_chain(&error), "run usage not recorded on the item");
+        }
     }
 
     pub(super) async fn record_attempt(
@@ -517,4 +581,16 @@ fn model_failure(
             None
         }
     }
+}
+
+/// `error` and its sources, `: `-separated, for one log field.
+fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
 }

@@ -100,6 +100,9 @@ pub struct Engine<S, E> {
     pub faults: Option<FaultHook>,
     /// Raised on shutdown: the engine stops at its next effect boundary.
     pub stop: Option<StopSignal>,
+    /// Where each run's model usage is read back from after it ends, for the item's usage
+    /// (none: usage is not recorded on items; the proxy still meters it).
+    pub usage: Option<Arc<dyn crate::usage::UsageSource>>,
 }
 
 /// Compile-time check: a build is a `Send` future (it runs as a task of its own).

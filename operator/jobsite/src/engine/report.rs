@@ -68,6 +68,9 @@ pub struct BuildReport {
     /// Lease renewals while this process built it (set by the Job Site, which keeps the lease).
     #[serde(default)]
     pub lease_renewals: crate::lease::LeaseRenewals,
+    /// What the item's runs spent on model calls so far, as recorded on the item (issue 34).
+    #[serde(default, skip_serializing_if = "protobot_usage::UsageLedger::is_empty")]
+    pub usage: protobot_usage::UsageLedger,
 }
 
 /// A structured trace event: one per stage decision, written as a JSON line to

@@ -144,6 +144,7 @@ impl<S: WorkStore, E: Executor> Engine<S, E> {
                         }),
                         block_reason: Some(record.block_reason.clone()).filter(|r| !r.is_empty()),
                         lease_renewals: claim.renewals(),
+                        usage: record.usage.clone(),
                     });
                 }
                 other => {

@@ -16,7 +16,8 @@ use protobot_api::{
     BuildWorkItemStatus, Lease, LifecycleState,
     build_work_item::{
         CompletionEvidence, ContractVersionEntry, CycleOutcome, CycleRecord, DependencyStatus,
-        GitMutation, MergeEnvelope, Readiness, Reconciliation, ReconciliationStatus,
+        GitMutation, MergeEnvelope, Readiness, Reconciliation, ReconciliationStatus, StageUsage,
+        TierUsage, UsageAmount, UsageStage, UsageStatus,
     },
     common::{LifecycleCommand, ModelTier},
 };
@@ -190,6 +191,7 @@ pub fn item_status(
         }
         _ => None,
     };
+    status.usage = usage(&record.usage);
     status.observed_generation = generation;
     status.ledger = Some(ledger);
     status.mirror_conditions(generation, now);
@@ -344,6 +346,60 @@ fn cycle(a: &protobot_lifecycle::AttemptRecord) -> Option<CycleRecord> {
         start_time: Time(a.started_at.unwrap_or(a.finished_at)),
         end_time: Some(Time(a.finished_at)),
     })
+}
+
+/// The bounded usage summary of the record's ledger (`None` before any model call).
+fn usage(ledger: &protobot_usage::UsageLedger) -> Option<UsageStatus> {
+    if ledger.is_empty() {
+        return None;
+    }
+    let summary = ledger.summary();
+    let stage = |s: protobot_usage::Stage| match s {
+        protobot_usage::Stage::WorkerA => UsageStage::WorkerA,
+        protobot_usage::Stage::WorkerB => UsageStage::WorkerB,
+        protobot_usage::Stage::Integration => UsageStage::Integration,
+        protobot_usage::Stage::Inspection => UsageStage::Inspection,
+    };
+    Some(UsageStatus {
+        runs: summary.runs,
+        total: amount(&summary.total),
+        stages: summary
+            .by_stage
+            .iter()
+            .map(|(s, spent)| StageUsage {
+                stage: stage(*s),
+                spent: amount(spent),
+            })
+            .collect(),
+        // Only the four tiers the Job Site escalates through; the ledger holds no other.
+        tiers: summary
+            .by_tier
+            .iter()
+            .filter_map(|(t, spent)| {
+                tier(t).map(|tier| TierUsage {
+                    tier,
+                    spent: amount(spent),
+                })
+            })
+            .collect(),
+    })
+}
+
+fn amount(spend: &protobot_usage::Spend) -> UsageAmount {
+    let t = &spend.tokens;
+    let cost = spend.cost();
+    UsageAmount {
+        calls: spend.calls,
+        calls_without_usage: spend.calls_without_usage,
+        input_tokens: t.input,
+        output_tokens: t.output,
+        cache_read_tokens: t.cache_read,
+        cache_write_tokens: t.cache_write,
+        reasoning_tokens: t.reasoning,
+        cost_microdollars: cost.map(|c| c.0),
+        unpriced_calls: spend.unpriced_calls,
+        cost: cost.map_or_else(|| "unknown".to_owned(), |c| c.to_string()),
+    }
 }
 
 fn tier(t: &str) -> Option<ModelTier> {
@@ -505,6 +561,78 @@ mod tests {
             .collect()
     }
 
+    fn spent(
+        run: &str,
+        stage: protobot_usage::Stage,
+        tier: &str,
+        unpriced: u64,
+    ) -> protobot_usage::RunSpend {
+        protobot_usage::RunSpend {
+            run_id: run.into(),
+            stage,
+            tier: tier.into(),
+            spend: protobot_usage::Spend {
+                calls: 2,
+                calls_without_usage: 1,
+                tokens: protobot_usage::TokenCounts {
+                    input: 1000,
+                    output: 300,
+                    cache_read: 400,
+                    cache_write: 0,
+                    reasoning: 100,
+                },
+                cost_microdollars: 3600,
+                unpriced_calls: unpriced,
+            },
+        }
+    }
+
+    #[test]
+    fn usage_is_summed_per_stage_and_tier_and_an_unpriced_call_makes_the_cost_unknown() {
+        use protobot_usage::Stage;
+        let mut r = claimed(0, "fence-1");
+        assert_eq!(write(&r, Vec::new(), None, clock(1)).usage, None);
+        r.usage.record(spent("wi-1-c1-a", Stage::WorkerA, "t1", 0));
+        r.usage.record(spent("wi-1-c1-b", Stage::WorkerB, "t1", 0));
+        r.usage
+            .record(spent("wi-1-ir-1-i", Stage::Inspection, "", 0));
+        let usage = write(&r, Vec::new(), None, clock(1)).usage.unwrap();
+        assert_eq!(usage.runs, 3);
+        assert_eq!(usage.total.input_tokens, 3000);
+        assert_eq!(usage.total.cost_microdollars, Some(10_800));
+        assert_eq!(usage.total.cost, "$0.010800");
+        let stages: Vec<_> = usage.stages.iter().map(|s| s.stage).collect();
+        assert_eq!(
+            stages,
+            [
+                UsageStage::WorkerA,
+                UsageStage::WorkerB,
+                UsageStage::Inspection
+            ]
+        );
+        assert_eq!(usage.tiers.len(), 1);
+        assert_eq!(
+            (usage.tiers[0].tier, usage.tiers[0].spent.calls),
+            (ModelTier::T1, 4)
+        );
+        r.usage.record(spent("wi-1-c2-b", Stage::WorkerB, "t2", 1));
+        let usage = write(&r, Vec::new(), None, clock(1)).usage.unwrap();
+        assert_eq!(
+            (
+                usage.total.cost_microdollars,
+                usage.total.cost.as_str(),
+                usage.total.unpriced_calls
+            ),
+            (None, "unknown", 1)
+        );
+        let worker_b = &usage.stages[1].spent;
+        assert_eq!((worker_b.cost.as_str(), worker_b.calls), ("unknown", 4));
+        assert_eq!(
+            usage.stages[0].spent.cost, "$0.003600",
+            "worker-a is still priced"
+        );
+    }
+
     #[test]
     fn every_documented_status_field_is_written_for_some_item() {
         // A building item: leased, dependencies, attempts, an active submission.
@@ -523,6 +651,9 @@ mod tests {
             started_at: Some(t(1)),
             finished_at: t(2),
         }];
+        building
+            .usage
+            .record(spent("wi-1-c1-a", protobot_usage::Stage::WorkerA, "t2", 0));
         let events = vec![audit("wi-1", Command::Claim, State::Building, 2)];
         let building = write(&building, events, None, clock(3));
         // A blocked item.

@@ -1,0 +1,131 @@
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+//! Usage read back into the build (issue 34): after each run with egress the engine reads
+//! what the run spent from the usage port, prices it with the class's prices and records it
+//! on the item, once per run id; a source that cannot be read never fails the build.
+
+use std::sync::{Arc, Mutex};
+
+use protobot_jobsite::{
+    scripted::{SiteOptions, World, ids, site},
+    site::SiteAction,
+    usage::{RunUsage, UsageFuture, UsageReadError, UsageSource},
+};
+use protobot_lifecycle::State;
+use protobot_stores::{AdapterConfig, MemoryStore, WorkStore};
+use protobot_usage::{ModelUsage, Stage, TokenCounts};
+
+/// A proxy's meter as the port sees it: every run made one call of model `priced`
+/// (1,000 tokens in, 500 out) and one of `unlisted` without usage; or, failing, no answer.
+struct Meter {
+    reads: Mutex<Vec<String>>,
+    fail: bool,
+}
+
+impl UsageSource for Meter {
+    fn run_usage<'a>(&'a self, run_id: &'a str) -> UsageFuture<'a> {
+        Box::pin(async move {
+            self.reads.lock().unwrap().push(run_id.to_owned());
+            if self.fail {
+                return Err(UsageReadError {
+                    run_id: run_id.to_owned(),
+                    from: "http://egress.invalid:9090".into(),
+                    source: "connection refused".into(),
+                });
+            }
+            let priced = ModelUsage {
+                calls: 1,
+                calls_without_usage: 0,
+                tokens: TokenCounts {
+                    input: 1000,
+                    output: 500,
+                    ..TokenCounts::default()
+                },
+                cost_microdollars: None,
+            };
+            let unlisted = ModelUsage {
+                calls_without_usage: 1,
+                ..ModelUsage::default()
+            };
+            Ok(Some(RunUsage {
+                run_id: run_id.to_owned(),
+                models: [
+                    ("priced".to_owned(), priced),
+                    ("unlisted".to_owned(), unlisted),
+                ]
+                .into_iter()
+                .collect(),
+            }))
+        })
+    }
+}
+
+async fn build(fail: bool) -> (World<MemoryStore>, Arc<Meter>, String) {
+    let items = ids(1);
+    let store = Arc::new(MemoryStore::new(
+        "demo",
+        AdapterConfig {
+            materializer_subject: "m".into(),
+            lease_seconds: protobot_jobsite::scripted::LEASE,
+        },
+    ));
+    let w = protobot_jobsite::scripted::world(store, &items).await;
+    let meter = Arc::new(Meter {
+        reads: Mutex::new(Vec::new()),
+        fail,
+    });
+    let js = site(
+        &w,
+        SiteOptions {
+            usage: Some(meter.clone()),
+            ..SiteOptions::default()
+        },
+    );
+    let actions = js.run_until_idle().await.unwrap();
+    let report = actions
+        .iter()
+        .find_map(|a| match a {
+            SiteAction::Built { report } => Some(report.clone()),
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("no build in {actions:#?}"));
+    assert_eq!(report.state, State::Completed, "{actions:?}");
+    (w, meter, items[0].clone())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_run_s_usage_is_read_once_priced_by_the_class_and_summed_per_stage_and_tier() {
+    let (w, meter, id) = build(false).await;
+    let reads = meter.reads.lock().unwrap().clone();
+    let record = w.store.get(&id).await.unwrap().unwrap();
+    let summary = record.usage.summary();
+    assert_eq!(
+        summary.runs as usize,
+        reads.len(),
+        "one entry per run read: {reads:?}"
+    );
+    let mut unique = reads.clone();
+    unique.sort();
+    unique.dedup();
+    assert_eq!(unique.len(), reads.len(), "no run read twice: {reads:?}");
+    // Every stage of the build spent: Workers, integration, inspection.
+    let stages: Vec<Stage> = summary.by_stage.keys().copied().collect();
+    assert_eq!(stages, Stage::ALL);
+    let runs = reads.len() as u64;
+    assert_eq!(summary.total.calls, runs);
+    assert_eq!(summary.total.calls_without_usage, runs);
+    assert_eq!(summary.total.tokens.input, 1000 * runs);
+    // The class prices `priced` at $1 in / $2 out per million: 1,000 + 1,000 micro-dollars.
+    assert_eq!(summary.total.cost().map(|c| c.0), Some(2000 * runs));
+    // Only Worker runs have a tier; the one cycle ran at t1.
+    let workers = summary.by_stage[&Stage::WorkerA].calls + summary.by_stage[&Stage::WorkerB].calls;
+    assert_eq!(summary.by_tier.keys().collect::<Vec<_>>(), ["t1"]);
+    assert_eq!(summary.by_tier["t1"].calls, workers);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_usage_source_that_cannot_be_read_never_fails_the_build() {
+    let (w, meter, id) = build(true).await;
+    assert!(!meter.reads.lock().unwrap().is_empty(), "it was asked");
+    let record = w.store.get(&id).await.unwrap().unwrap();
+    assert!(record.usage.is_empty());
+}
