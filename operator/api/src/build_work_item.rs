@@ -263,7 +263,8 @@ pub struct BuildWorkItemStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ledger: Option<String>,
     /// Conditions `Leased` (mirrors `lease`), `Blocked`, `Stalled` (the item cannot move
-    /// without a person: `blocked` or `abandoned`) and the summary `Ready` (`True` once
+    /// without a person: `blocked` or `abandoned`), `AwaitingChecks` (the forge's landing
+    /// waits for required checks of the tested head) and the summary `Ready` (`True` once
     /// `completed`), which Flux's kstatus and Argo CD read.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
