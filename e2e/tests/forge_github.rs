@@ -528,7 +528,10 @@ impl Forged {
         );
         assert!(!written.contains(key_line), "the App key is in an object");
         let logs = logs();
-        assert!(logs.contains("built the forge client"), "the log capture works");
+        assert!(
+            logs.contains("built the forge client"),
+            "the log capture works"
+        );
         assert!(!logs.contains(token), "the token is in the logs");
         assert!(!logs.contains(key_line), "the App key is in the logs");
         for needle in [token, key_line] {

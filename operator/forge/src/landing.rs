@@ -419,36 +419,51 @@ impl GithubForge {
             refusal = refusal.category(),
             "GitHub refused the merge"
         );
-        let asked = if retries > 0 {
-            format!(" (asked {} times)", retries + 1)
-        } else {
-            String::new()
-        };
-        let mapped = match settled {
-            LifecycleOutcome::Revalidate => ForgeRefusal::HeadMoved {
-                reason: format!("pull request #{number}: {}{asked}", refusal.message()),
-            },
-            LifecycleOutcome::MergeConflict => ForgeRefusal::Conflict {
-                reason: format!("pull request #{number}: {}{asked}", refusal.message()),
-            },
-            LifecycleOutcome::Blocked { reason } => ForgeRefusal::Blocked {
-                reason: format!("pull request #{number}: {reason}"),
-            },
-            LifecycleOutcome::Failed { reason } => ForgeRefusal::Failed {
-                reason: format!("pull request #{number}: {reason}"),
-            },
-        };
-        let state = match mapped {
-            ForgeRefusal::HeadMoved { .. } | ForgeRefusal::Conflict { .. } => StageState::Pending,
-            _ => StageState::Failure,
-        };
-        let shown = match &mapped {
-            ForgeRefusal::Blocked { reason } => reason.as_str(),
-            _ => refusal.message(),
-        };
-        self.status(sha, Stage::Merge, state, shown, id).await;
+        let (mapped, state, shown) = settled_refusal(number, settled, refusal.message(), retries);
+        self.status(sha, Stage::Merge, state, &shown, id).await;
         Err(mapped)
     }
+}
+
+/// What a settled merge refusal means for the Job Site and what the merge status says: the
+/// lifecycle outcome the core decided for pull request `number` (refused with `message`, after
+/// `retries` retries) as the engine's refusal, the merge stage's state (pending while the item
+/// revalidates or meets a conflict, failure otherwise) and its text. One mapping for every
+/// forge.
+pub(crate) fn settled_refusal(
+    number: u64,
+    settled: LifecycleOutcome,
+    message: &str,
+    retries: u32,
+) -> (ForgeRefusal, StageState, String) {
+    let asked = if retries > 0 {
+        format!(" (asked {} times)", retries + 1)
+    } else {
+        String::new()
+    };
+    let mapped = match settled {
+        LifecycleOutcome::Revalidate => ForgeRefusal::HeadMoved {
+            reason: format!("pull request #{number}: {message}{asked}"),
+        },
+        LifecycleOutcome::MergeConflict => ForgeRefusal::Conflict {
+            reason: format!("pull request #{number}: {message}{asked}"),
+        },
+        LifecycleOutcome::Blocked { reason } => ForgeRefusal::Blocked {
+            reason: format!("pull request #{number}: {reason}"),
+        },
+        LifecycleOutcome::Failed { reason } => ForgeRefusal::Failed {
+            reason: format!("pull request #{number}: {reason}"),
+        },
+    };
+    let state = match mapped {
+        ForgeRefusal::HeadMoved { .. } | ForgeRefusal::Conflict { .. } => StageState::Pending,
+        _ => StageState::Failure,
+    };
+    let shown = match &mapped {
+        ForgeRefusal::Blocked { reason } => reason.clone(),
+        _ => message.to_owned(),
+    };
+    (mapped, state, shown)
 }
 
 /// A GitHub failure as a refusal: transient ones are `Unavailable` (nothing merged; resume

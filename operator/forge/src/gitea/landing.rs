@@ -32,7 +32,7 @@ use crate::{
         },
         status::{Stage, StageState, status_body},
     },
-    landing::{ChecksWait, LandingWaits},
+    landing::{ChecksWait, LandingWaits, settled_refusal},
     metrics::ChecksWaitOutcome,
 };
 
@@ -355,34 +355,8 @@ impl GiteaForge {
             refusal = refusal.category(),
             "Gitea refused the merge"
         );
-        let asked = if retries > 0 {
-            format!(" (asked {} times)", retries + 1)
-        } else {
-            String::new()
-        };
-        let mapped = match settled {
-            LifecycleOutcome::Revalidate => ForgeRefusal::HeadMoved {
-                reason: format!("pull request #{number}: {}{asked}", refusal.message()),
-            },
-            LifecycleOutcome::MergeConflict => ForgeRefusal::Conflict {
-                reason: format!("pull request #{number}: {}{asked}", refusal.message()),
-            },
-            LifecycleOutcome::Blocked { reason } => ForgeRefusal::Blocked {
-                reason: format!("pull request #{number}: {reason}"),
-            },
-            LifecycleOutcome::Failed { reason } => ForgeRefusal::Failed {
-                reason: format!("pull request #{number}: {reason}"),
-            },
-        };
-        let state = match mapped {
-            ForgeRefusal::HeadMoved { .. } | ForgeRefusal::Conflict { .. } => StageState::Pending,
-            _ => StageState::Failure,
-        };
-        let shown = match &mapped {
-            ForgeRefusal::Blocked { reason } => reason.as_str(),
-            _ => refusal.message(),
-        };
-        self.status(sha, Stage::Merge, state, shown, id).await;
+        let (mapped, state, shown) = settled_refusal(number, settled, refusal.message(), retries);
+        self.status(sha, Stage::Merge, state, &shown, id).await;
         Err(mapped)
     }
 }
