@@ -263,14 +263,7 @@ impl GithubForge {
     async fn land(&self, request: &PullRequestMerge) -> Result<ForgeMerged, ForgeRefusal> {
         let id = request.work_item_id.as_str();
         let sha = request.tested_head.as_str();
-        for (stage, text) in [
-            (Stage::Building, "tests and implementation passed"),
-            (Stage::Integration, "build and active test catalog passed"),
-            (
-                Stage::Inspection,
-                "inspection sealed, every finding terminal",
-            ),
-        ] {
+        for (stage, text) in PASSED_STAGES {
             self.status(sha, stage, StageState::Success, text, id).await;
         }
         self.status(
@@ -281,25 +274,7 @@ impl GithubForge {
             id,
         )
         .await;
-        let summary = InspectionSummary {
-            work_item_id: id.to_string(),
-            change_set_id: request.summary.change_set_id.clone(),
-            tested_head: sha.to_string(),
-            product_tree_digest: request.summary.product_tree_digest.clone(),
-            inspection_run_id: request.summary.inspection_run_id.clone(),
-            findings: request.summary.findings,
-            cycles: request.summary.cycles,
-            work_item_url: self.link(id),
-            evidence: request
-                .summary
-                .evidence
-                .iter()
-                .map(|(label, target)| EvidenceLink {
-                    label: label.clone(),
-                    target: target.clone(),
-                })
-                .collect(),
-        };
+        let summary = inspection_summary(request, self.link(id));
         let title = pull_request_title(&summary);
         let body = pull_request_body(&summary, &self.blob_base);
         let pull = self
@@ -422,6 +397,43 @@ impl GithubForge {
         let (mapped, state, shown) = settled_refusal(number, settled, refusal.message(), retries);
         self.status(sha, Stage::Merge, state, &shown, id).await;
         Err(mapped)
+    }
+}
+
+/// The stages a landing item has passed, as the commit statuses say before the merge.
+pub(crate) const PASSED_STAGES: [(Stage, &str); 3] = [
+    (Stage::Building, "tests and implementation passed"),
+    (Stage::Integration, "build and active test catalog passed"),
+    (
+        Stage::Inspection,
+        "inspection sealed, every finding terminal",
+    ),
+];
+
+/// What the pull request says about the item it lands: the engine's summary of `request`
+/// and the link to the item (`work_item_url`). One for every forge.
+pub(crate) fn inspection_summary(
+    request: &PullRequestMerge,
+    work_item_url: Option<String>,
+) -> InspectionSummary {
+    InspectionSummary {
+        work_item_id: request.work_item_id.clone(),
+        change_set_id: request.summary.change_set_id.clone(),
+        tested_head: request.tested_head.clone(),
+        product_tree_digest: request.summary.product_tree_digest.clone(),
+        inspection_run_id: request.summary.inspection_run_id.clone(),
+        findings: request.summary.findings,
+        cycles: request.summary.cycles,
+        work_item_url,
+        evidence: request
+            .summary
+            .evidence
+            .iter()
+            .map(|(label, target)| EvidenceLink {
+                label: label.clone(),
+                target: target.clone(),
+            })
+            .collect(),
     }
 }
 

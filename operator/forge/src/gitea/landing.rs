@@ -27,12 +27,10 @@ use crate::{
             gitea_checks_verdict, required_contexts,
         },
         merge::{LifecycleOutcome, PullView, is_sha},
-        render::{
-            EvidenceLink, InspectionSummary, marker_safe, pull_request_body, pull_request_title,
-        },
+        render::{marker_safe, pull_request_body, pull_request_title},
         status::{Stage, StageState, status_body},
     },
-    landing::{ChecksWait, LandingWaits, settled_refusal},
+    landing::{ChecksWait, LandingWaits, PASSED_STAGES, inspection_summary, settled_refusal},
     metrics::ChecksWaitOutcome,
 };
 
@@ -202,14 +200,7 @@ impl GiteaForge {
     async fn land(&self, request: &PullRequestMerge) -> Result<ForgeMerged, ForgeRefusal> {
         let id = request.work_item_id.as_str();
         let sha = request.tested_head.as_str();
-        for (stage, text) in [
-            (Stage::Building, "tests and implementation passed"),
-            (Stage::Integration, "build and active test catalog passed"),
-            (
-                Stage::Inspection,
-                "inspection sealed, every finding terminal",
-            ),
-        ] {
+        for (stage, text) in PASSED_STAGES {
             self.status(sha, stage, StageState::Success, text, id).await;
         }
         self.status(
@@ -220,25 +211,7 @@ impl GiteaForge {
             id,
         )
         .await;
-        let summary = InspectionSummary {
-            work_item_id: id.to_string(),
-            change_set_id: request.summary.change_set_id.clone(),
-            tested_head: sha.to_string(),
-            product_tree_digest: request.summary.product_tree_digest.clone(),
-            inspection_run_id: request.summary.inspection_run_id.clone(),
-            findings: request.summary.findings,
-            cycles: request.summary.cycles,
-            work_item_url: self.link(id),
-            evidence: request
-                .summary
-                .evidence
-                .iter()
-                .map(|(label, target)| EvidenceLink {
-                    label: label.clone(),
-                    target: target.clone(),
-                })
-                .collect(),
-        };
+        let summary = inspection_summary(request, self.link(id));
         let title = pull_request_title(&summary);
         let body = pull_request_body(&summary, &self.blob_base);
         let number = match self
