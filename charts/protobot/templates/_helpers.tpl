@@ -28,6 +28,19 @@ http://{{ printf "%s-egress-proxy" (include "protobot.fullname" .) | trunc 63 | 
 {{- end -}}
 
 {{- /*
+The egress proxies' admin listener as the operator reads runs' model usage from it: a headless
+Service, whose name resolves to every ready proxy pod (a run's calls may have gone through any
+of them; the operator asks each and sums their shares).
+*/}}
+{{- define "protobot.egressProxyAdminName" -}}
+{{ printf "%s-egress-proxy-admin" (include "protobot.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end -}}
+
+{{- define "protobot.egressProxyAdminUrl" -}}
+http://{{ include "protobot.egressProxyAdminName" . }}.{{ .Release.Namespace }}.svc:{{ .Values.egressProxy.adminPort }}
+{{- end -}}
+
+{{- /*
 The pod of the sandbox conformance Job and CronJob (templates/conformance.yaml): the operator's
 image running `protobot sandbox conformance` with the Job Site's profile, staging claim and
 sandbox namespace. Arguments: root (the chart context), name, sandboxNamespace.

@@ -64,6 +64,12 @@ pub struct OperatorArgs {
     /// terminationGracePeriodSeconds). Their leases lapse and another replica resumes them.
     #[arg(long, default_value_t = 25)]
     pub shutdown_grace_seconds: u64,
+    /// The egress proxies' admin listener (`http://HOST:PORT`), where each run's model usage
+    /// is read back after the run for the item's `status.usage`. Every address the host
+    /// resolves to is asked and their shares summed (the chart passes its headless admin
+    /// Service, which resolves to each proxy pod). Absent: items record no usage.
+    #[arg(long, value_name = "URL")]
+    pub egress_proxy_admin_url: Option<String>,
 }
 
 /// Where sandbox pods run and how their runs are staged: the flags `protobot operator` and
@@ -272,9 +278,17 @@ async fn job_site(
         Ok(report) => tracing::info!(?report, "collected leftovers of earlier runs"),
         Err(e) => tracing::warn!(error = %e, "could not collect leftovers of earlier runs"),
     }
+    let usage = match &args.egress_proxy_admin_url {
+        Some(url) => Some(Arc::new(
+            protobot_controller::proxy_usage::ProxyAdminUsage::new(url)
+                .map_err(|e| e.to_string())?,
+        ) as Arc<dyn protobot_jobsite::usage::UsageSource>),
+        None => None,
+    };
     Ok(Some(JobSiteRuntime {
         settings: Settings {
             identity,
+            usage,
             workdir: args.sandbox.workdir.clone(),
             interval: Duration::from_secs(15),
             limits: Default::default(),

@@ -545,9 +545,20 @@ async fn helm_install_builds_a_change_set_with_gvisor_pods_on_the_real_node() {
         !objects.contains(&credential),
         "the credential is in an object or Event of the namespace"
     );
+    let logs = operator_logs().await;
     assert!(
-        !operator_logs().await.contains(&credential),
+        !logs.contains(&credential),
         "the credential is in a pod's log"
+    );
+    // After each run the operator asked the proxies' headless admin Service for the run's
+    // model usage (none here: a 404 each) through its NetworkPolicy.
+    let unread: Vec<&str> = logs
+        .lines()
+        .filter(|l| l.contains("run usage not read"))
+        .collect();
+    assert!(
+        unread.is_empty(),
+        "the operator could not read runs' model usage from the egress proxies' admin Service: {unread:#?}"
     );
     // The staging volume, and on the node the pods' volumes and container logs.
     for dir in [

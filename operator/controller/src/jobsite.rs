@@ -88,6 +88,9 @@ pub struct Settings {
     /// The forge clients of Projects with `spec.forge` (their items land through pull
     /// requests). `None`: [`run`] makes its own (API calls not counted).
     pub forges: Option<Arc<crate::forge::ForgeClients>>,
+    /// Where runs' model usage is read back after each sandbox run (the egress proxies'
+    /// admin port, [`crate::proxy_usage::ProxyAdminUsage`]); `None`: items record no usage.
+    pub usage: Option<Arc<dyn protobot_jobsite::usage::UsageSource>>,
 }
 
 /// Default of `--max-concurrent-builds`.
@@ -115,6 +118,7 @@ impl Settings {
             drained: Arc::new(tokio::sync::Notify::new()),
             repositories: crate::project::decide::RepositoryPolicy::default(),
             forges: None,
+            usage: None,
         }
     }
 }
@@ -537,7 +541,7 @@ async fn build_site<E: Executor + 'static>(
         on_stage: None,
         faults: None,
         stop: Some(settings.stop.clone()),
-        usage: None,
+        usage: settings.usage.clone(),
     };
     Ok(JobSite {
         engine: Arc::new(engine),

@@ -20,6 +20,7 @@ pub mod jobsite;
 pub mod metrics;
 pub mod operator;
 pub mod project;
+pub mod proxy_usage;
 pub mod registration;
 pub mod repo_cache;
 pub mod wms_api;

@@ -17,7 +17,7 @@ pub type UsageFuture<'a> =
     Pin<Box<dyn Future<Output = Result<Option<RunUsage>, UsageReadError>> + Send + 'a>>;
 
 /// Where a run's metered usage is read from.
-pub trait UsageSource: Send + Sync {
+pub trait UsageSource: Send + Sync + std::fmt::Debug {
     /// The usage the proxy metered for run `run_id`; `None` when it metered no model call of
     /// that run (it made none, or the record was dropped).
     fn run_usage<'a>(&'a self, run_id: &'a str) -> UsageFuture<'a>;

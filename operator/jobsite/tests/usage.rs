@@ -16,6 +16,7 @@ use protobot_usage::{ModelUsage, Stage, TokenCounts};
 
 /// A proxy's meter as the port sees it: every run made one call of model `priced`
 /// (1,000 tokens in, 500 out) and one of `unlisted` without usage; or, failing, no answer.
+#[derive(Debug)]
 struct Meter {
     reads: Mutex<Vec<String>>,
     fail: bool,
