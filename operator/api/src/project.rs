@@ -168,6 +168,26 @@ pub struct ProjectSpec {
     /// docs/forge-github.md.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub forge: Option<ForgeSpec>,
+    /// What this project's builds may spend on model calls (metered by the egress proxy).
+    /// Absent: no budget. See docs/cost-and-review.md.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget: Option<BudgetSpec>,
+}
+
+/// Pattern of an amount of dollars in `spec.budget`: a decimal with at most six decimals.
+pub const DOLLARS_PATTERN: &str = r"^[0-9]{1,12}(\.[0-9]{1,6})?$";
+
+/// Budgets of a Project's builds.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BudgetSpec {
+    /// The most one work item may spend on priced model calls, in US dollars as a quoted
+    /// decimal (`"5"`, `"0.50"`). Checked before each build cycle against what the item's
+    /// runs spent; once reached, the build stops with a spec question naming the budget and
+    /// the spend per stage. Raise it here and run `protobot retry` to go on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = DOLLARS_PATTERN))]
+    pub per_item: Option<String>,
 }
 
 /// Default `spec.forge.github.apiBaseUrl`.

@@ -86,6 +86,11 @@ pub struct DemoArgs {
     /// else claude on PATH).
     #[arg(long)]
     pub claude: Option<PathBuf>,
+    /// The most the item may spend on priced model calls, in dollars (`"0.50"`): a spent
+    /// budget stops the build before its next cycle with a question (docs/cost-and-review.md).
+    /// Only agent harnesses spend.
+    #[arg(long, value_name = "DOLLARS")]
+    pub budget_per_item: Option<protobot_usage::Dollars>,
 }
 
 /// Which Workers A and B and Inspector the demo runs.
@@ -399,6 +404,12 @@ async fn run(
             egress_proxy: agents.as_ref().map(|a| a.proxy_url.clone()),
             landing: Default::default(),
             model_retry_delay_cap: protobot_jobsite::engine::DEFAULT_MODEL_RETRY_DELAY_CAP,
+            item_budget: args
+                .budget_per_item
+                .map(|limit| protobot_usage::ItemBudget {
+                    limit,
+                    set_in: "--budget-per-item".into(),
+                }),
         },
         on_stage: Some(recorder),
         faults: None,

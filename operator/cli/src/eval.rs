@@ -557,6 +557,7 @@ pub fn eval(args: EvalArgs) -> ExitCode {
             harness: args.harness,
             opencode: args.opencode,
             claude: args.claude,
+            budget_per_item: None,
         },
         Some(target),
     )

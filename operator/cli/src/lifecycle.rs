@@ -18,17 +18,10 @@ use std::{path::PathBuf, process::ExitCode};
 
 use clap::Args;
 use jiff::{SignedDuration, Timestamp};
-use protobot_lifecycle::{
-    ApprovalRecord, AuthorizationContext, Grant, OperationEnvelope, ResultEnvelope, Role, State,
-    WorkItemRecord,
-};
-use protobot_stores::{AdapterConfig, ChangeSetRecord, Import, SqliteStore, WorkStore};
+use protobot_lifecycle::{AuthorizationContext, Grant, Role, State, WorkItemRecord};
+use protobot_stores::{AdapterConfig, SqliteStore, WorkStore};
 
 use crate::demo::Output;
-
-/// The resolution kind a retry records: the approved change set stands, the
-/// project around it was amended.
-const RETRY_KIND: &str = "impact-amendment";
 
 /// The human at this machine, as approvals and audit events name them.
 pub fn local_human() -> String {
@@ -43,20 +36,12 @@ pub fn local_human() -> String {
     }
 }
 
-fn rejection(what: &str, result: &ResultEnvelope) -> String {
-    let (code, message) = result
-        .error
-        .as_ref()
-        .map(|e| (e.code.as_str().to_owned(), e.message.clone()))
-        .unwrap_or_else(|| ("unknown".into(), String::new()));
-    format!("{what} was rejected: {code} ({message})")
-}
-
 /// How long a context of `protobot retry` or `protobot abandon` is valid.
 const CONTEXT_TTL: SignedDuration = SignedDuration::from_hours(1);
 
 /// Moves a blocked item to `ready-for-building` through a human-approved
-/// `impact-amendment` resolution; returns the new contract version.
+/// `impact-amendment` resolution ([`protobot_jobsite::resolution::resolve_block`]); returns
+/// the new contract version.
 pub async fn resolve_block<S: WorkStore>(
     store: &S,
     project: &str,
@@ -65,117 +50,25 @@ pub async fn resolve_block<S: WorkStore>(
     human: &str,
     now: Timestamp,
 ) -> Result<u64, String> {
-    if record.state != State::Blocked {
-        return Err(format!(
-            "work item {} is {}, not blocked: `protobot run` continues it",
-            record.id, record.state
-        ));
-    }
-    let version = record.contract_version;
-    let id = &record.id;
-    // The change set the resolution names, as registered by `protobot run`.
-    store
-        .import(Import::ChangeSet(ChangeSetRecord {
-            id: change_set.to_owned(),
-            revision: "merged".into(),
-            priority: record.priority.clone(),
-            build_work_item_id: id.clone(),
-        }))
-        .await
-        .map_err(|e| format!("failed to register change set {change_set}: {e}"))?;
-    let approval_id = format!("retry-{id}-v{version}");
-    let digest = format!("retry:{id}:{version}:{human}");
-    store
-        .import(Import::Approval(ApprovalRecord {
-            id: approval_id.clone(),
-            approved_subject: human.to_owned(),
-            delegated_principal: "materializer".into(),
-            project_id: Some(project.to_owned()),
-            work_item_id: Some(id.clone()),
-            resolution_kind: Some(RETRY_KIND.into()),
-            expected_state: Some(State::Blocked.as_str().into()),
-            expected_contract_version: Some(version),
-            change_set_id: Some(change_set.to_owned()),
-            resolution_digest: digest.clone(),
-            action: "resolve-block".into(),
-            expires_at: Some(now + SignedDuration::from_hours(1)),
-            status: "unused".into(),
-            ..ApprovalRecord::default()
-        }))
-        .await
-        .map_err(|e| format!("failed to record your approval: {e}"))?;
-    let submit = OperationEnvelope {
-        operation: "blocked-work.submit-resolution".into(),
-        actor_context_ref: "protobot-retry".into(),
-        work_item_id: id.clone(),
-        expected_state: Some(State::Blocked.as_str().into()),
-        expected_contract_version: Some(version),
-        idempotency_key: format!("retry-submit-{id}-v{version}"),
-        human_approval_id: approval_id.clone(),
-        payload: Some(serde_json::json!({
-            "resolution_kind": RETRY_KIND,
-            "change_set_id": change_set,
-            "approval_resolution_digest": digest,
-            "human_approval_id": approval_id,
-        })),
-        ..OperationEnvelope::default()
-    };
-    let drafting = AuthorizationContext::new(Grant {
+    protobot_jobsite::resolution::resolve_block(
+        store,
         project,
-        role: Role::DraftingTable,
-        subject: "drafting-table-local",
-        actions: &["blocked-work.submit-resolution"],
-        expires_at: Timestamp::now() + CONTEXT_TTL,
-        policy_version: crate::wms::LOCAL_POLICY_VERSION,
-    });
-    let submitted = store
-        .execute(Some(&drafting), &submit, now)
-        .await
-        .map_err(|e| format!("failed to submit the resolution: {e}"))?;
-    if !submitted.ok {
-        return Err(rejection("the resolution submission", &submitted));
-    }
-    let submission = submitted
-        .fields
-        .get("resolution_submission_id")
-        .and_then(|v| v.as_str())
-        .unwrap_or_default()
-        .to_owned();
-    let resolve = OperationEnvelope {
-        operation: "resolve-block".into(),
-        actor_context_ref: "protobot-retry".into(),
-        work_item_id: id.clone(),
-        expected_state: Some(State::Blocked.as_str().into()),
-        expected_contract_version: Some(version),
-        idempotency_key: format!("retry-resolve-{id}-v{version}"),
-        human_approval_id: approval_id,
-        payload: Some(serde_json::json!({
-            "resolution_kind": RETRY_KIND,
-            "resolution_submission_id": submission,
-            "approval_resolution_digest": digest,
-        })),
-        ..OperationEnvelope::default()
-    };
-    let materializer = AuthorizationContext::new(Grant {
-        project,
-        role: Role::Materializer,
-        subject: "materializer",
-        actions: &["resolve-block"],
-        expires_at: Timestamp::now() + CONTEXT_TTL,
-        policy_version: crate::wms::LOCAL_POLICY_VERSION,
-    });
-    let resolved = store
-        .execute(Some(&materializer), &resolve, now)
-        .await
-        .map_err(|e| format!("failed to resolve the block: {e}"))?;
-    if !resolved.ok {
-        return Err(rejection("resolve-block", &resolved));
-    }
-    Ok(resolved
-        .decision
-        .as_ref()
-        .and_then(|d| d.after)
-        .map_or(version + 1, |a| a.contract_version))
+        record,
+        change_set,
+        human,
+        crate::wms::LOCAL_POLICY_VERSION,
+        now,
+    )
+    .await
+    .map_err(|e| {
+        let mut text = e.to_string();
+        let mut cause = std::error::Error::source(&e);
+        while let Some(c) = cause {
+            text.push_str(&format!(": {c}"));
+            cause = c.source();
+        }
+        text
+    })
 }
 
 /// The human maintainer's `abandon` of one item. `integrated` is what Git

@@ -214,6 +214,16 @@ pub enum ProjectError {
         #[source]
         source: Box<crate::forge::ForgeSetupError>,
     },
+    /// `spec.budget` is not an amount of dollars (the CRD's pattern refuses this; a Project
+    /// written around the schema is refused here: nothing is built).
+    #[error("project {project}: spec.budget.perItem: {source}")]
+    Budget {
+        /// Project.
+        project: String,
+        /// Why.
+        #[source]
+        source: protobot_usage::DollarsError,
+    },
     /// The API failed.
     #[error("project {project}: {source}")]
     Api {
@@ -473,6 +483,30 @@ async fn fetch_clone(
         })
 }
 
+/// The item budget of `project`'s builds (`spec.budget.perItem`), if it sets one.
+pub fn item_budget(project: &Project) -> Result<Option<protobot_usage::ItemBudget>, ProjectError> {
+    let Some(text) = project
+        .spec
+        .budget
+        .as_ref()
+        .and_then(|b| b.per_item.as_deref())
+    else {
+        return Ok(None);
+    };
+    let limit = text.parse().map_err(|source| ProjectError::Budget {
+        project: project.name_any(),
+        source,
+    })?;
+    Ok(Some(protobot_usage::ItemBudget {
+        limit,
+        set_in: format!(
+            "spec.budget.perItem of Project {}/{}",
+            project.namespace().unwrap_or_default(),
+            project.name_any()
+        ),
+    }))
+}
+
 /// The project's Job Site over `store`, with its worker classes and landing, reading
 /// contracts from `clone`.
 #[allow(clippy::too_many_arguments)]
@@ -511,6 +545,7 @@ async fn build_site<E: Executor + 'static>(
         home.join("scratch"),
     );
     config.producers = classes.producers;
+    config.item_budget = item_budget(project)?;
     config.limits = settings.limits.clone();
     config.egress_proxy = settings.egress_proxy.clone();
     config.target_branch = spec.default_branch.clone();
@@ -760,6 +795,7 @@ impl ProjectError {
             ProjectError::WorkerClasses { .. } => "worker-classes",
             ProjectError::Repository { .. } => "repository",
             ProjectError::Forge { source, .. } => source.category(),
+            ProjectError::Budget { .. } => "budget",
             ProjectError::Api { .. } => "api",
             ProjectError::Pass { .. } => "pass",
         }

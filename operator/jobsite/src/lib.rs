@@ -32,6 +32,7 @@ pub mod lease;
 pub mod ledger;
 pub mod materializer;
 pub mod repo_folder;
+pub mod resolution;
 pub mod sandbox_audit;
 pub mod sanitizer;
 #[cfg(feature = "test-support")]

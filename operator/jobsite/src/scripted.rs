@@ -349,6 +349,8 @@ pub struct SiteOptions {
     /// for egress (through a proxy URL nothing listens on: the in-process executor makes no
     /// connection) and prices model `priced` at $1 / $2 per million input / output tokens.
     pub usage: Option<Arc<dyn crate::usage::UsageSource>>,
+    /// The item budget ([`EngineConfig::item_budget`]).
+    pub item_budget: Option<protobot_usage::ItemBudget>,
 }
 
 impl Default for SiteOptions {
@@ -366,6 +368,7 @@ impl Default for SiteOptions {
             wip_limit: 1,
             stop: None,
             usage: None,
+            item_budget: None,
         }
     }
 }
@@ -428,6 +431,7 @@ pub fn site_on<S: WorkStore + 'static, T: WorkStore + 'static>(
         config.egress_proxy = Some("http://egress.invalid:3128".into());
     }
     config.max_cycles = o.max_cycles;
+    config.item_budget = o.item_budget.clone();
     if o.inspector {
         config.producers.push(Producer {
             name: "inspector-1".into(),

@@ -236,6 +236,7 @@ fn engine<E: Executor>(s: &Setup, executor: E) -> Engine<MemoryStore, E> {
             landing: Default::default(),
             // Retries after a transient model failure do not wait in tests.
             model_retry_delay_cap: std::time::Duration::ZERO,
+            item_budget: None,
         },
         on_stage: None,
         faults: None,

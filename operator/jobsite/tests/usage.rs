@@ -130,3 +130,111 @@ async fn a_usage_source_that_cannot_be_read_never_fails_the_build() {
     let record = w.store.get(&id).await.unwrap().unwrap();
     assert!(record.usage.is_empty());
 }
+
+fn budget(limit: &str) -> Option<protobot_usage::ItemBudget> {
+    Some(protobot_usage::ItemBudget {
+        limit: limit.parse().unwrap(),
+        set_in: "spec.budget.perItem of Project demo".into(),
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spent_budget_stops_the_build_before_its_next_cycle_and_a_raised_one_goes_on_after_retry()
+{
+    let items = ids(1);
+    let id = items[0].clone();
+    let store = Arc::new(MemoryStore::new(
+        "demo",
+        AdapterConfig {
+            // The subject `resolution::resolve_block` delegates approvals to.
+            materializer_subject: "materializer".into(),
+            lease_seconds: protobot_jobsite::scripted::LEASE,
+        },
+    ));
+    let w = protobot_jobsite::scripted::world(store, &items).await;
+    let meter = Arc::new(Meter {
+        reads: Mutex::new(Vec::new()),
+        fail: false,
+    });
+    // Every run costs $0.002; cycle 1 fails (a wrong implementation), so a second cycle
+    // would start, but the item's budget of $0.001 is spent by then.
+    let options = |limit: &str| SiteOptions {
+        usage: Some(meter.clone()),
+        item_budget: budget(limit),
+        inspector: false,
+        behaviour: protobot_jobsite::scripted::Behaviour {
+            wrong_until_cycle: 1,
+            ..Default::default()
+        },
+        ..SiteOptions::default()
+    };
+    let js = site(&w, options("0.001"));
+    let actions = js.run_until_idle().await.unwrap();
+    let blocked = w.store.get(&id).await.unwrap().unwrap();
+    assert_eq!(blocked.state, State::Blocked, "{actions:#?}");
+    for needle in [
+        "model budget of $0.001 (spec.budget.perItem of Project demo) is spent",
+        "raise the budget in spec.budget.perItem of Project demo and run `protobot retry`",
+        "worker-a $0.002000",
+        "worker-b $0.002000",
+    ] {
+        assert!(
+            blocked.block_reason.contains(needle),
+            "{needle:?} not in {:?}",
+            blocked.block_reason
+        );
+    }
+    // Only cycle 1's runs spent: no run started after the budget was found spent.
+    let spent = blocked.usage.summary();
+    let reads = meter.reads.lock().unwrap().len();
+    assert_eq!(spent.runs as usize, reads);
+    assert!(
+        blocked.attempts.iter().all(|a| a.cycle <= 2),
+        "{:?}",
+        blocked.attempts
+    );
+    assert_eq!(
+        blocked
+            .attempts
+            .iter()
+            .filter(|a| a.outcome != "blocked")
+            .count(),
+        1,
+        "one genuine cycle ran: {:?}",
+        blocked.attempts
+    );
+    // Without a retry, another pass leaves the blocked item alone.
+    let again = site(&w, options("0.001"));
+    again.run_until_idle().await.unwrap();
+    assert_eq!(
+        w.store.get(&id).await.unwrap().unwrap().state,
+        State::Blocked
+    );
+
+    // A person raises the budget and retries: the build goes on from its ledger and lands.
+    protobot_jobsite::resolution::resolve_block(
+        w.store.as_ref(),
+        "demo",
+        &blocked,
+        "CS-budget",
+        "human:alice",
+        "v1",
+        jiff::Timestamp::now(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        w.store.get(&id).await.unwrap().unwrap().state,
+        State::ReadyForBuilding
+    );
+    let raised = site(&w, options("1"));
+    raised.run_until_idle().await.unwrap();
+    let done = w.store.get(&id).await.unwrap().unwrap();
+    assert_eq!(done.state, State::Completed, "{:?}", done.block_reason);
+    // The ledger kept what cycle 1 spent and added the rest.
+    assert!(done.usage.summary().runs as usize > spent.runs as usize);
+    assert_eq!(
+        done.usage.summary().runs as usize,
+        meter.reads.lock().unwrap().len()
+    );
+}

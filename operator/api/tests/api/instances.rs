@@ -82,6 +82,9 @@ fn project() -> Project {
                 }),
                 gitea: None,
             }),
+            budget: Some(protobot_api::project::BudgetSpec {
+                per_item: Some("2.50".to_owned()),
+            }),
         },
     );
     let mut conditions = Vec::new();

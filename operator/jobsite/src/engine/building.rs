@@ -71,6 +71,18 @@ impl<S: WorkStore, E: Executor> Engine<S, E> {
             .iter()
             .filter(|a| outcome_of(&a.outcome).is_genuine_failure())
             .count();
+        // The item's model budget: a spent one stops the build before the next cycle spends
+        // more. `protobot retry` after raising it moves the item on (its ledger is kept).
+        if let Some(budget) = &self.config.item_budget
+            && let Err(stop) = budget.check(&record.usage.summary())
+        {
+            let next = attempts.last().map_or(1, |a| a.cycle + 1);
+            tracing::warn!(work_item = item.id, limit = %stop.budget.limit, spent = %stop.spent.total, "the item's model budget is spent; raising a spec question");
+            self.record_block_marker(claim, item, next).await?;
+            return self
+                .raise_question(claim, stop.question("protobot retry"))
+                .await;
+        }
         if genuine >= self.config.max_cycles as usize {
             let next = attempts.last().map_or(1, |a| a.cycle + 1);
             self.record_block_marker(claim, item, next).await?;

@@ -106,6 +106,10 @@ pub struct EngineConfig {
     /// backoff is used up to this: 60 s after a 429, 1 s doubling to 60 s after a timeout or
     /// a 5xx). Tests set it to zero.
     pub model_retry_delay_cap: std::time::Duration,
+    /// The most one item may spend on priced model calls (`None`: no budget). Checked at the
+    /// effect boundary before each build cycle against the item's usage ledger; a spent budget
+    /// stops the build with a spec question (`protobot_usage::BudgetStop::question`).
+    pub item_budget: Option<protobot_usage::ItemBudget>,
 }
 
 impl EngineConfig {
@@ -131,6 +135,7 @@ impl EngineConfig {
             egress_proxy: None,
             landing: Landing::DirectPush,
             model_retry_delay_cap: DEFAULT_MODEL_RETRY_DELAY_CAP,
+            item_budget: None,
         }
     }
 }
