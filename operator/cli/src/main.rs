@@ -13,6 +13,7 @@ mod demo_agents;
 mod egress;
 mod eval;
 mod harness;
+mod inbox;
 mod init;
 mod lifecycle;
 mod operator;
@@ -38,6 +39,9 @@ enum Command {
     Operator(operator::OperatorArgs),
     /// List the work items of a single-machine work store.
     Status(status::StatusArgs),
+    /// What waits on a person in a single-machine work store (blocked questions, spent
+    /// budgets), each with the command that moves it on.
+    Inbox(inbox::InboxArgs),
     /// Run the whole Job Site on one machine on a bundled example project, then print the report.
     Demo(demo::DemoArgs),
     /// Run an evaluation-corpus fixture end to end and write its result records (result.schema.json v1).
@@ -141,6 +145,7 @@ fn main() -> ExitCode {
         Command::Abandon(args) => lifecycle::abandon(args),
         Command::Init(args) => init::init(args),
         Command::Status(args) => status::status(args),
+        Command::Inbox(args) => inbox::inbox(args),
         Command::Operator(args) => operator::operator(args),
         Command::EgressProxy(args) => egress::egress_proxy(args),
         Command::Wms(args) => wms::wms(args),

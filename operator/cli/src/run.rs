@@ -385,6 +385,8 @@ async fn run_inner(args: &RunArgs, mode: Mode) -> Result<serde_json::Value, RunE
         )
         .map_err(|e| RunError::Failed(e.to_string()))?,
     );
+    // `protobot inbox` prints the retry command with the harness this clone builds with.
+    crate::inbox::remember_harness(&store_path, &harness);
     // Every context of the run: its project, the local policy, twelve hours.
     let grant = Grant {
         project: &project_id,

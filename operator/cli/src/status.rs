@@ -12,6 +12,17 @@ use crate::demo::Output;
 /// Arguments of `protobot status`.
 #[derive(Debug, Args)]
 pub struct StatusArgs {
+    /// Which store and project.
+    #[command(flatten)]
+    pub store: StoreArgs,
+    /// `human` (a table) or `json` (the records).
+    #[arg(long, value_enum, default_value = "human")]
+    pub output: Output,
+}
+
+/// The single-machine work store a reading command opens (`protobot status`, `protobot inbox`).
+#[derive(Debug, Args)]
+pub struct StoreArgs {
     /// Your clone, as `protobot run` takes it: the store is
     /// `<repo>/.git/protobot/wms.sqlite` and the project the one
     /// `.protobot/project.yaml` declares on the branch checked out (default:
@@ -24,47 +35,47 @@ pub struct StatusArgs {
     /// The project the store serves (default with `--repo`: the repository's).
     #[arg(long)]
     pub project: Option<String>,
-    /// `human` (a table) or `json` (the records).
-    #[arg(long, value_enum, default_value = "human")]
-    pub output: Output,
 }
 
-/// The store and project `status` reads: `--store`/`--project` as given, else
-/// derived from `--repo` (or the current directory).
-fn resolve(args: &StatusArgs) -> Result<(PathBuf, String), String> {
-    let repo = args.repo.clone().unwrap_or_else(|| PathBuf::from("."));
-    let store = match &args.store {
-        Some(store) => store.clone(),
-        None => repo.join(".git").join("protobot").join("wms.sqlite"),
-    };
-    if !store.is_file() {
-        return Err(format!(
-            "unable to read {}: no such work store (`protobot run --repo REPO …` creates it in REPO/.git/protobot; for a demo pass `--store DIR/wms.sqlite --project cli-sync`)",
-            store.display()
-        ));
-    }
-    let project = match &args.project {
-        Some(project) => project.clone(),
-        None => {
-            let branch = git2::Repository::open(&repo)
-                .ok()
-                .and_then(|r| r.head().ok().and_then(|h| h.shorthand().ok().map(str::to_owned)))
-                .ok_or_else(|| {
-                    format!(
-                        "{} has no branch checked out to read the project id from: pass --project ID",
-                        repo.display()
-                    )
-                })?;
-            crate::run::project_id_at(&repo, &branch)
-                .map_err(|e| format!("{e}; or pass --project ID"))?
+impl StoreArgs {
+    /// The store and project: `--store`/`--project` as given, else derived from `--repo` (or
+    /// the current directory).
+    pub fn resolve(&self) -> Result<(PathBuf, String), String> {
+        let args = self;
+        let repo = args.repo.clone().unwrap_or_else(|| PathBuf::from("."));
+        let store = match &args.store {
+            Some(store) => store.clone(),
+            None => repo.join(".git").join("protobot").join("wms.sqlite"),
+        };
+        if !store.is_file() {
+            return Err(format!(
+                "unable to read {}: no such work store (`protobot run --repo REPO …` creates it in REPO/.git/protobot; for a demo pass `--store DIR/wms.sqlite --project cli-sync`)",
+                store.display()
+            ));
         }
-    };
-    Ok((store, project))
+        let project = match &args.project {
+            Some(project) => project.clone(),
+            None => {
+                let branch = git2::Repository::open(&repo)
+                    .ok()
+                    .and_then(|r| r.head().ok().and_then(|h| h.shorthand().ok().map(str::to_owned)))
+                    .ok_or_else(|| {
+                        format!(
+                            "{} has no branch checked out to read the project id from: pass --project ID",
+                            repo.display()
+                        )
+                    })?;
+                crate::run::project_id_at(&repo, &branch)
+                    .map_err(|e| format!("{e}; or pass --project ID"))?
+            }
+        };
+        Ok((store, project))
+    }
 }
 
 /// Runs the command.
 pub fn status(args: StatusArgs) -> ExitCode {
-    let (store_path, project) = match resolve(&args) {
+    let (store_path, project) = match args.store.resolve() {
         Ok(found) => found,
         Err(e) => {
             eprintln!("protobot: {e}");

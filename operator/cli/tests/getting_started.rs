@@ -404,17 +404,34 @@ fn a_projection_that_forgets_src_blocks_naming_the_path_and_retry_completes_it()
          git commit -qam 'projection: src/ is the implementation'\n\
          git push -q origin main\n",
     );
-    let retried = s.ok(
-        &s.repo(),
-        "protobot retry --repo . --change-set CS-00001 --harness ../greet-harness --output json",
-    );
-    let report: serde_json::Value = serde_json::from_str(retried.trim()).unwrap();
-    assert_eq!(report["state"], "completed", "{report}");
+    // `protobot inbox` lists the item with its question and the command that moves it on;
+    // that command, run as printed, completes it.
+    let inbox = s.ok(&s.repo(), "protobot inbox --repo .");
+    assert!(inbox.contains("[question]"), "{inbox}");
+    assert!(inbox.contains("src/greet.sh is not classified"), "{inbox}");
+    let next = inbox
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("next: "))
+        .and_then(|l| l.split('`').nth(1))
+        .unwrap_or_else(|| panic!("no command on the next: line of {inbox}"));
     assert!(
-        report["retried_at_contract_version"].as_u64().is_some(),
-        "{report}"
+        next.starts_with("protobot retry --repo /") && next.contains("--change-set CS-00001"),
+        "{next}"
     );
+    assert!(
+        !next.contains("HARNESS"),
+        "the harness run used is known: {next}"
+    );
+    let retried = s.ok(&s.repo(), next);
+    assert!(retried.contains("completed"), "{retried}");
+    let status = s.ok(&s.repo(), "protobot status --repo . --output json");
+    let records: serde_json::Value = serde_json::from_str(status.trim()).unwrap();
+    assert_eq!(records[0]["state"], "completed", "{records}");
     assert_eq!(merges_on_main(&s.work().join("greet-origin.git")), 1);
+    assert_eq!(
+        s.ok(&s.repo(), "protobot inbox --repo .").trim(),
+        "nothing waits on a person"
+    );
     // Retrying a completed item is refused with the reason.
     let twice = s.bash(
         &s.repo(),

@@ -95,6 +95,14 @@ impl ItemBudget {
     }
 }
 
+/// How every budget question begins ([`BudgetStop::question`]).
+pub const QUESTION_PREFIX: &str = "the item's model budget of $";
+
+/// Whether a block reason is a spent budget's question.
+pub fn is_budget_question(question: &str) -> bool {
+    question.starts_with(QUESTION_PREFIX)
+}
+
 impl BudgetStop {
     /// The spec question the build raises: the budget, the spend per stage, and the two ways
     /// on. `retry` is the command that moves the item on once resolved.
@@ -110,7 +118,7 @@ impl BudgetStop {
             n => format!(" ({n} calls of unpriced models not counted)"),
         };
         format!(
-            "the item's model budget of ${} ({}) is spent: {} in {} calls ({}){unpriced}. Either raise the budget in {} and run `{retry}`, or simplify the requirement so that a cheaper build can pass, then run `{retry}`",
+            "{QUESTION_PREFIX}{} ({}) is spent: {} in {} calls ({}){unpriced}. Either raise the budget in {} and run `{retry}`, or simplify the requirement so that a cheaper build can pass, then run `{retry}`",
             self.budget.limit,
             self.budget.set_in,
             Microdollars(self.spent.total.cost_microdollars),
@@ -208,6 +216,8 @@ mod tests {
             ]))
             .expect_err("spent exactly the budget");
         let question = stop.question("protobot retry --work-item wi-1");
+        assert!(is_budget_question(&question), "{question}");
+        assert!(!is_budget_question("no passing candidate after 3 cycles"));
         for needle in [
             "budget of $0.01 (spec.budget.perItem of Project shop) is spent",
             "$0.010000 in 4 calls",
