@@ -127,9 +127,38 @@ struct Report {
     /// What the model endpoint saw (agent harnesses only).
     #[serde(skip_serializing_if = "Option::is_none")]
     model: Option<crate::demo_agents::ModelEvidence>,
+    /// What the item's runs spent on model calls, as the egress proxy metered it (agent
+    /// harnesses only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    usage: Option<UsageReport>,
     /// The result records written (docs/evaluation.md).
     results: crate::eval::Written,
     seconds: f64,
+}
+
+/// The item's usage ledger, summed per stage and in total.
+#[derive(Debug, Serialize)]
+struct UsageReport {
+    by_stage: std::collections::BTreeMap<String, protobot_usage::Spend>,
+    total: protobot_usage::Spend,
+    /// The human lines (`protobot status` prints the same).
+    #[serde(skip)]
+    lines: Vec<String>,
+}
+
+impl UsageReport {
+    fn of(ledger: &protobot_usage::UsageLedger) -> UsageReport {
+        let summary = ledger.summary();
+        UsageReport {
+            by_stage: summary
+                .by_stage
+                .iter()
+                .map(|(stage, spend)| (stage.as_str().to_owned(), *spend))
+                .collect(),
+            total: summary.total,
+            lines: crate::status::usage_lines(ledger),
+        }
+    }
 }
 
 #[derive(Debug, Serialize)]
@@ -611,6 +640,10 @@ async fn run(
         });
     }
     let redactions = report.cycles.iter().map(|c| c.redactions).sum();
+    let usage = agents
+        .as_ref()
+        .and(record.as_ref())
+        .map(|r| UsageReport::of(&r.usage));
     let stages = stages.lock().map(|s| s.clone()).unwrap_or_default();
     Ok(Report {
         project: PROJECT.into(),
@@ -640,6 +673,7 @@ async fn run(
         model: agents
             .as_ref()
             .map(crate::demo_agents::AgentWorkers::evidence),
+        usage,
         results,
         seconds: started.elapsed().as_secs_f64(),
     })
@@ -874,6 +908,17 @@ pub fn demo_with(args: DemoArgs, target: Option<crate::eval::Target>) -> ExitCod
                         "model          {} requests, {} with the key the broker injected (proxy: {} allowed, {} denied)",
                         m.requests, m.with_injected_key, m.proxy_allowed, m.proxy_denied
                     ));
+                    lines.push(format!(
+                        "model double   {} answers reported {} tokens in, {} out (its own count)",
+                        m.served.answers, m.served.input_tokens, m.served.output_tokens
+                    ));
+                }
+                if let Some(usage) = &report.usage {
+                    lines.push(format!(
+                        "usage          metered by the egress proxy, priced at the demo's {}",
+                        crate::demo_agents::DEMO_PRICE_NOTE
+                    ));
+                    lines.extend(usage.lines.iter().cloned());
                 }
                 lines.push(format!(
                     "evidence       {} (origin: {}, store: {})",

@@ -41,6 +41,25 @@ use protobot_model_double::{ModelDouble, Recorded, Scenario, Script, Step, ToolC
 use serde_json::json;
 use tokio::net::TcpListener;
 
+/// The demo's price of the model double's `scripted` model: $3 in and $15 out per million
+/// tokens (illustrative: it makes the demo's cost figures non-zero and checkable).
+pub fn demo_prices() -> protobot_usage::PriceTable {
+    protobot_usage::PriceTable(
+        [(
+            "scripted".to_owned(),
+            protobot_usage::ModelPrice {
+                input: protobot_usage::PerMillion(3_000_000),
+                output: protobot_usage::PerMillion(15_000_000),
+                ..Default::default()
+            },
+        )]
+        .into_iter()
+        .collect(),
+    )
+}
+/// [`demo_prices`] for the report.
+pub const DEMO_PRICE_NOTE: &str = "illustrative $3 in / $15 out per million tokens";
+
 /// The model host the demo's policy allows.
 pub const MODEL_HOST: &str = "model.protobot-demo.invalid";
 /// The harness script, bundled into the binary.
@@ -278,6 +297,8 @@ pub struct ModelEvidence {
     pub proxy_allowed: u64,
     /// Decisions of the proxy that denied one.
     pub proxy_denied: u64,
+    /// The usage the double's answers reported, by its own count (the meter must agree).
+    pub served: protobot_model_double::Served,
 }
 
 impl AgentWorkers {
@@ -293,6 +314,7 @@ impl AgentWorkers {
                 .count(),
             proxy_allowed: self.metrics.decisions.with_label_values(&["allowed"]).get(),
             proxy_denied: self.metrics.decisions.with_label_values(&["denied"]).get(),
+            served: self.double.served(),
         }
     }
 }
@@ -420,6 +442,7 @@ pub async fn start_agent(
         },
         std::future::pending(),
     ));
+    let prices = demo_prices();
     let class = || WorkerClass {
         command: vec![
             "env".into(),
@@ -432,7 +455,7 @@ pub async fn start_agent(
         image: None,
         egress: true,
         tiers: Default::default(),
-        prices: Default::default(),
+        prices: prices.clone(),
     };
     let binds = vec![
         harness_dir.clone(),

@@ -145,7 +145,7 @@ fn table(items: &[protobot_lifecycle::WorkItemRecord]) -> String {
 }
 
 /// The item's model usage, one line per stage and the total (none before a model call).
-fn usage_lines(ledger: &protobot_usage::UsageLedger) -> Vec<String> {
+pub(crate) fn usage_lines(ledger: &protobot_usage::UsageLedger) -> Vec<String> {
     if ledger.is_empty() {
         return Vec::new();
     }

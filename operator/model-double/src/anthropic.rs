@@ -142,7 +142,7 @@ fn blocks(reply: &Reply) -> (Vec<Value>, &'static str) {
 }
 
 fn usage(output_tokens: u64) -> Value {
-    json!({"input_tokens": 10, "output_tokens": output_tokens})
+    json!({"input_tokens": crate::ANSWER_INPUT_TOKENS, "output_tokens": output_tokens})
 }
 
 /// The answer as one `message` object.
@@ -156,7 +156,7 @@ pub fn render_message_json(reply: &Reply, model: &str) -> Value {
         "content": content,
         "stop_reason": stop,
         "stop_sequence": null,
-        "usage": usage(10),
+        "usage": usage(crate::ANSWER_OUTPUT_TOKENS),
     })
 }
 
@@ -206,7 +206,7 @@ pub fn render_message_sse(reply: &Reply, model: &str) -> String {
     }
     out.push_str(&event(
         "message_delta",
-        json!({"type": "message_delta", "delta": {"stop_reason": stop, "stop_sequence": null}, "usage": {"output_tokens": 10}}),
+        json!({"type": "message_delta", "delta": {"stop_reason": stop, "stop_sequence": null}, "usage": {"output_tokens": crate::ANSWER_OUTPUT_TOKENS}}),
     ));
     out.push_str(&event("message_stop", json!({"type": "message_stop"})));
     out

@@ -301,9 +301,31 @@ fn tool_calls_json(step: usize, calls: &[ToolCall], with_index: bool) -> Vec<Val
         .collect()
 }
 
-/// Token counts the double reports (agents read them; their values do not matter).
+/// Input tokens every answer reports (each rendering: chat JSON and stream, messages JSON and
+/// stream). Agents read them; the egress proxy meters them, and [`ModelDouble::served`] counts
+/// them so a test can check the meter against the double's own count.
+pub const ANSWER_INPUT_TOKENS: u64 = 10;
+/// Output tokens every answer reports ([`ANSWER_INPUT_TOKENS`]).
+pub const ANSWER_OUTPUT_TOKENS: u64 = 10;
+
+/// Token counts the double reports.
 fn usage() -> Value {
-    json!({"prompt_tokens": 10, "completion_tokens": 10, "total_tokens": 20})
+    json!({
+        "prompt_tokens": ANSWER_INPUT_TOKENS,
+        "completion_tokens": ANSWER_OUTPUT_TOKENS,
+        "total_tokens": ANSWER_INPUT_TOKENS + ANSWER_OUTPUT_TOKENS,
+    })
+}
+
+/// What the double answered with usage, by its own count.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Served {
+    /// Answers that reported usage (every successful chat or messages answer).
+    pub answers: u64,
+    /// Input tokens they reported.
+    pub input_tokens: u64,
+    /// Output tokens they reported.
+    pub output_tokens: u64,
 }
 
 /// The answer as one `chat.completion` object.
@@ -431,6 +453,7 @@ impl Recorded {
 pub struct ModelDouble {
     addr: SocketAddr,
     requests: Arc<Mutex<Vec<Recorded>>>,
+    served: Arc<Mutex<Served>>,
     outages: Arc<Mutex<Outages>>,
     task: tokio::task::JoinHandle<()>,
 }
@@ -457,9 +480,11 @@ impl ModelDouble {
         let addr = listener.local_addr()?;
         let requests: Arc<Mutex<Vec<Recorded>>> = Arc::default();
         let outages: Arc<Mutex<Outages>> = Arc::default();
+        let served: Arc<Mutex<Served>> = Arc::default();
         let state = Arc::new(State {
             script,
             requests: requests.clone(),
+            served: served.clone(),
             outages: outages.clone(),
             record: Mutex::new(record),
         });
@@ -486,6 +511,7 @@ impl ModelDouble {
         Ok(ModelDouble {
             addr,
             requests,
+            served,
             outages,
             task,
         })
@@ -494,6 +520,11 @@ impl ModelDouble {
     /// Where it listens.
     pub fn addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// What it answered with usage so far, by its own count.
+    pub fn served(&self) -> Served {
+        *self.served.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Every request so far, in arrival order.
@@ -521,6 +552,7 @@ impl ModelDouble {
 struct State {
     script: Script,
     requests: Arc<Mutex<Vec<Recorded>>>,
+    served: Arc<Mutex<Served>>,
     outages: Arc<Mutex<Outages>>,
     record: Mutex<Option<std::fs::File>>,
 }
@@ -628,6 +660,7 @@ impl State {
             return failure(status, error_json(status));
         }
         let answer = reply(&self.script, &request);
+        self.count_answer();
         if request.stream {
             respond(
                 StatusCode::OK,
@@ -663,6 +696,7 @@ impl State {
             return failure(status, anthropic::failure_body(status));
         }
         let answer = anthropic::reply_messages(&self.script, &request);
+        self.count_answer();
         if request.stream {
             respond(
                 StatusCode::OK,
@@ -676,6 +710,14 @@ impl State {
                 anthropic::render_message_json(&answer, &request.model).to_string(),
             )
         }
+    }
+
+    /// Counts one answer with [`ANSWER_INPUT_TOKENS`] and [`ANSWER_OUTPUT_TOKENS`].
+    fn count_answer(&self) {
+        let mut served = self.served.lock().unwrap_or_else(|e| e.into_inner());
+        served.answers += 1;
+        served.input_tokens += ANSWER_INPUT_TOKENS;
+        served.output_tokens += ANSWER_OUTPUT_TOKENS;
     }
 
     fn failure_for(&self, tooled: bool, user_text: &[String]) -> Option<StatusCode> {
