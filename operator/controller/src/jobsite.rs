@@ -88,6 +88,13 @@ pub struct Settings {
     /// The forge clients of Projects with `spec.forge` (their items land through pull
     /// requests). `None`: [`run`] makes its own (API calls not counted).
     pub forges: Option<Arc<crate::forge::ForgeClients>>,
+    /// Where this replica publishes its capacity Lease (`None`: nowhere). Default
+    /// ([`Settings::new`]): `POD_NAMESPACE` when set ([`crate::capacity::CapacityLease::from_env`]).
+    pub capacity_lease: Option<crate::capacity::CapacityLease>,
+    /// The node-room check: claim only while a Ready node has room for a run's pod
+    /// (`None`: off). Default ([`Settings::new`]): as `PROTOBOT_NODE_ROOM_CHECK` says
+    /// ([`crate::capacity::NodeRoomCheck::from_env`]; the chart sets it).
+    pub node_room: Option<crate::capacity::NodeRoomCheck>,
 }
 
 /// Default of `--max-concurrent-builds`.
@@ -115,6 +122,8 @@ impl Settings {
             drained: Arc::new(tokio::sync::Notify::new()),
             repositories: crate::project::decide::RepositoryPolicy::default(),
             forges: None,
+            capacity_lease: crate::capacity::CapacityLease::from_env(),
+            node_room: crate::capacity::NodeRoomCheck::from_env(),
         }
     }
 }
@@ -331,6 +340,8 @@ struct Dispatching<E> {
     items: kube::runtime::reflector::Store<BuildWorkItem>,
     /// Each project's long-lived Job Site, by namespace and name.
     projects: ProjectRuntimes<E>,
+    /// The node-room verdict the executor is gated by.
+    room: crate::capacity::RoomView,
 }
 
 impl<E> Clone for Dispatching<E> {
@@ -339,6 +350,7 @@ impl<E> Clone for Dispatching<E> {
             builds: self.builds.clone(),
             items: self.items.clone(),
             projects: Arc::clone(&self.projects),
+            room: self.room.clone(),
         }
     }
 }
@@ -683,18 +695,24 @@ async fn drive_project<E: Executor + 'static>(
             })?,
         // The pass is a task of its own: its builds run their git work on the blocking
         // pool and everything else on any runtime thread.
-        None => tokio::spawn(async move { site.run_once().await })
-            .await
-            .map_err(|e| ProjectError::Pass {
-                project: name.clone(),
-                reason: format!("the pass stopped before it finished: {e}"),
-            })?
-            .map_err(|e| ProjectError::Pass {
-                project: name.clone(),
-                reason: e.to_string(),
-            })?,
+        None => tokio::spawn({
+            let site = Arc::clone(&site);
+            async move { site.run_once().await }
+        })
+        .await
+        .map_err(|e| ProjectError::Pass {
+            project: name.clone(),
+            reason: format!("the pass stopped before it finished: {e}"),
+        })?
+        .map_err(|e| ProjectError::Pass {
+            project: name.clone(),
+            reason: e.to_string(),
+        })?,
     };
     publish(client, &ns, settings, &actions).await;
+    if let Some(d) = dispatching {
+        show_queue(client, project, settings, &*site.engine.executor, d).await;
+    }
     if dispatching.is_none() {
         // A one-shot pass guards the items itself; under [`run`] the BuildWorkItem
         // controller does, item by item ([`crate::build_items`]).
@@ -717,6 +735,53 @@ async fn drive_project<E: Executor + 'static>(
         }
     }
     Ok(actions)
+}
+
+/// The project's queue after a dispatch, from the watch cache, this replica's free slots
+/// and its admission ([`protobot_jobsite::capacity::queue`]): written to the Project's
+/// `status.queue` when it says something new, counted in `protobot_items_queued`, and a
+/// Warning Event when the wait becomes a fault (no node room, runs refused).
+async fn show_queue<E: Executor>(
+    client: &Client,
+    project: &Project,
+    settings: &Settings,
+    executor: &E,
+    d: &Dispatching<E>,
+) {
+    use protobot_api::LifecycleState as S;
+    let name = project.name_any();
+    let ns = project.namespace().unwrap_or_default();
+    let (mut ready, mut active) = (0usize, 0usize);
+    for item in d.items.state() {
+        if item.namespace().as_deref() != Some(ns.as_str()) || item.spec.project_ref.name != name {
+            continue;
+        }
+        match item.status.as_ref().map(|s| s.state) {
+            Some(S::ReadyForBuilding) => ready += 1,
+            Some(S::Building | S::Inspecting | S::Merging) => active += 1,
+            _ => {}
+        }
+    }
+    let input = protobot_jobsite::capacity::QueueInput {
+        ready,
+        active,
+        wip_limit: usize::try_from(project.spec.wip_limit).unwrap_or(1),
+        free_slots: settings.capacity.available_permits(),
+        admission: crate::capacity::admission(&d.room.get(), executor.admit()),
+    };
+    let queue = protobot_jobsite::capacity::queue(&input);
+    if let Some(metrics) = &settings.metrics {
+        metrics
+            .items_queued
+            .with_label_values(&[&project_tag(&ns, &name)])
+            .set(i64::try_from(queue.queued).unwrap_or(i64::MAX));
+    }
+    let shown = project.status.as_ref().and_then(|s| s.queue.as_ref());
+    let next = crate::capacity::queue_status(&queue, &settings.identity, Timestamp::now());
+    if crate::capacity::queue_changed(shown, &next) {
+        let event = crate::capacity::queue_event(shown, &next, queue.reason);
+        crate::capacity::publish_queue(client, project, &settings.identity, &next, event).await;
+    }
 }
 
 /// The tag of a project's builds in [`Builds`]: `namespace/name` (a namespace holds no
@@ -1208,6 +1273,34 @@ pub async fn run<E: Executor + Send + Sync + 'static>(
     settings: Settings,
     executor: Arc<E>,
 ) {
+    use crate::capacity::{RoomGated, RoomState, RoomView};
+    // Back-pressure: with the node-room check, runs are admitted only while a node has
+    // room for a run's pod (claims wait until the first read says so).
+    let room = RoomView::new(match &settings.node_room {
+        None => RoomState::Off,
+        Some(_) => RoomState::Unknown("the node-room check has not read the nodes yet".into()),
+    });
+    if let Some(check) = settings.node_room.clone() {
+        tokio::spawn(crate::capacity::watch_node_room(
+            client.clone(),
+            check,
+            room.clone(),
+            settings.stop.clone(),
+        ));
+    }
+    // Published capacity: the replica's Lease, deleted when it stops.
+    let lease = settings.capacity_lease.clone().map(|lease| {
+        tokio::spawn(crate::capacity::publish_capacity(
+            client.clone(),
+            lease,
+            settings.identity.clone(),
+            Arc::clone(&settings.capacity),
+            settings.max_concurrent_builds,
+            room.clone(),
+            settings.stop.clone(),
+        ))
+    });
+    let executor = Arc::new(RoomGated::new(executor, room.clone()));
     let projects: Api<Project> = match &namespace {
         Some(ns) => Api::namespaced(client.clone(), ns),
         None => Api::all(client.clone()),
@@ -1258,6 +1351,7 @@ pub async fn run<E: Executor + Send + Sync + 'static>(
         builds: builds.clone(),
         items: item_cache,
         projects: Arc::default(),
+        room,
     };
     let mut stop_poll = tokio::time::interval(Duration::from_millis(200));
     loop {
@@ -1307,6 +1401,11 @@ pub async fn run<E: Executor + Send + Sync + 'static>(
             }
         }
         if settings.stop.is_raised() {
+            if let Some(lease) = lease {
+                // The publisher deletes the Lease once it sees the stop (bounded: a stuck
+                // API call must not hold the shutdown; the Lease then goes stale).
+                let _ = tokio::time::timeout(Duration::from_secs(5), lease).await;
+            }
             drain(&mut running, &builds, &settings).await;
             let _ = items.await;
             return;
@@ -1324,6 +1423,15 @@ pub async fn run<E: Executor + Send + Sync + 'static>(
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
                 .retain(|key, _| present.contains(key));
+            // And their queue figures.
+            if let Some(metrics) = &settings.metrics {
+                for (ns, name) in schedules.keys().filter(|k| !present.contains(*k)) {
+                    let _ = metrics
+                        .items_queued
+                        .remove_label_values(&[&project_tag(ns, name)]);
+                }
+            }
+            schedules.retain(|key, _| present.contains(key));
         }
         for project in cache.state() {
             let key = (project.namespace().unwrap_or_default(), project.name_any());
