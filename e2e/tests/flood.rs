@@ -318,9 +318,12 @@ async fn a_change_set_flood_is_materialized_and_shows_as_a_queue_not_as_errors()
         materialized as f64 / materialized_in.as_secs_f64().max(0.001),
     );
     if materialized < n {
-        // The replica stops (its Lease is deleted) before the scenario fails.
+        // The replica stops (its Lease is deleted) and its items are released before the
+        // scenario fails.
         stop.raise();
         tokio::time::sleep(Duration::from_secs(3)).await;
+        registration.abort();
+        release_items(&cluster).await;
     }
     assert_eq!(
         materialized, n,
@@ -443,5 +446,231 @@ async fn a_change_set_flood_is_materialized_and_shows_as_a_queue_not_as_errors()
     stop.raise();
     job_site.abort();
     registration.abort();
+    release_items(&cluster).await;
+    cluster.cleanup().await;
+}
+
+/// Removes the Job Site's unfinished-work finalizer from the scenario's items (no operator
+/// is left to finish them), so a real cluster's namespace can be deleted.
+async fn release_items(cluster: &Cluster) {
+    if !cluster.real {
+        return;
+    }
+    let items: Api<BuildWorkItem> = Api::namespaced(cluster.client.clone(), &cluster.namespace);
+    let names: Vec<String> = items
+        .list_metadata(&ListParams::default())
+        .await
+        .map(|l| {
+            l.items
+                .into_iter()
+                .filter_map(|i| i.metadata.name)
+                .collect()
+        })
+        .unwrap_or_default();
+    futures::stream::iter(names)
+        .for_each_concurrent(16, |name| {
+            let items = items.clone();
+            async move {
+                let _ = items
+                    .patch(
+                        &name,
+                        &kube::api::PatchParams::default(),
+                        &kube::api::Patch::Merge(json!({"metadata": {"finalizers": null}})),
+                    )
+                    .await;
+            }
+        })
+        .await;
+}
+
+/// A cluster whose nodes have no room for a run's pod (here: a pod asking for 100 cores and
+/// 1 TiB) gets no claim: the items wait as `NodeStarved` on the Project's `status.queue`, one
+/// Warning Event on the Project says why, the capacity Lease says `starved`, and nothing is
+/// retried in a loop. The operator runs as a release rendered with
+/// `jobSite.nodeRoomCheck.enabled=true`, so its node and pod reads are exactly the chart's
+/// `<release>-node-room` ClusterRole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_on_starved_nodes_claims_nothing_and_says_why() {
+    use protobot_controller::capacity::{NODE_ROOM_LABEL, NodeRoomCheck};
+    use protobot_jobsite::capacity::Resources;
+    let cluster = Cluster::connect("starved").await;
+    if !cluster.real {
+        // The double serves no Nodes; the check's decisions are unit-tested
+        // (protobot_jobsite::capacity, protobot_controller::capacity).
+        eprintln!("skipping: the node-room check needs a real API server's Nodes");
+        cluster.cleanup().await;
+        return;
+    }
+    let ns = cluster.namespace.clone();
+    let (operator, refused) = protobot_e2e::real::prepare_release(
+        &cluster.client,
+        "protobot-noderoom",
+        &["jobSite.nodeRoomCheck.enabled=true".to_owned()],
+        &ns,
+    )
+    .await
+    .unwrap_or_else(|e| panic!("rendering the node-room release: {e}"));
+    let tmp = tempfile::tempdir().unwrap();
+    let repo = tmp.path().join("repo");
+    std::fs::create_dir_all(&repo).unwrap();
+    let merge = flood_repo(&repo, 3);
+    let class = |script: &str| json!({"command": ["sh", "-c", script], "image": null}).to_string();
+    let maps: Api<ConfigMap> = Api::namespaced(cluster.client.clone(), &ns);
+    maps.create(
+        &PostParams::default(),
+        &serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "flood-workers", "namespace": ns},
+            "data": {"worker-a": class("true"), "worker-b": class("true"), "integration": class("true")},
+        }))
+        .unwrap(),
+    )
+    .await
+    .unwrap();
+    let projects: Api<Project> = Api::namespaced(cluster.client.clone(), &ns);
+    projects
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "apiVersion": "protobot.dev/v1alpha1", "kind": "Project",
+                "metadata": {"name": "flood", "namespace": ns},
+                "spec": {
+                    "repoUrl": format!("file://{}", repo.display()),
+                    "sandboxProfile": "local",
+                    "workerClassesRef": {"name": "flood-workers"},
+                },
+            }))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    let change_sets: Api<ChangeSet> = Api::namespaced(cluster.client.clone(), &ns);
+    for i in 1..=3 {
+        let cs: ChangeSet = serde_json::from_value(json!({
+            "apiVersion": "protobot.dev/v1alpha1", "kind": "ChangeSet",
+            "metadata": {"name": format!("cs-{i:05}"), "namespace": ns},
+            "spec": {"projectRef": {"name": "flood"}, "changeSetId": format!("CS-{i:05}"), "mergeCommit": merge},
+        }))
+        .unwrap();
+        change_sets
+            .create(&PostParams::default(), &cs)
+            .await
+            .unwrap();
+    }
+    let lease_namespace = protobot_e2e::real::release_namespace();
+    let identity = format!("starved-{}", ns.rsplit('-').next().unwrap_or("0"));
+    let settings = protobot_controller::jobsite::Settings {
+        interval: Duration::from_secs(2),
+        repositories: protobot_e2e::LOCAL_REPOSITORIES,
+        capacity_lease: Some(protobot_controller::capacity::CapacityLease {
+            namespace: lease_namespace.clone(),
+            duration_seconds: 30,
+        }),
+        node_room: Some(NodeRoomCheck {
+            pod: Resources {
+                cpu_millis: 100_000,
+                memory_bytes: 1 << 40,
+            },
+            every: Duration::from_secs(1),
+        }),
+        ..protobot_controller::jobsite::Settings::new(
+            identity.clone(),
+            tmp.path().join("jobsite"),
+            2,
+        )
+    };
+    let stop = settings.stop.clone();
+    let registration = tokio::spawn(protobot_controller::changeset::run_with(
+        operator.clone(),
+        Some(ns.clone()),
+        tmp.path().join("registry"),
+        protobot_e2e::LOCAL_REPOSITORIES,
+    ));
+    let job_site = tokio::spawn(protobot_controller::jobsite::run(
+        operator.clone(),
+        Some(ns.clone()),
+        settings,
+        Arc::new(Parked),
+    ));
+    let queued =
+        protobot_testkit::wait::until(&projects, "flood", timeout(), |p: Option<&Project>| {
+            p.and_then(|p| p.status.as_ref())
+                .and_then(|s| s.queue.as_ref())
+                .is_some_and(|q| q.reason == QueueReason::NodeStarved && q.queued == 3)
+        })
+        .await;
+    let project = projects.get("flood").await.unwrap();
+    let queue = project
+        .status
+        .and_then(|s| s.queue)
+        .unwrap_or_else(|| panic!("no status.queue ({queued:?})"));
+    assert_eq!(
+        (queue.ready, queue.queued, queue.reason),
+        (3, 3, QueueReason::NodeStarved),
+        "{queue:?}"
+    );
+    eprintln!("starved: status.queue says {:?}", queue.message);
+    // Nothing was claimed: every item is still ready.
+    let items: Api<BuildWorkItem> = Api::namespaced(cluster.client.clone(), &ns);
+    let states: Vec<_> = items
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .map(|i| i.status.map(|s| s.state))
+        .collect();
+    assert_eq!(
+        states,
+        vec![Some(protobot_api::LifecycleState::ReadyForBuilding); 3]
+    );
+    // One Warning Event on the Project, reason NodeStarved.
+    let events: Api<k8s_openapi::api::events::v1::Event> =
+        Api::namespaced(cluster.client.clone(), &ns);
+    let deadline = tokio::time::Instant::now() + timeout();
+    let starved_events = loop {
+        let found: Vec<_> = events
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .into_iter()
+            .filter(|e| e.type_.as_deref() == Some("Warning"))
+            .collect();
+        if !found.is_empty() || tokio::time::Instant::now() > deadline {
+            break found;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    assert_eq!(starved_events.len(), 1, "{starved_events:#?}");
+    assert_eq!(starved_events[0].reason.as_deref(), Some("NodeStarved"));
+    assert_eq!(
+        starved_events[0]
+            .regarding
+            .as_ref()
+            .and_then(|r| r.kind.as_deref()),
+        Some("Project")
+    );
+    // The Lease says the same.
+    let leases: Api<Lease> = Api::namespaced(cluster.client.clone(), &lease_namespace);
+    let name = protobot_controller::capacity::lease_name(&identity);
+    let lease = protobot_testkit::wait::until(&leases, &name, timeout(), |l: Option<&Lease>| {
+        l.and_then(|l| l.metadata.labels.as_ref())
+            .is_some_and(|ls| ls.get(NODE_ROOM_LABEL).is_some_and(|v| v == "starved"))
+    })
+    .await;
+    assert!(matches!(lease, Ok(Some(_))), "{lease:?}");
+    stop.raise();
+    let _ =
+        protobot_testkit::wait::until(&leases, &name, timeout(), |l: Option<&Lease>| l.is_none())
+            .await;
+    job_site.abort();
+    registration.abort();
+    let forbidden = refused.forbidden();
+    assert!(
+        forbidden.is_empty(),
+        "the node-room release's RBAC refused: {forbidden:?}"
+    );
+    release_items(&cluster).await;
     cluster.cleanup().await;
 }

@@ -583,6 +583,27 @@ pub fn queue_changed(shown: Option<&ProjectQueue>, next: &ProjectQueue) -> bool 
     })
 }
 
+/// Shortest time between two writes of one project's queue whose reason did not change.
+/// Every write of a Project's status wakes every controller watching Projects (the Project
+/// controller observes the repository again); a flood changes the figures on every
+/// dispatch, so the figures are written at most this often, a new reason at once.
+pub const QUEUE_WRITE_EVERY: Duration = Duration::from_secs(5);
+
+/// Whether `next` is written now (pure): it says something new ([`queue_changed`]), and
+/// either its reason changed or [`QUEUE_WRITE_EVERY`] passed since this replica last wrote
+/// the project's queue (`since_last`; `None`: never).
+pub fn queue_write_due(
+    shown: Option<&ProjectQueue>,
+    next: &ProjectQueue,
+    since_last: Option<Duration>,
+) -> bool {
+    if !queue_changed(shown, next) {
+        return false;
+    }
+    shown.map(|s| s.reason) != Some(next.reason)
+        || since_last.is_none_or(|d| d >= QUEUE_WRITE_EVERY)
+}
+
 /// The Event a change of queue is reported with (pure): a Warning when the wait becomes a
 /// fault (no node room, runs refused); nothing for ordinary back-pressure.
 pub fn queue_event(
@@ -870,7 +891,7 @@ mod tests {
         );
         let starved_q = queue(&QueueInput {
             admission: Admission::NodeStarved(Starved::NoNodes),
-            ..input
+            ..input.clone()
         });
         let starved = queue_status(&starved_q, "replica-1", now);
         assert!(queue_changed(Some(&first), &starved));
@@ -882,6 +903,32 @@ mod tests {
         assert!(
             queue_event(Some(&starved), &starved, starved_q.reason).is_none(),
             "one Event per transition, not one per dispatch"
+        );
+        // Writes: a new reason at once; new figures at most every QUEUE_WRITE_EVERY.
+        let fewer = queue_status(
+            &queue(&QueueInput {
+                ready: 999,
+                ..input.clone()
+            }),
+            "replica-1",
+            now,
+        );
+        let soon = Some(Duration::from_secs(1));
+        assert!(queue_write_due(None, &first, None));
+        assert!(!queue_write_due(Some(&first), &fewer, soon), "throttled");
+        assert!(queue_write_due(
+            Some(&first),
+            &fewer,
+            Some(QUEUE_WRITE_EVERY)
+        ));
+        assert!(queue_write_due(Some(&first), &fewer, None));
+        assert!(
+            queue_write_due(Some(&first), &starved, soon),
+            "a new reason goes at once"
+        );
+        assert!(
+            !queue_write_due(Some(&first), &same_elsewhere, None),
+            "nothing new"
         );
     }
 }

@@ -342,6 +342,8 @@ struct Dispatching<E> {
     projects: ProjectRuntimes<E>,
     /// The node-room verdict the executor is gated by.
     room: crate::capacity::RoomView,
+    /// When this replica last wrote each project's `status.queue`.
+    queue_writes: Arc<std::sync::Mutex<BTreeMap<(String, String), std::time::Instant>>>,
 }
 
 impl<E> Clone for Dispatching<E> {
@@ -351,6 +353,7 @@ impl<E> Clone for Dispatching<E> {
             items: self.items.clone(),
             projects: Arc::clone(&self.projects),
             room: self.room.clone(),
+            queue_writes: Arc::clone(&self.queue_writes),
         }
     }
 }
@@ -778,9 +781,20 @@ async fn show_queue<E: Executor>(
     }
     let shown = project.status.as_ref().and_then(|s| s.queue.as_ref());
     let next = crate::capacity::queue_status(&queue, &settings.identity, Timestamp::now());
-    if crate::capacity::queue_changed(shown, &next) {
+    let key = (ns, name);
+    let since_last = d
+        .queue_writes
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .get(&key)
+        .map(std::time::Instant::elapsed);
+    if crate::capacity::queue_write_due(shown, &next, since_last) {
         let event = crate::capacity::queue_event(shown, &next, queue.reason);
         crate::capacity::publish_queue(client, project, &settings.identity, &next, event).await;
+        d.queue_writes
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .insert(key, std::time::Instant::now());
     }
 }
 
@@ -1352,6 +1366,7 @@ pub async fn run<E: Executor + Send + Sync + 'static>(
         items: item_cache,
         projects: Arc::default(),
         room,
+        queue_writes: Arc::default(),
     };
     let mut stop_poll = tokio::time::interval(Duration::from_millis(200));
     loop {
