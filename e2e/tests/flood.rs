@@ -3,14 +3,15 @@
 //! a BuildWorkItem; the replica claims only what its build slots hold, and the rest shows as
 //! a queue — on the Project's `status.queue`, in `protobot_items_queued` and on the
 //! replica's capacity Lease — never as errors (no Warning Event). The operator's memory
-//! (this process's VmRSS: the controllers run in it) is printed before and after.
+//! (this process's VmRSS: the controllers run in it) is printed before and after. A second
+//! scenario starves the node-room check: nothing is claimed and the Project says why.
 //!
 //! 200 ChangeSets against a real API server and 60 on the API double (`make test`);
 //! `PROTOBOT_FLOOD_ITEMS` sets another count. 1,000 is the figure, and it does not
 //! fit the scenario's budget on a 2-core machine: every materialization parses the whole
 //! spec store twice and validates it once (`materializer::read_facts`), so a flood of N
-//! change sets merged together costs O(N²) — 3.6 items/s at 200, under 1 item/s at 1,000
-//! (docs/capacity.md, "A ChangeSet flood").
+//! change sets merged together costs O(N²) — 3.3 items/s at 200, 0.26 items/s at 1,000
+//! (docs/capacity.md, "A ChangeSet flood of 1,000").
 const REAL_ITEMS: usize = 200;
 
 use std::{path::Path, sync::Arc, time::Duration};

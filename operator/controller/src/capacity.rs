@@ -638,15 +638,15 @@ pub fn admission(room: &RoomState, executor: Result<(), ExecutorError>) -> Admis
 }
 
 /// Writes `next` to the Project's `status.queue` (server-side apply of that field only)
-/// and publishes `event` on the Project. Failures are logged and retried by the next
-/// dispatch (the queue is recomputed from scratch each time).
+/// and publishes `event` on the Project; `false` when the status write failed (logged; the
+/// next dispatch recomputes the queue and writes it again).
 pub async fn publish_queue(
     client: &Client,
     project: &Project,
     identity: &str,
     next: &ProjectQueue,
     event: Option<Event>,
-) {
+) -> bool {
     let name = project.name_any();
     let ns = project.namespace().unwrap_or_default();
     let api: Api<Project> = Api::namespaced(client.clone(), &ns);
@@ -664,7 +664,7 @@ pub async fn publish_queue(
         .await
     {
         tracing::warn!(project = %name, %error, "failed to write the project's queue on its status; the next dispatch retries");
-        return;
+        return false;
     }
     if let Some(event) = event {
         let recorder = Recorder::new(
@@ -681,6 +681,7 @@ pub async fn publish_queue(
             tracing::warn!(project = %name, %error, "could not publish an event");
         }
     }
+    true
 }
 
 #[cfg(test)]

@@ -342,8 +342,8 @@ struct Dispatching<E> {
     projects: ProjectRuntimes<E>,
     /// The node-room verdict the executor is gated by.
     room: crate::capacity::RoomView,
-    /// When this replica last wrote each project's `status.queue`.
-    queue_writes: Arc<std::sync::Mutex<BTreeMap<(String, String), std::time::Instant>>>,
+    /// What this replica last wrote to each project's `status.queue`, and when.
+    queue_writes: QueueWrites,
 }
 
 impl<E> Clone for Dispatching<E> {
@@ -357,6 +357,12 @@ impl<E> Clone for Dispatching<E> {
         }
     }
 }
+
+/// What a replica last wrote to each project's `status.queue` (by namespace and name), and
+/// when.
+type QueueWrites = Arc<
+    std::sync::Mutex<BTreeMap<(String, String), (std::time::Instant, protobot_api::ProjectQueue)>>,
+>;
 
 /// What a project's Job Site was built from: it is rebuilt when any of it changes.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -779,22 +785,35 @@ async fn show_queue<E: Executor>(
             .with_label_values(&[&project_tag(&ns, &name)])
             .set(i64::try_from(queue.queued).unwrap_or(i64::MAX));
     }
-    let shown = project.status.as_ref().and_then(|s| s.queue.as_ref());
     let next = crate::capacity::queue_status(&queue, &settings.identity, Timestamp::now());
     let key = (ns, name);
-    let since_last = d
+    let last = d
         .queue_writes
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
         .get(&key)
-        .map(std::time::Instant::elapsed);
-    if crate::capacity::queue_write_due(shown, &next, since_last) {
-        let event = crate::capacity::queue_event(shown, &next, queue.reason);
-        crate::capacity::publish_queue(client, project, &settings.identity, &next, event).await;
-        d.queue_writes
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .insert(key, std::time::Instant::now());
+        .cloned();
+    // What the Project shows: the cached status, unless this replica wrote since (the
+    // cache may lag its own write by a moment: it must not write, or warn, twice).
+    let cached = project.status.as_ref().and_then(|s| s.queue.clone());
+    let shown = match (cached, &last) {
+        (Some(c), Some((_, mine))) if c.observed_time.0 < mine.observed_time.0 => {
+            Some(mine.clone())
+        }
+        (None, Some((_, mine))) => Some(mine.clone()),
+        (cached, _) => cached,
+    };
+    let since_last = last.as_ref().map(|(at, _)| at.elapsed());
+    if crate::capacity::queue_write_due(shown.as_ref(), &next, since_last) {
+        let event = crate::capacity::queue_event(shown.as_ref(), &next, queue.reason);
+        let written =
+            crate::capacity::publish_queue(client, project, &settings.identity, &next, event).await;
+        if written {
+            d.queue_writes
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .insert(key, (std::time::Instant::now(), next));
+        }
     }
 }
 
