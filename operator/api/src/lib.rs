@@ -32,7 +32,7 @@ pub use common::{BusinessPriority, ChangeType, LifecycleState, LocalRef};
 pub use conditions::{Condition, ConditionStatus, ConditionUpdate};
 pub use inspection_run::{InspectionRun, InspectionRunSpec, InspectionRunStatus};
 pub use lease::Lease;
-pub use project::{Project, ProjectSpec, ProjectStatus};
+pub use project::{Project, ProjectQueue, ProjectSpec, ProjectStatus, QueueReason};
 
 /// The API group of every protobot custom resource.
 pub const GROUP: &str = "protobot.dev";

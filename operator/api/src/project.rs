@@ -96,6 +96,19 @@ pub const BRANCH_PATTERN: &str = "^[A-Za-z0-9_][A-Za-z0-9._/+-]*$";
         description = "reason of the Ready condition"
     ),
     printcolumn(
+        name = "Queued",
+        type_ = "integer",
+        json_path = ".status.queue.queued",
+        description = "ready items waiting beyond what the Job Site can claim now"
+    ),
+    printcolumn(
+        name = "Waiting",
+        type_ = "string",
+        json_path = ".status.queue.reason",
+        description = "why the first queued item waits",
+        priority = 1
+    ),
+    printcolumn(
         name = "Age",
         type_ = "date",
         json_path = ".metadata.creationTimestamp"
@@ -427,6 +440,50 @@ pub struct ProjectStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,
+    /// The project's ready items and how many of them wait beyond what the Job Site can
+    /// claim now (no free build slot, the WIP limit, no node with room for a run's pod,
+    /// runs refused), as the replica that dispatched the project last saw them. Written by
+    /// the Job Site (field manager `protobot/jobsite`) when it changes. See
+    /// docs/capacity.md.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue: Option<ProjectQueue>,
+}
+
+/// Why the first queued item of a project waits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum QueueReason {
+    /// Nothing is ready for building.
+    Empty,
+    /// Every ready item can be claimed now: the next dispatch claims them.
+    Claimable,
+    /// Every build slot of the replica is taken (`--max-concurrent-builds`).
+    NoFreeSlot,
+    /// The project's WIP limit (`spec.wipLimit`) is reached.
+    WipLimit,
+    /// No Ready, schedulable node has room for a run's pod (its CPU and memory requests):
+    /// nothing is claimed until one has.
+    NodeStarved,
+    /// The sandbox executor refuses runs (the sandbox profile's conformance report).
+    RunsRefused,
+}
+
+/// A project's queue of ready items (`status.queue`).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ProjectQueue {
+    /// Items in `ready-for-building` (none of them claimed yet).
+    pub ready: u32,
+    /// Ready items beyond what can be claimed now, in dispatch order (priority, then
+    /// conflict-free, then age).
+    pub queued: u32,
+    /// Why the first queued item waits.
+    pub reason: QueueReason,
+    /// What the wait is, in a sentence that says what to do when it is a fault.
+    pub message: String,
+    /// The replica (pod name) that saw this queue.
+    pub reported_by: String,
+    /// When the replica saw it.
+    pub observed_time: Time,
 }
 
 /// Summary of a sandbox profile's conformance report.

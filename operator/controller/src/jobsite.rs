@@ -91,6 +91,13 @@ pub struct Settings {
     /// Where runs' model usage is read back after each sandbox run (the egress proxies'
     /// admin port, [`crate::proxy_usage::ProxyAdminUsage`]); `None`: items record no usage.
     pub usage: Option<Arc<dyn protobot_jobsite::usage::UsageSource>>,
+    /// Where this replica publishes its capacity Lease (`None`: nowhere). Default
+    /// ([`Settings::new`]): `POD_NAMESPACE` when set ([`crate::capacity::CapacityLease::from_env`]).
+    pub capacity_lease: Option<crate::capacity::CapacityLease>,
+    /// The node-room check: claim only while a Ready node has room for a run's pod
+    /// (`None`: off). Default ([`Settings::new`]): as `PROTOBOT_NODE_ROOM_CHECK` says
+    /// ([`crate::capacity::NodeRoomCheck::from_env`]; the chart sets it).
+    pub node_room: Option<crate::capacity::NodeRoomCheck>,
 }
 
 /// Default of `--max-concurrent-builds`.
@@ -119,6 +126,8 @@ impl Settings {
             repositories: crate::project::decide::RepositoryPolicy::default(),
             forges: None,
             usage: None,
+            capacity_lease: crate::capacity::CapacityLease::from_env(),
+            node_room: crate::capacity::NodeRoomCheck::from_env(),
         }
     }
 }
@@ -345,6 +354,10 @@ struct Dispatching<E> {
     items: kube::runtime::reflector::Store<BuildWorkItem>,
     /// Each project's long-lived Job Site, by namespace and name.
     projects: ProjectRuntimes<E>,
+    /// The node-room verdict the executor is gated by.
+    room: crate::capacity::RoomView,
+    /// What this replica last wrote to each project's `status.queue`, and when.
+    queue_writes: QueueWrites,
 }
 
 impl<E> Clone for Dispatching<E> {
@@ -353,9 +366,17 @@ impl<E> Clone for Dispatching<E> {
             builds: self.builds.clone(),
             items: self.items.clone(),
             projects: Arc::clone(&self.projects),
+            room: self.room.clone(),
+            queue_writes: Arc::clone(&self.queue_writes),
         }
     }
 }
+
+/// What a replica last wrote to each project's `status.queue` (by namespace and name), and
+/// when.
+type QueueWrites = Arc<
+    std::sync::Mutex<BTreeMap<(String, String), (std::time::Instant, protobot_api::ProjectQueue)>>,
+>;
 
 /// What a project's Job Site was built from: it is rebuilt when any of it changes.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -722,18 +743,24 @@ async fn drive_project<E: Executor + 'static>(
             })?,
         // The pass is a task of its own: its builds run their git work on the blocking
         // pool and everything else on any runtime thread.
-        None => tokio::spawn(async move { site.run_once().await })
-            .await
-            .map_err(|e| ProjectError::Pass {
-                project: name.clone(),
-                reason: format!("the pass stopped before it finished: {e}"),
-            })?
-            .map_err(|e| ProjectError::Pass {
-                project: name.clone(),
-                reason: e.to_string(),
-            })?,
+        None => tokio::spawn({
+            let site = Arc::clone(&site);
+            async move { site.run_once().await }
+        })
+        .await
+        .map_err(|e| ProjectError::Pass {
+            project: name.clone(),
+            reason: format!("the pass stopped before it finished: {e}"),
+        })?
+        .map_err(|e| ProjectError::Pass {
+            project: name.clone(),
+            reason: e.to_string(),
+        })?,
     };
     publish(client, &ns, settings, &actions).await;
+    if let Some(d) = dispatching {
+        show_queue(client, project, settings, &*site.engine.executor, d).await;
+    }
     if dispatching.is_none() {
         // A one-shot pass guards the items itself; under [`run`] the BuildWorkItem
         // controller does, item by item ([`crate::build_items`]).
@@ -756,6 +783,77 @@ async fn drive_project<E: Executor + 'static>(
         }
     }
     Ok(actions)
+}
+
+/// The project's queue after a dispatch, from the watch cache, this replica's free slots
+/// and its admission ([`protobot_jobsite::capacity::queue`]): written to the Project's
+/// `status.queue` when it says something new, counted in `protobot_items_queued`, and a
+/// Warning Event when the wait becomes a fault (no node room, runs refused).
+async fn show_queue<E: Executor>(
+    client: &Client,
+    project: &Project,
+    settings: &Settings,
+    executor: &E,
+    d: &Dispatching<E>,
+) {
+    use protobot_api::LifecycleState as S;
+    let name = project.name_any();
+    let ns = project.namespace().unwrap_or_default();
+    let (mut ready, mut active) = (0usize, 0usize);
+    for item in d.items.state() {
+        if item.namespace().as_deref() != Some(ns.as_str()) || item.spec.project_ref.name != name {
+            continue;
+        }
+        match item.status.as_ref().map(|s| s.state) {
+            Some(S::ReadyForBuilding) => ready += 1,
+            Some(S::Building | S::Inspecting | S::Merging) => active += 1,
+            _ => {}
+        }
+    }
+    let input = protobot_jobsite::capacity::QueueInput {
+        ready,
+        active,
+        wip_limit: usize::try_from(project.spec.wip_limit).unwrap_or(1),
+        free_slots: settings.capacity.available_permits(),
+        admission: crate::capacity::admission(&d.room.get(), executor.admit()),
+    };
+    let queue = protobot_jobsite::capacity::queue(&input);
+    if let Some(metrics) = &settings.metrics {
+        metrics
+            .items_queued
+            .with_label_values(&[&project_tag(&ns, &name)])
+            .set(i64::try_from(queue.queued).unwrap_or(i64::MAX));
+    }
+    let next = crate::capacity::queue_status(&queue, &settings.identity, Timestamp::now());
+    let key = (ns, name);
+    let last = d
+        .queue_writes
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .get(&key)
+        .cloned();
+    // What the Project shows: the cached status, unless this replica wrote since (the
+    // cache may lag its own write by a moment: it must not write, or warn, twice).
+    let cached = project.status.as_ref().and_then(|s| s.queue.clone());
+    let shown = match (cached, &last) {
+        (Some(c), Some((_, mine))) if c.observed_time.0 < mine.observed_time.0 => {
+            Some(mine.clone())
+        }
+        (None, Some((_, mine))) => Some(mine.clone()),
+        (cached, _) => cached,
+    };
+    let since_last = last.as_ref().map(|(at, _)| at.elapsed());
+    if crate::capacity::queue_write_due(shown.as_ref(), &next, since_last) {
+        let event = crate::capacity::queue_event(shown.as_ref(), &next, queue.reason);
+        let written =
+            crate::capacity::publish_queue(client, project, &settings.identity, &next, event).await;
+        if written {
+            d.queue_writes
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .insert(key, (std::time::Instant::now(), next));
+        }
+    }
 }
 
 /// The tag of a project's builds in [`Builds`]: `namespace/name` (a namespace holds no
@@ -1248,6 +1346,34 @@ pub async fn run<E: Executor + Send + Sync + 'static>(
     settings: Settings,
     executor: Arc<E>,
 ) {
+    use crate::capacity::{RoomGated, RoomState, RoomView};
+    // Back-pressure: with the node-room check, runs are admitted only while a node has
+    // room for a run's pod (claims wait until the first read says so).
+    let room = RoomView::new(match &settings.node_room {
+        None => RoomState::Off,
+        Some(_) => RoomState::Unknown("the node-room check has not read the nodes yet".into()),
+    });
+    if let Some(check) = settings.node_room.clone() {
+        tokio::spawn(crate::capacity::watch_node_room(
+            client.clone(),
+            check,
+            room.clone(),
+            settings.stop.clone(),
+        ));
+    }
+    // Published capacity: the replica's Lease, deleted when it stops.
+    let lease = settings.capacity_lease.clone().map(|lease| {
+        tokio::spawn(crate::capacity::publish_capacity(
+            client.clone(),
+            lease,
+            settings.identity.clone(),
+            Arc::clone(&settings.capacity),
+            settings.max_concurrent_builds,
+            room.clone(),
+            settings.stop.clone(),
+        ))
+    });
+    let executor = Arc::new(RoomGated::new(executor, room.clone()));
     let projects: Api<Project> = match &namespace {
         Some(ns) => Api::namespaced(client.clone(), ns),
         None => Api::all(client.clone()),
@@ -1298,6 +1424,8 @@ pub async fn run<E: Executor + Send + Sync + 'static>(
         builds: builds.clone(),
         items: item_cache,
         projects: Arc::default(),
+        room,
+        queue_writes: Arc::default(),
     };
     let mut stop_poll = tokio::time::interval(Duration::from_millis(200));
     loop {
@@ -1347,6 +1475,11 @@ pub async fn run<E: Executor + Send + Sync + 'static>(
             }
         }
         if settings.stop.is_raised() {
+            if let Some(lease) = lease {
+                // The publisher deletes the Lease once it sees the stop (bounded: a stuck
+                // API call must not hold the shutdown; the Lease then goes stale).
+                let _ = tokio::time::timeout(Duration::from_secs(5), lease).await;
+            }
             drain(&mut running, &builds, &settings).await;
             let _ = items.await;
             return;
@@ -1364,6 +1497,15 @@ pub async fn run<E: Executor + Send + Sync + 'static>(
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
                 .retain(|key, _| present.contains(key));
+            // And their queue figures.
+            if let Some(metrics) = &settings.metrics {
+                for (ns, name) in schedules.keys().filter(|k| !present.contains(*k)) {
+                    let _ = metrics
+                        .items_queued
+                        .remove_label_values(&[&project_tag(ns, name)]);
+                }
+            }
+            schedules.retain(|key, _| present.contains(key));
         }
         for project in cache.state() {
             let key = (project.namespace().unwrap_or_default(), project.name_any());

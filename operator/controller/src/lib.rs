@@ -11,6 +11,7 @@ pub mod admin;
 pub mod api_errors;
 pub mod bugreport;
 pub mod build_items;
+pub mod capacity;
 pub mod changeset;
 pub mod drive;
 pub mod events;

@@ -195,6 +195,11 @@ pub struct JobSiteMetrics {
     /// Job Site (`ok`, `failed`); a project's Job Site is kept between dispatches, so this
     /// grows with new items and changes, not with dispatches.
     pub repository_fetches: IntCounterVec,
+    /// `protobot_items_queued{project}`: a project's ready items beyond what this replica
+    /// can claim now (`namespace/name`; no item ids), as its last dispatch of the project
+    /// saw them — the figure `status.queue.queued` of the Project shows. Every replica
+    /// reports the projects it dispatches: aggregate replicas with `max`, not `sum`.
+    pub items_queued: IntGaugeVec,
 }
 
 fn counter_vec(
@@ -277,8 +282,16 @@ impl JobSiteMetrics {
                 "Fetches of a project's clone by the Job Site, by outcome.",
                 &["outcome"],
             )?,
+            items_queued: IntGaugeVec::new(
+                Opts::new(
+                    "protobot_items_queued",
+                    "A project's ready items beyond what this replica can claim now (no free slot, WIP limit, no node room, runs refused); aggregate replicas with max.",
+                ),
+                &["project"],
+            )?,
         };
         registry.register(Box::new(m.claims.clone()))?;
+        registry.register(Box::new(m.items_queued.clone()))?;
         registry.register(Box::new(m.lease_renewals.clone()))?;
         registry.register(Box::new(m.lease_expiries.clone()))?;
         registry.register(Box::new(m.triage_cycles.clone()))?;

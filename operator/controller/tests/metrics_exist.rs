@@ -39,7 +39,12 @@ fn chart() -> PathBuf {
 async fn scrape() -> String {
     let registry = prometheus::Registry::new();
     let (reader, _writer) = reflector::store::<BuildWorkItem>();
-    let _metrics = JobSiteMetrics::register(&registry, Arc::new(CachedStates(reader))).unwrap();
+    let metrics = JobSiteMetrics::register(&registry, Arc::new(CachedStates(reader))).unwrap();
+    // A project's queue is set by its first dispatch.
+    metrics
+        .items_queued
+        .with_label_values(&["team-a/shop"])
+        .set(0);
     let forge = protobot_forge::metrics::ForgeMetrics::register(&registry).unwrap();
     forge.call("merge-pull", protobot_forge::metrics::Outcome::Success);
     forge.waited("primary");

@@ -209,6 +209,13 @@ pub enum ExecutorError {
         /// Why.
         reason: String,
     },
+    /// No node has room for a run's pod (the node-room check of a replica in a cluster,
+    /// `crate::capacity::node_room`): claim nothing until one has. Never returned by `run`.
+    #[error("no room for a run's pod: {reason}")]
+    NoRoom {
+        /// Why (a `crate::capacity::Starved`, which says what to do).
+        reason: String,
+    },
     /// The sandbox could not be prepared or started.
     #[error("failed to start sandbox for run {run_id}: {reason}")]
     Start {

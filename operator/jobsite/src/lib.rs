@@ -20,6 +20,7 @@
 //! example and its authoring harness, which shell out to git, live in `protobot-demo`.
 
 pub mod builds;
+pub mod capacity;
 pub mod contract;
 pub mod dispatch;
 pub mod engine;

@@ -561,6 +561,18 @@ impl<S: WorkStore + 'static, E: Executor> JobSite<S, E> {
             tracing::warn!(error = %refusal, "the executor refuses runs; claiming no work");
             return Ok((actions, pending));
         }
+        // Back-pressure before any planning: with every build slot of this process taken
+        // nothing can be claimed, and planning is not free (an item's footprint rebuilds its
+        // contract from the repository). A flood of ready items must cost a full replica
+        // nothing per dispatch.
+        if self
+            .capacity
+            .as_ref()
+            .is_some_and(|c| c.available_permits() == 0)
+        {
+            tracing::debug!("every build slot of this process is taken; claiming nothing");
+            return Ok((actions, pending));
+        }
         let ready: Vec<WorkItemRecord> = snapshot
             .iter()
             .filter(|r| r.state == State::ReadyForBuilding)
@@ -573,6 +585,10 @@ impl<S: WorkStore + 'static, E: Executor> JobSite<S, E> {
             .filter(|r| ACTIVE.contains(&r.state) && r.live_lease(now).is_some())
             .map(|r| self.footprint(r))
             .collect();
+        if running.len() >= self.wip_limit.max(1) {
+            tracing::debug!("the project's WIP limit is reached; claiming nothing");
+            return Ok((actions, pending));
+        }
         let footprints: Vec<Footprint> = ready.iter().map(|r| self.footprint(r)).collect();
         for id in plan(&footprints, &running, self.wip_limit.max(1)) {
             let Some(record) = ready.iter().find(|r| r.id == id) else {

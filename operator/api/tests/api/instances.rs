@@ -7,7 +7,7 @@ use protobot_api::{
     BugReport, BugReportSpec, BugReportStatus, BuildWorkItem, BuildWorkItemSpec,
     BuildWorkItemStatus, BusinessPriority, ChangeSet, ChangeSetSpec, ChangeSetStatus, ChangeType,
     InspectionRun, InspectionRunSpec, InspectionRunStatus, Lease, LifecycleState, LocalRef,
-    Project, ProjectSpec, ProjectStatus,
+    Project, ProjectQueue, ProjectSpec, ProjectStatus, QueueReason,
     bug_report::{RecordedBugFacts, RecordedImpact},
     build_work_item::{
         CompletionEvidence, ContractVersionEntry, CycleOutcome, CycleRecord, DependencyStatus,
@@ -117,6 +117,15 @@ fn project() -> Project {
         }),
         poll_baseline: None,
         conditions,
+        queue: Some(ProjectQueue {
+            ready: 1000,
+            queued: 992,
+            reason: QueueReason::NoFreeSlot,
+            message: "992 of 1000 ready item(s) wait for a build slot (0 free on this replica)"
+                .to_owned(),
+            reported_by: "protobot-7d9f-x2".to_owned(),
+            observed_time: time(0),
+        }),
     });
     project
 }

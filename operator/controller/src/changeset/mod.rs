@@ -424,7 +424,13 @@ pub async fn run_forged(
     });
     let metered = crate::drive::Metered::of(metrics, "changeset");
     let projects = crate::drive::scoped_api::<Project>(ctx.client.clone(), namespace.as_deref());
-    let controller = kube::runtime::Controller::new(api, kube::runtime::watcher::Config::default());
+    // At most `materializations()` ChangeSets are reconciled at once. A materialization
+    // reads and validates the project's spec store at the merge commit on the blocking pool
+    // (CPU-bound, O(size of the store)); unbounded, a flood of 1,000 ChangeSets ran 1,000 of
+    // them side by side on 2 cores, none finished within minutes and the process grew past
+    // 600 MiB (docs/capacity.md). Bounded, they finish one after another at the machine's pace.
+    let controller = kube::runtime::Controller::new(api, kube::runtime::watcher::Config::default())
+        .with_config(kube::runtime::controller::Config::default().concurrency(materializations()));
     let change_sets = controller.store();
     // A ChangeSet waits for its Project (applied later, as GitOps tools may order them, or
     // its repository reachable again): a Project's change reconciles the ChangeSets that
@@ -435,6 +441,15 @@ pub async fn run_forged(
         move |project: Project| waiting_for(&change_sets.state(), &project),
     );
     crate::drive::run_controller(controller, reconcile, error_policy, ctx, metered).await;
+}
+
+/// How many ChangeSets the controller reconciles at once: the machine's cores (at least 1,
+/// at most 8), as materializations are CPU-bound.
+pub fn materializations() -> u16 {
+    std::thread::available_parallelism()
+        .map(|n| u16::try_from(n.get()).unwrap_or(8))
+        .unwrap_or(1)
+        .clamp(1, 8)
 }
 
 /// The ChangeSets of `change_sets` that name `project` (same namespace) and have no work

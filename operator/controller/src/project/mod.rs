@@ -30,7 +30,7 @@ use kube::{
         events::{Recorder, Reporter},
     },
 };
-use protobot_api::{Project, project::SandboxConformance};
+use protobot_api::{Project, ProjectStatus, project::SandboxConformance};
 use protobot_spec::{git::Git, outcome::Failure, snapshot};
 
 use decide::{ConfigCheck, Conformance, Outcome, RepoFailure};
@@ -154,10 +154,16 @@ pub async fn reconcile(project: Arc<Project>, ctx: Arc<Context>) -> Result<Actio
     }
     if before != Some(&status) {
         let api: Api<Project> = Api::namespaced(ctx.client.clone(), &ns);
+        // `status.queue` is the Job Site's (field manager `protobot/jobsite`): this
+        // controller's apply leaves it out so it never owns (or rewinds) it.
+        let owned = ProjectStatus {
+            queue: None,
+            ..status.clone()
+        };
         let body = serde_json::json!({
             "apiVersion": "protobot.dev/v1alpha1",
             "kind": "Project",
-            "status": status,
+            "status": owned,
         });
         api.patch_status(
             &name,
