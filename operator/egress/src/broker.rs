@@ -435,12 +435,22 @@ impl Broker {
             Ok(Ok(Err(denial))) => return Forwarded::Refused(StatusCode::FORBIDDEN, denial),
             Ok(Ok(Ok(answer))) => answer,
         };
-        // Metered on the upstream's own bytes, which are only read.
-        if let (Some(meter), Some(api)) = (&self.inner.meter, ModelApi::from_path(&target.path))
-            && parts.status.is_success()
-        {
-            let content_type = header_str(&parts.headers, "content-type");
-            let metered = meter.record_answer(session, api, content_type, &body);
+        // Metered on the upstream's own bytes, which are only read; read for the call's span
+        // too when it is exported and no meter is configured.
+        let metered = match (&self.inner.meter, ModelApi::from_path(&target.path)) {
+            (meter, Some(api)) if parts.status.is_success() => {
+                let content_type = header_str(&parts.headers, "content-type");
+                match meter {
+                    Some(meter) => Some(meter.record_answer(session, api, content_type, &body)),
+                    None if !call.is_disabled() => {
+                        Some(crate::usage::read_usage(api, content_type, &body))
+                    }
+                    None => None,
+                }
+            }
+            _ => None,
+        };
+        if let Some(metered) = metered {
             let (model, tokens) = match &metered {
                 crate::usage::Metered::Reported { model, tokens } => (model, Some(tokens)),
                 crate::usage::Metered::Absent { model } => (model, None),
