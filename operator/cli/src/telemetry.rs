@@ -14,7 +14,13 @@
 //! events out of the export is what guarantees no prompt, completion or credential text
 //! reaches a collector.
 
-use std::{sync::OnceLock, time::Duration};
+use std::{
+    sync::{
+        Arc, Mutex, OnceLock,
+        atomic::{AtomicUsize, Ordering},
+    },
+    time::Duration,
+};
 
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_http::{Bytes, HttpClient, HttpError, Request, Response};
@@ -146,14 +152,68 @@ impl OtlpConfig {
 #[must_use = "dropping the guard stops trace export"]
 #[derive(Debug, Default)]
 pub(crate) struct Telemetry {
-    provider: Option<SdkTracerProvider>,
+    exporter: Option<Exporter>,
+}
+
+/// A running exporter: its provider, where it sends, and what went wrong on the way.
+#[derive(Debug)]
+struct Exporter {
+    provider: SdkTracerProvider,
+    endpoint: String,
+    health: Arc<ExportHealth>,
+}
+
+/// Export requests that failed (no answer, or not a 2xx), counted by the client: the SDK
+/// drops a failed batch silently, so this is how a run learns its trace is incomplete.
+#[derive(Debug, Default)]
+struct ExportHealth {
+    failures: AtomicUsize,
+    last: Mutex<Option<String>>,
+}
+
+impl ExportHealth {
+    fn failed(&self, why: String) {
+        self.failures.fetch_add(1, Ordering::Relaxed);
+        if let Ok(mut last) = self.last.lock() {
+            *last = Some(why);
+        }
+    }
+}
+
+impl Exporter {
+    /// Flushes and stops; the warning to print when spans were lost.
+    fn finish(self) -> Option<String> {
+        let Exporter {
+            provider,
+            endpoint,
+            health,
+        } = self;
+        let stopped = provider.shutdown();
+        let failures = health.failures.load(Ordering::Relaxed);
+        if failures > 0 {
+            let last = health
+                .last
+                .lock()
+                .ok()
+                .and_then(|l| l.clone())
+                .unwrap_or_default();
+            return Some(format!(
+                "{failures} trace export request(s) to {endpoint} failed, so the trace is incomplete (last: {last}); is the collector up?"
+            ));
+        }
+        stopped.err().map(|error| {
+            format!(
+                "the last spans were not exported ({error}); is the collector at {endpoint} up?"
+            )
+        })
+    }
 }
 
 impl Telemetry {
     /// Whether spans are exported.
     #[cfg(test)]
     pub(crate) fn exporting(&self) -> bool {
-        self.provider.is_some()
+        self.exporter.is_some()
     }
 
     /// Exports what is buffered and stops the exporter (a no-op without one).
@@ -162,12 +222,8 @@ impl Telemetry {
     }
 
     fn stop(&mut self) {
-        if let Some(provider) = self.provider.take()
-            && let Err(error) = provider.shutdown()
-        {
-            eprintln!(
-                "protobot: warning: the last spans were not exported ({error}); is the collector still up?"
-            );
+        if let Some(warning) = self.exporter.take().and_then(Exporter::finish) {
+            eprintln!("protobot: warning: {warning}");
         }
     }
 }
@@ -188,28 +244,34 @@ fn export_filter<S>() -> impl tracing_subscriber::layer::Filter<S> {
 }
 
 /// The exporter and its tracer provider for `config` (the batch exporter's thread starts here).
-fn provider(config: &OtlpConfig) -> Result<SdkTracerProvider, String> {
+fn provider(config: &OtlpConfig) -> Result<Exporter, String> {
+    let health = Arc::new(ExportHealth::default());
     let exporter = opentelemetry_otlp::SpanExporter::builder()
         .with_http()
         .with_protocol(Protocol::HttpBinary)
         .with_endpoint(config.endpoint.clone())
         .with_timeout(config.timeout)
-        .with_http_client(ExportClient::new(config.timeout))
+        .with_http_client(ExportClient::new(config.timeout, Arc::clone(&health)))
         .build()
         .map_err(|e| e.to_string())?;
-    Ok(SdkTracerProvider::builder()
+    let provider = SdkTracerProvider::builder()
         .with_batch_exporter(exporter)
         .with_resource(
             Resource::builder_empty()
                 .with_service_name(config.service_name.clone())
                 .build(),
         )
-        .build())
+        .build();
+    Ok(Exporter {
+        provider,
+        endpoint: config.endpoint.clone(),
+        health,
+    })
 }
 
 /// The export decision for this process: the provider, or `None` with a warning already
 /// decided (returned for the caller to print the way its output goes).
-fn decide(var: impl Fn(&str) -> Option<String>) -> (Option<SdkTracerProvider>, Option<String>) {
+fn decide(var: impl Fn(&str) -> Option<String>) -> (Option<Exporter>, Option<String>) {
     match OtlpConfig::from_env(var) {
         Ok(None) => (None, None),
         Ok(Some(config)) => match provider(&config) {
@@ -232,10 +294,10 @@ pub(crate) fn init_service(log: &str) -> Telemetry {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .or_else(|_| tracing_subscriber::EnvFilter::try_new(log))
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let (provider, warning) = decide(|name| std::env::var(name).ok());
-    let otel = provider.as_ref().map(|p| {
+    let (exporter, warning) = decide(|name| std::env::var(name).ok());
+    let otel = exporter.as_ref().map(|e| {
         tracing_opentelemetry::layer()
-            .with_tracer(p.tracer("protobot"))
+            .with_tracer(e.provider.tracer("protobot"))
             .with_filter(export_filter())
     });
     let installed = tracing_subscriber::registry()
@@ -245,10 +307,10 @@ pub(crate) fn init_service(log: &str) -> Telemetry {
     if let Some(warning) = warning {
         tracing::warn!("{warning}");
     }
-    if installed.is_ok() && provider.is_some() {
+    if installed.is_ok() && exporter.is_some() {
         tracing::info!("exporting spans over OTLP/HTTP (OTEL_EXPORTER_OTLP_*)");
     }
-    Telemetry { provider }
+    Telemetry { exporter }
 }
 
 /// The subscriber of a single-machine command (`demo`, `eval`, `run`, `retry`): `capture` (the
@@ -258,13 +320,13 @@ pub(crate) fn init_command<L>(capture: L) -> Telemetry
 where
     L: Layer<tracing_subscriber::Registry> + Send + Sync + 'static,
 {
-    let (provider, warning) = decide(|name| std::env::var(name).ok());
+    let (exporter, warning) = decide(|name| std::env::var(name).ok());
     if let Some(warning) = warning {
         eprintln!("protobot: warning: {warning}");
     }
-    let otel = provider.as_ref().map(|p| {
+    let otel = exporter.as_ref().map(|e| {
         tracing_opentelemetry::layer()
-            .with_tracer(p.tracer("protobot"))
+            .with_tracer(e.provider.tracer("protobot"))
             .with_filter(export_filter())
     });
     if let Err(error) = tracing_subscriber::registry()
@@ -274,7 +336,7 @@ where
     {
         eprintln!("protobot: warning: tracing not set up ({error})");
     }
-    Telemetry { provider }
+    Telemetry { exporter }
 }
 
 /// The largest collector answer read (an OTLP answer is a few bytes).
@@ -288,6 +350,7 @@ const MAX_ANSWER: usize = 64 * 1024;
 #[derive(Debug)]
 struct ExportClient {
     timeout: Duration,
+    health: Arc<ExportHealth>,
     client: hyper_util::client::legacy::Client<
         hyper_util::client::legacy::connect::HttpConnector,
         http_body_util::Full<Bytes>,
@@ -296,9 +359,10 @@ struct ExportClient {
 }
 
 impl ExportClient {
-    fn new(timeout: Duration) -> Self {
+    fn new(timeout: Duration, health: Arc<ExportHealth>) -> Self {
         Self {
             timeout,
+            health,
             client: hyper_util::client::legacy::Client::builder(
                 hyper_util::rt::TokioExecutor::new(),
             )
@@ -337,10 +401,18 @@ impl HttpClient for ExportClient {
                 .build()
                 .map_err(|e| format!("failed to start the exporter's runtime: {e}"))
         });
-        match runtime {
+        let answer = match runtime {
             Ok(runtime) => runtime.block_on(self.send(request)),
             Err(e) => Err(e.clone().into()),
+        };
+        match &answer {
+            Err(e) => self.health.failed(e.to_string()),
+            Ok(r) if !r.status().is_success() => self
+                .health
+                .failed(format!("the collector answered {}", r.status())),
+            Ok(_) => {}
         }
+        answer
     }
 }
 
@@ -376,9 +448,9 @@ mod tests {
     #[test]
     fn no_variable_installs_no_exporter() {
         // Nothing set: no provider (so no exporter thread) and nothing to warn about.
-        let (provider, warning) = decide(|_| None);
-        assert!(provider.is_none());
-        let telemetry = Telemetry { provider };
+        let (exporter, warning) = decide(|_| None);
+        assert!(exporter.is_none());
+        let telemetry = Telemetry { exporter };
         assert!(!telemetry.exporting());
         assert!(warning.is_none());
         telemetry.shutdown();
@@ -468,10 +540,10 @@ mod tests {
 
     #[test]
     fn a_bad_variable_is_a_warning_and_no_exporter() {
-        let (provider, warning) = decide(|name| {
+        let (exporter, warning) = decide(|name| {
             (name == "OTEL_EXPORTER_OTLP_ENDPOINT").then(|| "localhost:4318".to_owned())
         });
-        assert!(provider.is_none());
+        assert!(exporter.is_none());
         let warning = warning.unwrap();
         assert!(warning.contains("not an http:// URL"), "{warning}");
         assert!(
@@ -481,20 +553,23 @@ mod tests {
     }
 
     #[test]
-    fn an_unreachable_collector_does_not_stop_the_process() {
-        // Port 9 (discard) on loopback: nothing listens. Export fails; shutdown only warns.
+    fn an_unreachable_collector_is_a_warning_at_exit_not_a_failure() {
+        // Port 9 (discard) on loopback: nothing listens. The export fails in the exporter's
+        // thread; the flush at exit says so and names the endpoint.
         let c = config(&[("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:9")])
             .unwrap()
             .unwrap();
-        let provider = provider(&c).unwrap();
-        let tracer = provider.tracer("test");
+        let exporter = provider(&c).unwrap();
         {
             use opentelemetry::trace::Tracer as _;
-            let _span = tracer.start("unexported");
+            let _span = exporter.provider.tracer("test").start("unexported");
         }
-        Telemetry {
-            provider: Some(provider),
-        }
-        .shutdown();
+        let warning = exporter.finish().unwrap();
+        // The exporter retries a failed batch: one or more requests, each counted.
+        assert!(
+            warning.contains("trace export request(s) to http://127.0.0.1:9/v1/traces failed")
+                && warning.ends_with("is the collector up?"),
+            "{warning}"
+        );
     }
 }
