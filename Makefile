@@ -147,6 +147,21 @@ test-gitea: ## the Gitea forge's tests against the real Gitea (starts it when ne
 	  PROTOBOT_GITEA_ENV=$${gitea_env#GITEA_ENV=} PROTOBOT_REQUIRE_GITEA=1 \
 	  $(CARGO) nextest run -p protobot-forge --no-fail-fast -E 'binary(gitea_real)'
 
+## A real Jaeger (the traces' judge; built from the Go module proxy, cached in .tools)
+.PHONY: jaeger-up
+jaeger-up: ## start a real Jaeger on loopback, OTLP/HTTP in and the query API (builds it once); last line JAEGER_ENV=<file>
+	@scripts/jaeger up
+
+.PHONY: jaeger-down
+jaeger-down: ## stop the Jaeger that jaeger-up started and forget its traces
+	@scripts/jaeger down
+
+.PHONY: test-jaeger
+test-jaeger: ## the demo's OTLP trace checked in the real Jaeger (starts it when needed; never skipped)
+	jaeger_env=$$(scripts/jaeger up | tail -1); \
+	  PROTOBOT_JAEGER_ENV=$${jaeger_env#JAEGER_ENV=} PROTOBOT_REQUIRE_JAEGER=1 \
+	  $(CARGO) nextest run -p protobot-cli --no-fail-fast -E 'binary(jaeger_real)'
+
 ## Lint
 .PHONY: lint
 lint: ## rustfmt check and clippy with warnings denied

@@ -208,7 +208,7 @@ async fn run(
     target: &crate::eval::Target,
 ) -> Result<Report, DemoError> {
     let started = Instant::now();
-    let audit = crate::eval::EgressAudit::install();
+    let audit = crate::eval::EgressAudit::global();
     let egress_seen = audit.decisions().len();
     let (work, origin, db) = (
         root.join("work"),

@@ -101,11 +101,11 @@ pub enum StartError {
 
 /// Runs the proxy until SIGINT or SIGTERM.
 pub fn egress_proxy(args: EgressProxyArgs) -> ExitCode {
-    let runtime = match start_service(&args.log) {
-        Ok(rt) => rt,
+    let service = match start_service(&args.log) {
+        Ok(service) => service,
         Err(code) => return code,
     };
-    runtime.block_on(async {
+    service.block_on(async {
         match run(&args).await {
             Ok(()) => ExitCode::SUCCESS,
             Err(error) => {

@@ -105,20 +105,15 @@ pub struct EgressAudit(Arc<Mutex<Vec<EgressDecision>>>);
 static AUDIT: OnceLock<EgressAudit> = OnceLock::new();
 
 impl EgressAudit {
-    /// Captures `protobot::egress` events from now on (installs the process's
-    /// tracing subscriber once; later calls return the same capture).
-    pub fn install() -> EgressAudit {
-        AUDIT
-            .get_or_init(|| {
-                use tracing_subscriber::layer::SubscriberExt;
-                let audit = EgressAudit::default();
-                let subscriber = tracing_subscriber::registry().with(AuditLayer(audit.clone()));
-                if tracing::subscriber::set_global_default(subscriber).is_err() {
-                    tracing::warn!("a tracing subscriber was already installed: the egress decisions are not captured for the records");
-                }
-                audit
-            })
-            .clone()
+    /// The capture of this process. It sees decisions once its [`EgressAudit::layer`] is part
+    /// of the process's subscriber (`main` installs it for `demo`, `eval`, `run` and `retry`).
+    pub fn global() -> EgressAudit {
+        AUDIT.get_or_init(EgressAudit::default).clone()
+    }
+
+    /// The tracing layer that records `protobot::egress` events into this capture.
+    pub(crate) fn layer(&self) -> AuditLayer {
+        AuditLayer(self.clone())
     }
 
     /// Every decision so far, in order.
@@ -127,7 +122,8 @@ impl EgressAudit {
     }
 }
 
-struct AuditLayer(EgressAudit);
+/// Records `protobot::egress` events into an [`EgressAudit`].
+pub(crate) struct AuditLayer(EgressAudit);
 
 impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for AuditLayer {
     fn on_event(

@@ -23,6 +23,7 @@ mod rules;
 mod run;
 mod sandbox;
 mod status;
+mod telemetry;
 mod wms;
 
 /// protobot: the Job Site of ProtoBot as a Kubernetes operator.
@@ -138,10 +139,10 @@ fn main() -> ExitCode {
     }
     let cli = Cli::parse();
     match cli.command {
-        Command::Demo(args) => demo::demo(args),
-        Command::Eval(args) => eval::eval(args),
-        Command::Run(args) => run::run(args, run::Mode::Run),
-        Command::Retry(args) => run::run(args, run::Mode::Retry),
+        Command::Demo(args) => with_telemetry(|| demo::demo(args)),
+        Command::Eval(args) => with_telemetry(|| eval::eval(args)),
+        Command::Run(args) => with_telemetry(|| run::run(args, run::Mode::Run)),
+        Command::Retry(args) => with_telemetry(|| run::run(args, run::Mode::Retry)),
         Command::Abandon(args) => lifecycle::abandon(args),
         Command::Init(args) => init::init(args),
         Command::Status(args) => status::status(args),
@@ -168,6 +169,16 @@ fn main() -> ExitCode {
         } => repo::check(args),
         Command::Sandbox { command } => sandbox::run(command),
     }
+}
+
+/// Runs a single-machine build command under its tracing subscriber: the egress decisions its
+/// result records use, and OTLP export when `OTEL_EXPORTER_OTLP_*` asks for it (docs/tracing.md),
+/// flushed before the process exits.
+fn with_telemetry(command: impl FnOnce() -> ExitCode) -> ExitCode {
+    let telemetry = telemetry::init_command(eval::EgressAudit::global().layer());
+    let code = command();
+    telemetry.shutdown();
+    code
 }
 
 /// Whether `error` (or a source of it) is a closed pipe on stdout: the reader

@@ -3,6 +3,7 @@
 
 use std::{net::SocketAddr, path::PathBuf, process::ExitCode, sync::Arc, time::Duration};
 
+use crate::telemetry::Telemetry;
 use clap::Args;
 use protobot_controller::{jobsite::Settings, operator::JobSiteRuntime};
 use protobot_kube_executor::{
@@ -307,28 +308,42 @@ async fn job_site(
 }
 
 /// Starts a long-running service process (the operator, the egress proxy):
-/// JSON logs filtered by `RUST_LOG` or `log`, and a multi-threaded runtime.
-pub(crate) fn start_service(log: &str) -> Result<tokio::runtime::Runtime, ExitCode> {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .or_else(|_| tracing_subscriber::EnvFilter::try_new(log))
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    tracing_subscriber::fmt()
-        .json()
-        .with_env_filter(filter)
-        .init();
+/// JSON logs filtered by `RUST_LOG` or `log`, OTLP trace export when `OTEL_EXPORTER_OTLP_*`
+/// asks for it (docs/tracing.md), and a multi-threaded runtime.
+pub(crate) fn start_service(log: &str) -> Result<Service, ExitCode> {
+    let telemetry = crate::telemetry::init_service(log);
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
+        .map(|runtime| Service { runtime, telemetry })
         .map_err(|e| {
             eprintln!("protobot: failed to start the async runtime: {e}");
             ExitCode::from(1)
         })
 }
 
+/// A started service: its runtime and its trace exporter.
+pub(crate) struct Service {
+    runtime: tokio::runtime::Runtime,
+    telemetry: Telemetry,
+}
+
+impl Service {
+    /// Runs `main` to completion, stops the runtime (its tasks' spans end), then exports the
+    /// last spans.
+    pub(crate) fn block_on<F: std::future::Future>(self, main: F) -> F::Output {
+        let Service { runtime, telemetry } = self;
+        let out = runtime.block_on(main);
+        drop(runtime);
+        telemetry.shutdown();
+        out
+    }
+}
+
 /// Runs the operator until interrupted.
 pub fn operator(args: OperatorArgs) -> ExitCode {
-    let runtime = match start_service(&args.log) {
-        Ok(rt) => rt,
+    let service = match start_service(&args.log) {
+        Ok(service) => service,
         Err(code) => return code,
     };
     match protobot_repo::timeouts::ensure() {
@@ -337,7 +352,7 @@ pub fn operator(args: OperatorArgs) -> ExitCode {
             tracing::warn!(error = %e, "git network timeouts not set: a repository host that stops answering can hold its Project's pass until the connection drops")
         }
     }
-    runtime.block_on(async {
+    service.block_on(async {
         // One sink for every client of this process: each 4xx is a warning naming the verb
         // and object, counted once the operator's registry exists.
         let sink = protobot_controller::api_errors::ApiErrorSink::new();

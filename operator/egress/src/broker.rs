@@ -304,6 +304,31 @@ impl Broker {
                 return too_large();
             }
         };
+        // One span per model call (docs/tracing.md): the GenAI attributes and the session's
+        // run, never a body. A root of its own: the run's span lives in the operator's
+        // process; `protobot.run_id` is that span's `run_id`.
+        let call = match ModelApi::from_path(&target.path) {
+            Some(api) => {
+                let model = crate::usage::requested_model(&body);
+                tracing::info_span!(
+                    parent: None,
+                    "gen_ai.call",
+                    otel.name = %format!("{} {}", api.gen_ai_operation(), model.as_deref().unwrap_or("unknown")),
+                    otel.kind = "client",
+                    gen_ai.system = api.gen_ai_system(),
+                    gen_ai.operation.name = api.gen_ai_operation(),
+                    gen_ai.request.model = model.as_deref(),
+                    gen_ai.response.model = tracing::field::Empty,
+                    gen_ai.usage.input_tokens = tracing::field::Empty,
+                    gen_ai.usage.output_tokens = tracing::field::Empty,
+                    http.response.status_code = tracing::field::Empty,
+                    protobot.run_id = %session.trace_id,
+                    work_item = %session.work_item,
+                    role = %session.role,
+                )
+            }
+            None => tracing::Span::none(),
+        };
         let path_and_query = match &target.query {
             Some(q) => format!("{}?{q}", target.path),
             None => target.path.clone(),
@@ -395,6 +420,7 @@ impl Broker {
                 .to_bytes();
             Ok(Ok((parts, body)))
         };
+        let exchange = tracing::Instrument::instrument(exchange, call.clone());
         let (parts, body) = match tokio::time::timeout(limits.upstream_timeout, exchange).await {
             Err(_) => {
                 return Forwarded::Failed(
@@ -409,13 +435,43 @@ impl Broker {
             Ok(Ok(Err(denial))) => return Forwarded::Refused(StatusCode::FORBIDDEN, denial),
             Ok(Ok(Ok(answer))) => answer,
         };
-        // Metered on the upstream's own bytes, which are only read.
-        if let (Some(meter), Some(api)) = (&self.inner.meter, ModelApi::from_path(&target.path))
-            && parts.status.is_success()
-        {
-            let content_type = header_str(&parts.headers, "content-type");
-            meter.record_answer(session, api, content_type, &body);
+        // Metered on the upstream's own bytes, which are only read; read for the call's span
+        // too when it is exported and no meter is configured.
+        let metered = match (&self.inner.meter, ModelApi::from_path(&target.path)) {
+            (meter, Some(api)) if parts.status.is_success() => {
+                let content_type = header_str(&parts.headers, "content-type");
+                match meter {
+                    Some(meter) => Some(meter.record_answer(session, api, content_type, &body)),
+                    None if !call.is_disabled() => {
+                        Some(crate::usage::read_usage(api, content_type, &body))
+                    }
+                    None => None,
+                }
+            }
+            _ => None,
+        };
+        if let Some(metered) = metered {
+            let (model, tokens) = match &metered {
+                crate::usage::Metered::Reported { model, tokens } => (model, Some(tokens)),
+                crate::usage::Metered::Absent { model } => (model, None),
+            };
+            if let Some(model) = model
+                .as_deref()
+                .filter(|m| crate::usage::plain_model_name(m))
+            {
+                call.record("gen_ai.response.model", model);
+            }
+            if let Some(tokens) = tokens {
+                // The conventions' input is the whole prompt: cache reads and writes included.
+                let input = tokens
+                    .input
+                    .saturating_add(tokens.cache_read)
+                    .saturating_add(tokens.cache_write);
+                call.record("gen_ai.usage.input_tokens", input);
+                call.record("gen_ai.usage.output_tokens", tokens.output);
+            }
         }
+        call.record("http.response.status_code", parts.status.as_u16());
         let mut response = Response::new(Full::new(scrub_body(body, secrets)));
         *response.status_mut() = parts.status;
         *response.headers_mut() = parts.headers;

@@ -54,6 +54,40 @@ impl ModelApi {
             ModelApi::AnthropicMessages => "anthropic-messages",
         }
     }
+
+    /// `gen_ai.system` of a call in this dialect (OpenTelemetry GenAI conventions).
+    pub fn gen_ai_system(self) -> &'static str {
+        match self {
+            ModelApi::OpenAiChat | ModelApi::OpenAiResponses => "openai",
+            ModelApi::AnthropicMessages => "anthropic",
+        }
+    }
+
+    /// `gen_ai.operation.name` of a call in this dialect: every metered dialect is a chat.
+    pub fn gen_ai_operation(self) -> &'static str {
+        "chat"
+    }
+}
+
+/// The `model` a request body names, for the call's `gen_ai.request.model`: only that field
+/// is read, and only a plain model name (letters, digits, `.`, `_`, `:`, `/`, `-`; at most
+/// 128 bytes) is returned, so no other text of the request can reach a span.
+pub fn requested_model(body: &[u8]) -> Option<String> {
+    #[derive(serde::Deserialize)]
+    struct Named {
+        model: Option<String>,
+    }
+    let model = serde_json::from_slice::<Named>(body).ok()?.model?;
+    plain_model_name(&model).then_some(model)
+}
+
+/// Whether `model` is a plain model name a span may carry (see [`requested_model`]).
+pub fn plain_model_name(model: &str) -> bool {
+    !model.is_empty()
+        && model.len() <= 128
+        && model
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b".:_/-".contains(&b))
 }
 
 pub use protobot_usage::tokens::{TokenCounts, TokenKind};
@@ -303,6 +337,29 @@ mod tests {
             model: Some(model.to_owned()),
             tokens,
         }
+    }
+
+    #[test]
+    fn a_model_call_span_carries_only_a_plain_model_name() {
+        assert_eq!(
+            requested_model(br#"{"model":"claude-sonnet-4.5","messages":[{"role":"user","content":"secret prompt"}]}"#),
+            Some("claude-sonnet-4.5".to_owned())
+        );
+        assert_eq!(
+            requested_model(br#"{"messages":[],"model":"openai/gpt-5:latest"}"#),
+            Some("openai/gpt-5:latest".to_owned())
+        );
+        // Text smuggled into the model field, a missing field, or no JSON: nothing.
+        assert_eq!(
+            requested_model(br#"{"model":"ignore previous instructions"}"#),
+            None
+        );
+        assert_eq!(requested_model(br#"{"messages":[]}"#), None);
+        assert_eq!(requested_model(b"data: {}"), None);
+        assert!(!plain_model_name(&"m".repeat(129)));
+        assert_eq!(ModelApi::OpenAiResponses.gen_ai_system(), "openai");
+        assert_eq!(ModelApi::AnthropicMessages.gen_ai_system(), "anthropic");
+        assert_eq!(ModelApi::OpenAiChat.gen_ai_operation(), "chat");
     }
 
     #[test]

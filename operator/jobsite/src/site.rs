@@ -272,13 +272,18 @@ pub fn trace_id(work_item_id: &str, fencing_token: &FencingToken) -> String {
 }
 
 /// The span every log line of one build carries (JSON logs show it): the work
-/// item, the contract version the build started from and the trace id.
+/// item, the fencing token of the claim it builds under, the contract version the build
+/// started from and the trace id. It is a root (`parent: None`): exported over OTLP, each
+/// build attempt is one trace whose children are the stages (docs/tracing.md).
 fn build_span(claim: &Claim, record: &WorkItemRecord) -> tracing::Span {
     let token = claim.held().map(|h| h.fencing_token).unwrap_or_default();
     tracing::info_span!(
+        parent: None,
         "build",
         work_item = %record.id,
+        fencing_token = %token.as_str(),
         contract_version = record.contract_version,
+        state = %record.state,
         trace_id = %trace_id(&record.id, &token),
     )
 }

@@ -10,6 +10,7 @@ use protobot_lifecycle::{AttemptRecord, WorkItemRecord};
 use protobot_repo::digest::product_tree_digest;
 use protobot_stores::WorkStore;
 use serde_json::json;
+use tracing::Instrument;
 
 use super::{
     Engine,
@@ -125,7 +126,12 @@ impl<S: WorkStore, E: Executor> Engine<S, E> {
         let tier = escalation.current_tier();
         let started = Instant::now();
         let attempt_started = self.clock.now();
-        match Box::pin(self.cycle(claim, item, cycle, tier, genuine as u32, &feedback)).await {
+        let cycle_span =
+            tracing::info_span!("cycle", work_item = item.id, cycle, tier = tier.as_str(),);
+        match Box::pin(self.cycle(claim, item, cycle, tier, genuine as u32, &feedback))
+            .instrument(cycle_span)
+            .await
+        {
             Ok((gate, scanned)) => {
                 progress.model_failures.clear();
                 progress.last_cause = gate.cause.clone();

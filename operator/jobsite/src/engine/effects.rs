@@ -13,6 +13,7 @@ use protobot_repo::{
 };
 use protobot_stores::{Observation, WorkStore};
 use serde_json::json;
+use tracing::Instrument;
 
 use super::{
     Engine,
@@ -334,10 +335,24 @@ impl<S: WorkStore, E: Executor> Engine<S, E> {
             .clone()
             .with_refs(refs.iter().map(String::as_str));
         let started = Instant::now();
+        // An effect: one span per fenced lifecycle command (docs/tracing.md).
+        let span = tracing::info_span!(
+            "effect.command",
+            work_item = %env.work_item_id,
+            command = command.as_str(),
+            expected_version = held.contract_version,
+            ok = tracing::field::Empty,
+            code = tracing::field::Empty,
+        );
         let result = self
             .store
             .execute(Some(&context), &env, self.clock.now())
+            .instrument(span.clone())
             .await?;
+        span.record("ok", result.ok);
+        if let Some(code) = result.code() {
+            span.record("code", code.as_str());
+        }
         self.trace(
             &env.work_item_id,
             "command",
@@ -416,7 +431,23 @@ impl<S: WorkStore, E: Executor> Engine<S, E> {
         let started = Instant::now();
         // Boxed, like every stage below: no future nests another's whole state, so polling
         // a build needs no more stack than a runtime thread has.
-        let out = Box::pin(self.executor.run(spec, claim.lost_signal())).await;
+        // One span per sandbox run, a child of its stage's span (docs/tracing.md). Its id is
+        // also the egress session's trace id, which the proxy's model-call spans carry.
+        let span = tracing::info_span!(
+            "sandbox.run",
+            work_item = %work_item,
+            run_id = %run_id,
+            role = role.as_str(),
+            cycle,
+            termination = tracing::field::Empty,
+        );
+        let out = Box::pin(self.executor.run(spec, claim.lost_signal()))
+            .instrument(span.clone())
+            .await;
+        match &out {
+            Ok(out) => span.record("termination", tracing::field::debug(&out.termination)),
+            Err(_) => span.record("termination", "error"),
+        };
         // A run that failed or was cancelled spent all the same.
         if metered {
             Box::pin(self.record_usage(claim, &work_item, &run_id, role, tier, class)).await;

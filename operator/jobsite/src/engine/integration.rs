@@ -9,6 +9,7 @@ use protobot_repo::{
 use protobot_stores::WorkStore;
 use serde::Deserialize;
 use serde_json::json;
+use tracing::Instrument;
 
 use super::{
     Engine,
@@ -56,6 +57,8 @@ impl<S: WorkStore, E: Executor> Engine<S, E> {
             "building: cycle {cycle}: integration run on the candidate"
         ));
         let started = Instant::now();
+        // The stage's span covers the export and the integration run (docs/tracing.md).
+        let span = tracing::info_span!("stage.integration_gate", work_item = id, cycle);
         let candidate = self.head(item).await?.to_string();
         let pi = dir.join("integration");
         let _ = std::fs::remove_dir_all(&pi);
@@ -66,6 +69,7 @@ impl<S: WorkStore, E: Executor> Engine<S, E> {
             &pi,
             false,
         )
+        .instrument(span.clone())
         .await?;
         let manifest = ProjectionRecord::read(&record_path_for(&pi))
             .map_err(git_err("read the projection record"))?
@@ -88,7 +92,9 @@ impl<S: WorkStore, E: Executor> Engine<S, E> {
                     cycle,
                 ),
             )
+            .instrument(span.clone())
             .await?;
+        drop(span);
         let results: Results = match std::fs::read(out.out_dir.join("results.json")) {
             Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| EngineError::Output {
                 role: "integration-runner",
@@ -105,6 +111,15 @@ impl<S: WorkStore, E: Executor> Engine<S, E> {
                 });
             }
         };
+        // Triage is pure and synchronous: its span is entered until the gate returns.
+        let triage = tracing::info_span!(
+            "stage.triage",
+            work_item = id,
+            cycle,
+            decision = tracing::field::Empty,
+            redactions = tracing::field::Empty,
+        )
+        .entered();
         let input = TriageInput {
             build_errors: results.build_errors,
             results: results.results,
@@ -192,6 +207,8 @@ impl<S: WorkStore, E: Executor> Engine<S, E> {
             }
         }
         let label = label_of(&decision);
+        triage.record("decision", label.as_str());
+        triage.record("redactions", redactions);
         let cause = (decision != Decision::Pass)
             .then(|| crate::triage::describe_gate_failure(&input, &refused_text, &out.stderr_tail))
             .flatten();

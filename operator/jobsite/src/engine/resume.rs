@@ -10,6 +10,7 @@ use protobot_repo::{
     catalog::ChangeScope, integrate::WorkItemRef, integrate::ensure_work_item_branch,
 };
 use protobot_stores::WorkStore;
+use tracing::Instrument;
 
 use super::{
     Engine,
@@ -116,10 +117,14 @@ impl<S: WorkStore, E: Executor> Engine<S, E> {
                     Box::pin(self.building(claim, &item, &record, &mut progress)).await?
                 }
                 State::Inspecting => {
-                    Box::pin(self.inspecting(claim, &item, &record, &mut progress)).await?
+                    Box::pin(self.inspecting(claim, &item, &record, &mut progress))
+                        .instrument(tracing::info_span!("stage.inspection", work_item = id))
+                        .await?
                 }
                 State::Merging => {
-                    Box::pin(self.merging(claim, &item, &record, &mut progress)).await?
+                    Box::pin(self.merging(claim, &item, &record, &mut progress))
+                        .instrument(tracing::info_span!("stage.merge", work_item = id))
+                        .await?
                 }
                 State::Completed | State::Blocked => {
                     return Ok(BuildReport {

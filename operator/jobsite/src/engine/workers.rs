@@ -12,6 +12,7 @@ use protobot_repo::{
 };
 use protobot_stores::WorkStore;
 use serde_json::json;
+use tracing::Instrument;
 
 use super::{
     Engine,
@@ -81,6 +82,11 @@ impl<S: WorkStore, E: Executor> Engine<S, E> {
                 feedback: feedback.iter().filter(|f| f.recipient == side).collect(),
             }
         };
+        // One span per stage (docs/tracing.md); the two Workers run at once.
+        let stage = |name: &'static str| match name {
+            "worker_a" => tracing::info_span!("stage.worker_a", work_item = id, cycle),
+            _ => tracing::info_span!("stage.worker_b", work_item = id, cycle),
+        };
         let (out_a, out_b) = tokio::join!(
             self.run_role(
                 claim,
@@ -89,7 +95,8 @@ impl<S: WorkStore, E: Executor> Engine<S, E> {
                 &pa,
                 task(Side::Tests),
                 RunName::new(format!("{id}-c{cycle}-a"), cycle),
-            ),
+            )
+            .instrument(stage("worker_a")),
             self.run_role(
                 claim,
                 SandboxRole::WorkerB,
@@ -97,7 +104,8 @@ impl<S: WorkStore, E: Executor> Engine<S, E> {
                 &pb,
                 task(Side::Implementation),
                 RunName::new(format!("{id}-c{cycle}-b"), cycle),
-            ),
+            )
+            .instrument(stage("worker_b")),
         );
         let (out_a, out_b) = (out_a?, out_b?);
         let mut raw_for: Vec<(Side, Vec<RawDiagnostic>)> = Vec::new();
