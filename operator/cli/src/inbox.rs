@@ -14,7 +14,6 @@ use std::{
 
 use clap::Args;
 use protobot_lifecycle::{State, WorkItemRecord};
-use protobot_stores::{AdapterConfig, ItemFilter, SqliteStore, WorkStore};
 use serde::Serialize;
 
 use crate::demo::Output;
@@ -165,36 +164,9 @@ fn remembered_harness(store: &Path) -> Option<PathBuf> {
 
 /// Runs the command.
 pub fn inbox(args: InboxArgs) -> ExitCode {
-    let (store_path, project) = match args.store.resolve() {
-        Ok(found) => found,
-        Err(e) => {
-            eprintln!("protobot: {e}");
-            return ExitCode::from(2);
-        }
-    };
-    let runtime = match tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("protobot: failed to start the async runtime: {e}");
-            return ExitCode::from(1);
-        }
-    };
-    let listed = runtime.block_on(async {
-        let store = SqliteStore::open(&store_path, &project, AdapterConfig::default())?;
-        store.list(&ItemFilter::default()).await
-    });
-    let records = match listed {
-        Ok(records) => records,
-        Err(e) => {
-            eprintln!(
-                "protobot: failed to read the work store {}: {e}",
-                store_path.display()
-            );
-            return ExitCode::from(1);
-        }
+    let (store_path, project, records) = match crate::status::read_items(&args.store) {
+        Ok(read) => read,
+        Err(code) => return code,
     };
     let repo = args
         .store

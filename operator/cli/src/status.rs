@@ -73,38 +73,44 @@ impl StoreArgs {
     }
 }
 
-/// Runs the command.
-pub fn status(args: StatusArgs) -> ExitCode {
-    let (store_path, project) = match args.store.resolve() {
-        Ok(found) => found,
-        Err(e) => {
-            eprintln!("protobot: {e}");
-            return ExitCode::from(2);
-        }
-    };
-    let runtime = match tokio::runtime::Builder::new_current_thread()
+/// The work items of the store `args` names, sorted by id, with the store's path and project;
+/// on failure the message is printed and the exit code returned (2: no such store, 1: it
+/// could not be read).
+pub(crate) fn read_items(
+    args: &StoreArgs,
+) -> Result<(PathBuf, String, Vec<protobot_lifecycle::WorkItemRecord>), ExitCode> {
+    let (store_path, project) = args.resolve().map_err(|e| {
+        eprintln!("protobot: {e}");
+        ExitCode::from(2)
+    })?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
+        .map_err(|e| {
             eprintln!("protobot: failed to start the async runtime: {e}");
-            return ExitCode::from(1);
-        }
-    };
+            ExitCode::from(1)
+        })?;
     let listed = runtime.block_on(async {
         let store = SqliteStore::open(&store_path, &project, AdapterConfig::default())?;
         store.list(&ItemFilter::default()).await
     });
-    let items = match listed {
-        Ok(items) => items,
+    match listed {
+        Ok(items) => Ok((store_path, project, items)),
         Err(e) => {
             eprintln!(
                 "protobot: failed to read the work store {}: {e}",
                 store_path.display()
             );
-            return ExitCode::from(1);
+            Err(ExitCode::from(1))
         }
+    }
+}
+
+/// Runs the command.
+pub fn status(args: StatusArgs) -> ExitCode {
+    let items = match read_items(&args.store) {
+        Ok((_, _, items)) => items,
+        Err(code) => return code,
     };
     let text = if args.output == Output::Json {
         match serde_json::to_string_pretty(&items) {

@@ -6,6 +6,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[path = "support/usage.rs"]
+mod usage;
 use std::process::Command;
 
 fn bwrap_available() -> bool {
@@ -81,32 +83,8 @@ fn the_demo_with_claude_code_workers_merges_through_the_egress_proxy() {
     );
     assert_eq!(model["proxy_allowed"].as_u64(), Some(requests), "{model}");
 
-    // Usage (issue 34): what the egress proxy metered for the item, per stage, equals what the
-    // model double's answers reported by its own count, and the demo's prices ($3 in, $15 out
-    // per million tokens) make each answer's 10 in and 10 out cost 180 micro-dollars.
-    let served = &model["served"];
-    let answers = served["answers"].as_u64().unwrap();
-    assert!(answers > 0, "{model}");
-    let total = &report["usage"]["total"];
-    assert_eq!(total["calls"].as_u64(), Some(answers), "{total}");
-    assert_eq!(total["tokens"]["input"], served["input_tokens"], "{total}");
-    assert_eq!(
-        total["tokens"]["output"], served["output_tokens"],
-        "{total}"
-    );
-    assert_eq!(total["callsWithoutUsage"].as_u64(), Some(0), "{total}");
-    assert_eq!(total["unpricedCalls"].as_u64(), Some(0), "{total}");
-    assert_eq!(
-        total["costMicrodollars"].as_u64(),
-        Some(answers * 180),
-        "{total}"
-    );
-    let stages: Vec<&String> = report["usage"]["by_stage"]
-        .as_object()
-        .unwrap()
-        .keys()
-        .collect();
-    assert_eq!(stages, ["inspection", "worker-a", "worker-b"], "{report}");
+    // Usage (issue 34): metered per stage, equal to the model double's own count.
+    usage::assert_metered_equals_the_doubles_count(&report);
     assert_eq!(model["proxy_denied"].as_u64(), Some(0), "{model}");
     // The Inspector was Claude Code too: its run sealed with the probes' findings (none), and
     // the trace holds its model requests, each with the injected key, under its harness.
