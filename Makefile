@@ -177,6 +177,12 @@ lint-helm: ## helm lint --strict the chart and render it with every optional par
 	$(HELM) template protobot charts/protobot --set metrics.serviceMonitor.enabled=true \
 	  --set metrics.prometheusRule.enabled=true --set grafana.dashboard.enabled=true > /dev/null
 	$(HELM) template protobot charts/protobot --set watchNamespace=team-a > /dev/null
+	@# Trace export, the node-room check and the egress proxy (its headless admin Service) render.
+	$(HELM) template protobot charts/protobot --set otel.enabled=true --set otel.endpoint=http://otel-collector.observability:4318 \
+	  --set jobSite.nodeRoomCheck.enabled=true --set egressProxy.enabled=true --set egressProxy.sessionSecret=s \
+	  --set egressProxy.credentialsSecret=c > /dev/null
+	@# Trace export without an endpoint is refused with the reason.
+	@! $(HELM) template protobot charts/protobot --set otel.enabled=true > /dev/null 2>&1 || { echo "the chart rendered trace export without an endpoint" >&2; exit 1; }
 	@# A sandbox namespace cannot share a claim the chart creates in another namespace: refused.
 	@! $(HELM) template protobot charts/protobot --set jobSite.sandboxNamespace=sb > /dev/null 2>&1 || { echo "the chart rendered a staging claim the operator cannot mount" >&2; exit 1; }
 	$(HELM) template protobot charts/protobot --set watchNamespace=team-a --set jobSite.sandboxNamespace=sb \
