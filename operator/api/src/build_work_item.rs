@@ -102,6 +102,13 @@ pub const UNRESOLVED_REASONS_LIMIT: u32 = 32;
         description = "reason of the Ready condition"
     ),
     printcolumn(
+        name = "Question",
+        type_ = "string",
+        json_path = ".status.blockReason",
+        description = "what a person must decide before a blocked item moves on (a spec question or a spent budget)",
+        priority = 1
+    ),
+    printcolumn(
         name = "Age",
         type_ = "date",
         json_path = ".metadata.creationTimestamp"

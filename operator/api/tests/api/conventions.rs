@@ -89,6 +89,16 @@ fn every_crd_has_printer_columns_ending_with_age() {
 }
 
 #[test]
+fn a_blocked_item_shows_its_question_in_the_wide_listing() {
+    let question = printer_columns("BuildWorkItem")
+        .into_iter()
+        .find(|c| c["name"] == "Question")
+        .expect("a Question column");
+    assert_eq!(question["jsonPath"], ".status.blockReason");
+    assert_eq!(question["priority"], 1, "only with -o wide");
+}
+
+#[test]
 fn build_work_item_columns_are_state_priority_holder_version() {
     let names: Vec<String> = printer_columns("BuildWorkItem")
         .iter()
