@@ -268,14 +268,20 @@ async fn a_change_set_flood_is_materialized_and_shows_as_a_queue_not_as_errors()
         protobot_e2e::LOCAL_REPOSITORIES,
         Some(metrics.clone()),
     ));
-    let job_site = tokio::spawn(protobot_controller::jobsite::run(
+    let mut job_site = tokio::spawn(protobot_controller::jobsite::run(
         cluster.operator.clone(),
         Some(ns.clone()),
         settings,
         Arc::new(Parked),
     ));
-    // Settled: the controllers' first lists are in, before the flood.
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // Settled before the flood: the Project controller has observed the Project (its
+    // first lists are in).
+    protobot_testkit::wait::until(&projects, "flood", timeout(), |p: Option<&Project>| {
+        p.and_then(|p| p.status.as_ref())
+            .is_some_and(|s| s.observed_generation.is_some())
+    })
+    .await
+    .expect("the operator observes the Project");
     let rss_before = rss_kib();
     // The flood: every ChangeSet at once (32 requests in flight).
     let change_sets: Api<ChangeSet> = Api::namespaced(cluster.client.clone(), &ns);
@@ -322,7 +328,7 @@ async fn a_change_set_flood_is_materialized_and_shows_as_a_queue_not_as_errors()
         // The replica stops (its Lease is deleted) and its items are released before the
         // scenario fails.
         stop.raise();
-        tokio::time::sleep(Duration::from_secs(3)).await;
+        let _ = tokio::time::timeout(timeout(), &mut job_site).await;
         registration.abort();
         release_items(&cluster).await;
     }

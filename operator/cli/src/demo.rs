@@ -916,7 +916,7 @@ pub fn demo_with(args: DemoArgs, target: Option<crate::eval::Target>) -> ExitCod
                 if let Some(usage) = &report.usage {
                     lines.push(format!(
                         "usage          metered by the egress proxy, priced at the demo's {}",
-                        crate::demo_agents::DEMO_PRICE_NOTE
+                        crate::demo_agents::demo_price_note()
                     ));
                     lines.extend(usage.lines.iter().cloned());
                 }

@@ -57,8 +57,16 @@ pub fn demo_prices() -> protobot_usage::PriceTable {
         .collect(),
     )
 }
-/// [`demo_prices`] for the report.
-pub const DEMO_PRICE_NOTE: &str = "illustrative $3 in / $15 out per million tokens";
+/// [`demo_prices`] for the report (`illustrative $3 in / $15 out per million tokens`).
+pub fn demo_price_note() -> String {
+    match demo_prices().0.values().next() {
+        Some(p) => format!(
+            "illustrative ${} in / ${} out per million tokens",
+            p.input, p.output
+        ),
+        None => "no prices".to_owned(),
+    }
+}
 
 /// The model host the demo's policy allows.
 pub const MODEL_HOST: &str = "model.protobot-demo.invalid";
@@ -480,6 +488,14 @@ pub async fn start_agent(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_report_states_the_demo_prices_it_charges() {
+        assert_eq!(
+            demo_price_note(),
+            "illustrative $3 in / $15 out per million tokens"
+        );
+    }
 
     #[test]
     fn the_scripted_edits_leave_the_copy_to_the_harness() {

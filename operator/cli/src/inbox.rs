@@ -117,15 +117,12 @@ pub fn entries(project: &str, records: &[WorkItemRecord], commands: &Commands) -
     out
 }
 
-/// The change set of an item materialized from one (`<project>/<change set>@<commit>`).
+/// The change set of an item of `project` materialized from one
+/// ([`protobot_jobsite::site::parse_materialization_key`]).
 fn change_set_of<'a>(project: &str, key: &'a str) -> Option<&'a str> {
-    let rest = key.strip_prefix(project)?.strip_prefix('/')?;
-    let (change_set, _commit) = rest.split_once('@')?;
-    (!change_set.is_empty()
-        && change_set
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.')))
-    .then_some(change_set)
+    protobot_jobsite::site::parse_materialization_key(key)
+        .filter(|(of, _, _)| *of == project)
+        .map(|(_, change_set, _)| change_set)
 }
 
 /// The human text: one block per entry, or a line saying nothing waits.
@@ -216,12 +213,12 @@ mod tests {
             WorkItemRecord::new("wi-a", "shop", State::Completed, 9),
             blocked(
                 "wi-c",
-                "shop/CS-00002@abc",
+                "shop/CS-00002@a876d589fa3bbde5c08b6cfff94945b02ca0ef0a",
                 "the item's model budget of $0.5 (--budget-per-item) is spent: $0.510000 in 9 calls (worker-b $0.510000). Either …",
             ),
             blocked(
                 "wi-b",
-                "shop/CS-00001@def",
+                "shop/CS-00001@0f0e6ba92cbbd4e2a1c2b1f0f3c6a7e0d1b2c3d4",
                 "no passing candidate after 3 cycles",
             ),
             WorkItemRecord::new("wi-d", "shop", State::Building, 3),
@@ -289,7 +286,10 @@ mod tests {
             assert_eq!(change_set_of("shop", key), None, "{key}");
         }
         assert_eq!(
-            change_set_of("shop", "shop/CS-00001@a876"),
+            change_set_of(
+                "shop",
+                "shop/CS-00001@a876d589fa3bbde5c08b6cfff94945b02ca0ef0a"
+            ),
             Some("CS-00001")
         );
     }

@@ -17,7 +17,9 @@
 use std::{path::PathBuf, process::ExitCode};
 
 use clap::Args;
-use jiff::{SignedDuration, Timestamp};
+use jiff::Timestamp;
+// How long a context of `protobot abandon` is valid: as one of `protobot retry`.
+use protobot_jobsite::resolution::CONTEXT_TTL;
 use protobot_lifecycle::{AuthorizationContext, Grant, Role, State, WorkItemRecord};
 use protobot_stores::{AdapterConfig, SqliteStore, WorkStore};
 
@@ -35,9 +37,6 @@ pub fn local_human() -> String {
         format!("local:{user}")
     }
 }
-
-/// How long a context of `protobot retry` or `protobot abandon` is valid.
-const CONTEXT_TTL: SignedDuration = SignedDuration::from_hours(1);
 
 /// Moves a blocked item to `ready-for-building` through a human-approved
 /// `impact-amendment` resolution ([`protobot_jobsite::resolution::resolve_block`]); returns

@@ -17,7 +17,7 @@ use protobot_stores::{ChangeSetRecord, Import, StoreError, WorkStore};
 pub const RETRY_KIND: &str = "impact-amendment";
 
 /// How long the contexts of one resolution are valid.
-const CONTEXT_TTL: SignedDuration = SignedDuration::from_hours(1);
+pub const CONTEXT_TTL: SignedDuration = SignedDuration::from_hours(1);
 
 /// Why a block was not resolved.
 #[derive(Debug, thiserror::Error)]
@@ -111,7 +111,7 @@ pub async fn resolve_block<S: WorkStore>(
             change_set_id: Some(change_set.to_owned()),
             resolution_digest: digest.clone(),
             action: "resolve-block".into(),
-            expires_at: Some(now + SignedDuration::from_hours(1)),
+            expires_at: Some(now + CONTEXT_TTL),
             status: "unused".into(),
             ..ApprovalRecord::default()
         }))
@@ -141,7 +141,7 @@ pub async fn resolve_block<S: WorkStore>(
         role: Role::DraftingTable,
         subject: "drafting-table-local",
         actions: &["blocked-work.submit-resolution"],
-        expires_at: Timestamp::now() + CONTEXT_TTL,
+        expires_at: now + CONTEXT_TTL,
         policy_version,
     });
     let submitted = store
@@ -180,7 +180,7 @@ pub async fn resolve_block<S: WorkStore>(
         role: Role::Materializer,
         subject: "materializer",
         actions: &["resolve-block"],
-        expires_at: Timestamp::now() + CONTEXT_TTL,
+        expires_at: now + CONTEXT_TTL,
         policy_version,
     });
     let resolved = store

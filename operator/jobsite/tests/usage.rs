@@ -60,12 +60,14 @@ impl UsageSource for Meter {
     }
 }
 
-async fn build(fail: bool) -> (World<MemoryStore>, Arc<Meter>, String) {
+/// One ready item in a fresh store and a meter that answers (or, `fail`ing, does not).
+async fn metered_world(fail: bool) -> (World<MemoryStore>, Arc<Meter>, String) {
     let items = ids(1);
     let store = Arc::new(MemoryStore::new(
         "demo",
         AdapterConfig {
-            materializer_subject: "m".into(),
+            // The subject `resolution::resolve_block` delegates approvals to.
+            materializer_subject: "materializer".into(),
             lease_seconds: protobot_jobsite::scripted::LEASE,
         },
     ));
@@ -74,6 +76,11 @@ async fn build(fail: bool) -> (World<MemoryStore>, Arc<Meter>, String) {
         reads: Mutex::new(Vec::new()),
         fail,
     });
+    (w, meter, items[0].clone())
+}
+
+async fn build(fail: bool) -> (World<MemoryStore>, Arc<Meter>, String) {
+    let (w, meter, id) = metered_world(fail).await;
     let js = site(
         &w,
         SiteOptions {
@@ -90,7 +97,7 @@ async fn build(fail: bool) -> (World<MemoryStore>, Arc<Meter>, String) {
         })
         .unwrap_or_else(|| panic!("no build in {actions:#?}"));
     assert_eq!(report.state, State::Completed, "{actions:?}");
-    (w, meter, items[0].clone())
+    (w, meter, id)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -141,21 +148,7 @@ fn budget(limit: &str) -> Option<protobot_usage::ItemBudget> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_spent_budget_stops_the_build_before_its_next_cycle_and_a_raised_one_goes_on_after_retry()
 {
-    let items = ids(1);
-    let id = items[0].clone();
-    let store = Arc::new(MemoryStore::new(
-        "demo",
-        AdapterConfig {
-            // The subject `resolution::resolve_block` delegates approvals to.
-            materializer_subject: "materializer".into(),
-            lease_seconds: protobot_jobsite::scripted::LEASE,
-        },
-    ));
-    let w = protobot_jobsite::scripted::world(store, &items).await;
-    let meter = Arc::new(Meter {
-        reads: Mutex::new(Vec::new()),
-        fail: false,
-    });
+    let (w, meter, id) = metered_world(false).await;
     // Every run costs $0.002; cycle 1 fails (a wrong implementation), so a second cycle
     // would start, but the item's budget of $0.001 is spent by then.
     let options = |limit: &str| SiteOptions {
