@@ -744,22 +744,19 @@ async fn a_failing_required_check_leaves_the_item_with_that_reason_and_one_escal
     });
     f.approve();
     f.register().await;
-    // Registration runs in the background; the Job Site's passes are driven here, so the
-    // retries are counted.
-    let forges = f.start(false);
+    // The Job Site retries the refused merge on its own (the item backs off between tries);
+    // a retry's refusal updates the escalation issue (after its merge call).
+    f.start(true);
     let name = f.registered().await;
-    let settings = f.settings(forges, None);
-    let executor = f.executor();
-    let operator = f.cluster.operator.clone();
     let ns = f.ns();
-    let mut passes = 0;
-    while f.merges().is_empty() {
-        passes += 1;
-        assert!(passes < 40, "no merge was attempted");
-        protobot_controller::jobsite::pass(&operator, Some(&ns), &settings, executor.clone()).await;
-    }
-    for _ in 0..3 {
-        protobot_controller::jobsite::pass(&operator, Some(&ns), &settings, executor.clone()).await;
+    let deadline = std::time::Instant::now() + timeout();
+    while f.merges().len() < 2 || f.fake.requests_to(Method::PATCH, "/issues/").is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the refused merge was not retried and escalated again: {} attempt(s)",
+            f.merges().len()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let items: Api<BuildWorkItem> = Api::namespaced(f.cluster.client.clone(), &ns);
     let item = items.get(&name).await.unwrap();

@@ -585,9 +585,24 @@ async fn an_unfinished_work_item_cannot_disappear() {
         repositories: protobot_e2e::LOCAL_REPOSITORIES,
         ..Settings::new("protobot-0", tmp.path().join("jobsite"), 8)
     };
-    protobot_controller::jobsite::pass(&cluster.operator, Some(&ns), &settings, refusing).await;
+    let job_site = tokio::spawn(run(
+        cluster.operator.clone(),
+        Some(ns.clone()),
+        settings,
+        refusing,
+    ));
     let items: Api<BuildWorkItem> = Api::namespaced(client.clone(), &ns);
-    let item = items.get(&name).await.unwrap();
+    let item =
+        protobot_testkit::wait::until(&items, &name, timeout(), |i: Option<&BuildWorkItem>| {
+            i.is_some_and(|i| {
+                kube::ResourceExt::finalizers(i)
+                    .iter()
+                    .any(|f| f == protobot_controller::jobsite::FINALIZER)
+            })
+        })
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(
         item.status.as_ref().unwrap().state,
         LifecycleState::ReadyForBuilding
@@ -605,6 +620,7 @@ async fn an_unfinished_work_item_cannot_disappear() {
         still.metadata.deletion_timestamp.is_some(),
         "deletion is pending, not done, while the work is unfinished"
     );
+    job_site.abort();
     registration.abort();
     cluster.cleanup().await;
 }
@@ -1244,5 +1260,79 @@ async fn a_project_whose_repository_hangs_does_not_hold_up_another_project() {
     );
     // Closing the connections ends the hung fetches (before the runtime waits for them).
     drop(hole);
+    cluster.cleanup().await;
+}
+
+/// A dispatch that fails is visible where a user looks: the runner logs it and publishes it
+/// as a Warning Event (`ReconcileFailed`) on the Project, saying what to do; the project
+/// backs off and is dispatched again once the cause is gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_dispatch_is_a_warning_event_on_its_project() {
+    let cluster = Cluster::connect("dispatch-event").await;
+    let (client, ns) = (cluster.client.clone(), cluster.namespace.clone());
+    let tmp = tempfile::tempdir().unwrap();
+    create_object(
+        &Api::<Project>::namespaced(client.clone(), &ns),
+        json!({
+            "apiVersion": "protobot.dev/v1alpha1", "kind": "Project",
+            "metadata": {"name": "no-workers", "namespace": ns},
+            "spec": {
+                "repoUrl": format!("file://{}", tmp.path().join("origin.git").display()),
+                "sandboxProfile": "local",
+                "workerClassesRef": {"name": "missing-workers"},
+            },
+        }),
+    )
+    .await;
+    let settings = Settings {
+        interval: Duration::from_millis(200),
+        repositories: protobot_e2e::LOCAL_REPOSITORIES,
+        ..Settings::new("protobot-0", tmp.path().join("jobsite"), 1)
+    };
+    let stop = settings.stop.clone();
+    let executor = Arc::new(protobot_jobsite::testing::InProcessExecutor::new(
+        &tmp.path().join("runs"),
+    ));
+    let job_site = tokio::spawn(run(
+        cluster.operator.clone(),
+        Some(ns.clone()),
+        settings,
+        executor,
+    ));
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(client.clone(), &ns);
+    let seen = tokio::time::timeout(timeout(), async {
+        loop {
+            let listed = events.list(&Default::default()).await.unwrap().items;
+            if let Some(e) = listed.into_iter().find(|e| {
+                e.reason.as_deref() == Some("ReconcileFailed")
+                    && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("no-workers")
+            }) {
+                return e;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await
+    .expect("no ReconcileFailed Event on the Project");
+    assert_eq!(seen.type_.as_deref(), Some("Warning"));
+    assert_eq!(
+        seen.regarding.as_ref().and_then(|r| r.kind.as_deref()),
+        Some("Project")
+    );
+    assert_eq!(
+        seen.reporting_controller.as_deref(),
+        Some("protobot-buildworkitem")
+    );
+    let note = seen.note.unwrap_or_default();
+    assert!(
+        note.contains("ConfigMap missing-workers does not exist")
+            && note.contains("create the ConfigMap named by spec.workerClassesRef"),
+        "the Event says what is wrong and what to do: {note}"
+    );
+    stop.raise();
+    tokio::time::timeout(timeout(), job_site)
+        .await
+        .expect("the Job Site stops when asked")
+        .unwrap();
     cluster.cleanup().await;
 }

@@ -20,7 +20,6 @@ use std::{
     time::Duration,
 };
 
-use futures::StreamExt;
 use jiff::Timestamp;
 use kube::{
     Api, Client, ResourceExt,
@@ -242,7 +241,7 @@ async fn reconcile(item: Arc<BuildWorkItem>, ctx: Arc<ItemContext>) -> Result<Ac
         .map_or_else(Action::await_change, Action::requeue))
 }
 
-fn error_policy(item: Arc<BuildWorkItem>, error: &ItemError, ctx: Arc<ItemContext>) -> Action {
+fn error_policy(item: Arc<BuildWorkItem>, _error: &ItemError, ctx: Arc<ItemContext>) -> Action {
     let failures = {
         let mut all = ctx.failures();
         let n = all.entry(ObjectRef::from_obj(item.as_ref())).or_insert(0);
@@ -256,7 +255,7 @@ fn error_policy(item: Arc<BuildWorkItem>, error: &ItemError, ctx: Arc<ItemContex
             .inc();
     }
     let wait = retry_after(failures);
-    tracing::warn!(work_item = %item.name_any(), %error, failures, retry_in = ?wait, "work item reconcile failed; retrying this item alone");
+    tracing::debug!(work_item = %item.name_any(), failures, retry_in = ?wait, "retrying this item alone");
     Action::requeue(wait)
 }
 
@@ -294,10 +293,17 @@ pub async fn run_with_cache(
         .reflect(writer)
         .applied_objects()
         .predicate_filter(motion, PredicateConfig::default());
-    Controller::for_stream(moved, reader)
-        .graceful_shutdown_on(stopped)
-        .run(reconcile, error_policy, Arc::new(ctx))
-        .for_each(|_| async {})
+    // Not metered by the runner: the `buildworkitem` durations are the dispatches'
+    // ([`crate::jobsite::run`]); a failure is counted by the error policy.
+    crate::drive::Runner::new("buildworkitem")
+        .publishing(ctx.client.clone())
+        .until(stopped)
+        .run(
+            Controller::for_stream(moved, reader),
+            reconcile,
+            error_policy,
+            Arc::new(ctx),
+        )
         .await;
 }
 

@@ -432,8 +432,7 @@ async fn read_facts(
 }
 
 /// Requeues failed reconciles with a delay (the runtime adds its own backoff per object).
-pub fn error_policy(bug: Arc<BugReport>, error: &Error, _ctx: Arc<Context>) -> Action {
-    tracing::warn!(bug_report = %bug.name_any(), category = error.category(), %error, "reconcile failed");
+pub fn error_policy(_bug: Arc<BugReport>, _error: &Error, _ctx: Arc<Context>) -> Action {
     Action::requeue(Duration::from_secs(5))
 }
 
@@ -465,7 +464,6 @@ pub async fn run_metered(
         repositories,
         forges,
     });
-    let metered = crate::drive::Metered::of(metrics, "bugreport");
     let projects = crate::drive::scoped_api::<Project>(ctx.client.clone(), namespace.as_deref());
     let controller = kube::runtime::Controller::new(api, kube::runtime::watcher::Config::default());
     let reports = controller.store();
@@ -476,7 +474,10 @@ pub async fn run_metered(
         kube::runtime::watcher::Config::default(),
         move |project: Project| waiting_for(&reports.state(), &project),
     );
-    crate::drive::run_controller(controller, reconcile, error_policy, ctx, metered).await;
+    let runner = crate::drive::Runner::new("bugreport")
+        .metered(metrics)
+        .publishing(ctx.client.clone());
+    runner.run(controller, reconcile, error_policy, ctx).await;
 }
 
 /// The BugReports of `reports` that name `project` (same namespace) and have no work item

@@ -375,8 +375,7 @@ pub(crate) async fn materialize(
 }
 
 /// Requeues failed reconciles with a delay (the runtime adds its own backoff per object).
-pub fn error_policy(cs: Arc<ChangeSet>, error: &Error, _ctx: Arc<Context>) -> Action {
-    tracing::warn!(change_set = %cs.name_any(), category = error.category(), %error, "reconcile failed");
+pub fn error_policy(_cs: Arc<ChangeSet>, _error: &Error, _ctx: Arc<Context>) -> Action {
     Action::requeue(Duration::from_secs(5))
 }
 
@@ -422,7 +421,6 @@ pub async fn run_forged(
         repositories,
         forges,
     });
-    let metered = crate::drive::Metered::of(metrics, "changeset");
     let projects = crate::drive::scoped_api::<Project>(ctx.client.clone(), namespace.as_deref());
     // At most `materializations()` ChangeSets are reconciled at once. A materialization
     // reads and validates the project's spec store at the merge commit on the blocking pool
@@ -440,7 +438,10 @@ pub async fn run_forged(
         kube::runtime::watcher::Config::default(),
         move |project: Project| waiting_for(&change_sets.state(), &project),
     );
-    crate::drive::run_controller(controller, reconcile, error_policy, ctx, metered).await;
+    let runner = crate::drive::Runner::new("changeset")
+        .metered(metrics)
+        .publishing(ctx.client.clone());
+    runner.run(controller, reconcile, error_policy, ctx).await;
 }
 
 /// How many ChangeSets the controller reconciles at once: the machine's cores (at least 1,

@@ -130,8 +130,7 @@ pub async fn reconcile(run: Arc<InspectionRun>, ctx: Arc<Context>) -> Result<Act
 }
 
 /// Requeues failed reconciles with a delay (the runtime adds its own backoff per object).
-pub fn error_policy(run: Arc<InspectionRun>, error: &Error, _ctx: Arc<Context>) -> Action {
-    tracing::warn!(run = %run.name_any(), category = error.category(), %error, "reconcile failed");
+pub fn error_policy(_run: Arc<InspectionRun>, _error: &Error, _ctx: Arc<Context>) -> Action {
     Action::requeue(Duration::from_secs(5))
 }
 
@@ -148,6 +147,8 @@ pub async fn run_metered(
 ) {
     let ctx = Arc::new(Context::new(client));
     let api = crate::drive::scoped_api::<InspectionRun>(ctx.client.clone(), namespace.as_deref());
-    let metered = crate::drive::Metered::of(metrics, "inspectionrun");
-    crate::drive::run(api, reconcile, error_policy, ctx, metered).await;
+    let runner = crate::drive::Runner::new("inspectionrun")
+        .metered(metrics)
+        .publishing(ctx.client.clone());
+    runner.watch(api, reconcile, error_policy, ctx).await;
 }

@@ -469,8 +469,7 @@ fn describe(f: &Failure) -> String {
 }
 
 /// Requeues failed reconciles with a delay (the runtime adds its own backoff per object).
-pub fn error_policy(project: Arc<Project>, error: &Error, _ctx: Arc<Context>) -> Action {
-    tracing::warn!(project = %project.name_any(), category = error.category(), %error, "reconcile failed");
+pub fn error_policy(_project: Arc<Project>, _error: &Error, _ctx: Arc<Context>) -> Action {
     Action::requeue(Duration::from_secs(5))
 }
 
@@ -500,6 +499,8 @@ pub async fn run_metered(
     metrics: Option<crate::metrics::JobSiteMetrics>,
 ) {
     let api = crate::drive::scoped_api::<Project>(ctx.client.clone(), namespace.as_deref());
-    let metered = crate::drive::Metered::of(metrics, "project");
-    crate::drive::run(api, reconcile, error_policy, ctx, metered).await;
+    let runner = crate::drive::Runner::new("project")
+        .metered(metrics)
+        .publishing(ctx.client.clone());
+    runner.watch(api, reconcile, error_policy, ctx).await;
 }
