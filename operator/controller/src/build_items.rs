@@ -221,15 +221,26 @@ async fn reconcile(item: Arc<BuildWorkItem>, ctx: Arc<ItemContext>) -> Result<Ac
             "finalizers": finalizers,
             "resourceVersion": item.resource_version(),
         }});
-        items
+        match items
             .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
             .await
-            .map_err(|source| ItemError::Api {
-                verb: "patch the finalizers of",
-                namespace: ns.clone(),
-                name: name.clone(),
-                source,
-            })?;
+        {
+            Ok(_) => {}
+            // Not a failure: the item changed since it was read, and that change's own
+            // event reconciles it again (with the finalizers decided from it).
+            Err(kube::Error::Api(status)) if status.code == 409 => {
+                tracing::debug!(work_item = %name, "finalizer write raced a newer version; its event reconciles the item again");
+                return Ok(Action::await_change());
+            }
+            Err(source) => {
+                return Err(ItemError::Api {
+                    verb: "patch the finalizers of",
+                    namespace: ns.clone(),
+                    name: name.clone(),
+                    source,
+                });
+            }
+        }
     }
     if decision.wake {
         // The dispatcher is gone only when the replica stops.
