@@ -894,13 +894,17 @@ impl KubernetesExecutor {
         }
     }
 
-    /// Makes room for run `name` when another executor instance left one of the same id
-    /// behind: the replica that held the item's lease before this one died or lost the lease
-    /// mid-run (run ids are deterministic per item, cycle and role). The engine starts a run
-    /// only under the item's live lease, and a late command of the old holder is refused by
+    /// Makes room for run `name` when a run of the same id was left behind (run ids are
+    /// deterministic per item, cycle and role): by another executor instance, whose replica
+    /// held the item's lease before this one and died or lost the lease mid-run, or by this
+    /// very instance, when a start or a cleanup was cut off (the API server restarted between
+    /// the NetworkPolicy's create and the pod's, and the cleanup's delete failed too: found by
+    /// the API-server restart fault of `operator/cli/tests/operator_replicas.rs`, where every
+    /// retry then met "already exists" forever). No run of this id is live in this instance
+    /// ([`Self::reserve`] let this run start only because it is not), the engine starts a run
+    /// only under the item's live lease, and a late command of an old holder is refused by
     /// its stale fencing token, so the leftover's result cannot count: its pod is deleted and
-    /// waited for, then its NetworkPolicy. A run of this id of this very instance is never
-    /// touched (it is live: [`Self::reserve`] let this run start only because it is not).
+    /// waited for, then its NetworkPolicy.
     async fn replace_leftover(&self, name: &str, run_id: &str) -> Result<(), String> {
         let ours = &self.inner.config.instance;
         let existing = self.network_policies().get_opt(name).await.map_err(|e| {
@@ -913,17 +917,20 @@ impl KubernetesExecutor {
             .as_ref()
             .and_then(|p| p.labels().get(LABEL_EXECUTOR).cloned())
             .unwrap_or_default();
-        if existing.is_some() && &owner == ours {
-            return Err(format!(
-                "NetworkPolicy {name} of run {run_id} already exists and belongs to this executor ({ours}): a run with this id is live or was left behind; wait for it or run collect_garbage"
-            ));
+        if &owner == ours {
+            tracing::warn!(
+                run_id,
+                pod = name,
+                "replacing a run of the same id this executor left behind (an earlier start or cleanup of it was cut off)"
+            );
+        } else {
+            tracing::warn!(
+                run_id,
+                pod = name,
+                left_by = owner.as_str(),
+                "replacing a run of the same id left behind by another replica (its lease on the item ended)"
+            );
         }
-        tracing::warn!(
-            run_id,
-            pod = name,
-            left_by = owner.as_str(),
-            "replacing a run of the same id left behind by another replica (its lease on the item ended)"
-        );
         if let Some(pod) = self
             .pods()
             .get_opt(name)

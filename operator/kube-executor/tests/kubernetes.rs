@@ -24,8 +24,8 @@
 //! - `a_failed_pod_create_leaves_nothing_behind`;
 //! - `a_pod_that_never_starts_hits_the_executor_deadline_and_is_deleted`;
 //! - `garbage_collection_removes_only_this_instances_leftovers`;
-//! - `a_run_left_behind_by_another_replica_is_replaced_and_ours_is_refused` (a replica that
-//!   died mid-run, found on the real node).
+//! - `a_run_left_behind_by_another_replica_or_by_a_cut_off_start_is_replaced` (a replica
+//!   that died mid-run, found on the real node; a start cut off by an API-server restart).
 
 use std::{
     path::{Path, PathBuf},
@@ -664,43 +664,37 @@ async fn garbage_collection_removes_only_this_instances_leftovers() {
 /// resumed the build and met the dead replica's pod and NetworkPolicy under the same
 /// deterministic run id, and retried "already exists" forever). A leftover of another
 /// executor instance is replaced — its pod deleted and waited for, its policy deleted — and
-/// the run goes on; a leftover of this very instance is refused as before.
+/// the run goes on. So is a leftover of this very instance whose start or cleanup was cut
+/// off (found by the API-server restart fault: the policy was created, the API server went
+/// away, the cleanup's delete failed, and every retry met "already exists" forever); no run
+/// of that id is live in this instance, or this run could not have started.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_run_left_behind_by_another_replica_is_replaced_and_ours_is_refused() {
+async fn a_run_left_behind_by_another_replica_or_by_a_cut_off_start_is_replaced() {
     let Some(env) = Env::start() else { return };
     let exec = env.admitted();
-
-    // Another replica's leftover: replaced, and this run's output comes back.
-    let spec = env.spec(
-        "wi-12/cycle-1/worker-a",
-        "echo '{\"ok\": true}' > /out/results.json",
-    );
-    let name = run_name(&spec.run_id);
-    env.leftover(&name, "a-replica-that-died");
-    let out = exec.run(spec, no_cancel()).await.unwrap();
-    assert_eq!(out.termination, Termination::Exited { code: 0 }, "{out:?}");
-    assert!(
-        std::fs::read_to_string(out.out_dir.join("results.json"))
-            .unwrap()
-            .contains("ok"),
-        "the replacing run's own output"
-    );
-    // The replacing run cleaned up after itself: nothing of either is left.
-    assert!(!env.pod_names().await.contains(&name));
-    assert!(!env.policy_names().await.contains(&name));
-
-    // This instance's own leftover (a run of ours, live or crashed): refused, untouched.
-    let spec = env.spec("wi-13/cycle-1/worker-a", "true");
-    let name = run_name(&spec.run_id);
-    env.leftover(&name, INSTANCE);
-    let err = exec.run(spec, no_cancel()).await.unwrap_err();
-    assert!(matches!(err, ExecutorError::Start { .. }), "{err}");
-    assert!(
-        err.to_string().contains("belongs to this executor"),
-        "{err}"
-    );
-    assert!(env.pod_names().await.contains(&name));
-    assert!(env.policy_names().await.contains(&name));
+    for (item, left_by) in [("wi-12", "a-replica-that-died"), ("wi-13", INSTANCE)] {
+        let spec = env.spec(
+            &format!("{item}/cycle-1/worker-a"),
+            "echo '{\"ok\": true}' > /out/results.json",
+        );
+        let name = run_name(&spec.run_id);
+        env.leftover(&name, left_by);
+        let out = exec.run(spec, no_cancel()).await.unwrap();
+        assert_eq!(
+            out.termination,
+            Termination::Exited { code: 0 },
+            "{left_by}: {out:?}"
+        );
+        assert!(
+            std::fs::read_to_string(out.out_dir.join("results.json"))
+                .unwrap()
+                .contains("ok"),
+            "the replacing run's own output ({left_by})"
+        );
+        // The replacing run cleaned up after itself: nothing of either is left.
+        assert!(!env.pod_names().await.contains(&name), "{left_by}");
+        assert!(!env.policy_names().await.contains(&name), "{left_by}");
+    }
 }
 
 /// Reports every container as OOM-killed (exit 137), as a node does after a
