@@ -15,8 +15,9 @@
 //! Exit status: 0 for every answer, a rejection included (it is an ordinary
 //! envelope with its stable code; a read of a missing object answers
 //! `found: false`); 1 when the store failed (`WMS_UNAVAILABLE`: nothing is
-//! known to be written; read first, then retry with the same idempotency key);
-//! 2 for unusable input or configuration (not one JSON object, an envelope with
+//! known to be written; read first, then retry with the same idempotency key,
+//! unless the message says a person must act first: a stored record that does
+//! not decode, an object the store did not write); 2 for unusable input or configuration (not one JSON object, an envelope with
 //! unknown fields, no identity, no such store). Only exit 0 prints on stdout.
 //!
 //! Pure core: [`Identity::context`] (the trusted context from configuration)
@@ -162,11 +163,20 @@ pub enum WmsError {
     /// The request document is unusable (exit 2).
     #[error(transparent)]
     Request(#[from] wire::RequestError),
-    /// The store failed (exit 1).
-    #[error(
-        "the work store failed: {0}; nothing is known to be written: read first, then retry with the same idempotency key"
-    )]
+    /// The store failed (exit 1). Its message says what to do; a transient failure
+    /// adds that a read comes first.
+    #[error("the work store failed: {0}{hint}", hint = read_first(.0))]
     Store(#[from] StoreError),
+}
+
+/// After a transient failure nothing is known to be written: read before retrying. A
+/// failure that needs a person says so itself ([`StoreError::is_transient`]).
+fn read_first(err: &StoreError) -> &'static str {
+    if err.is_transient() {
+        "; nothing is known to be written: read first"
+    } else {
+        ""
+    }
 }
 
 impl WmsError {
@@ -358,9 +368,7 @@ async fn run(args: &WmsArgs) -> Result<wire::WmsAnswer, WmsError> {
                 protobot_controller::wms_api::project_adapter_config(&client, namespace, project)
                     .await
                     .map_err(|e| {
-                        StoreError::Unavailable(format!(
-                            "failed to read Project {namespace}/{project}: {e}"
-                        ))
+                        StoreError::backend(format!("read Project {namespace}/{project}"), e)
                     })?
                     .ok_or_else(|| WmsError::Usage(format!("no Project {namespace}/{project}")))?;
             if let Some(s) = &args.materializer_subject {

@@ -65,13 +65,17 @@ pub enum LeaseLost {
         /// The rejection.
         code: Code,
     },
-    /// The store failed repeatedly; the lease may expire unseen.
+    /// The store failed repeatedly, or in a way retrying cannot fix; the lease may
+    /// expire unseen.
     #[error("lease on {work_item_id} could not be renewed: {reason}")]
     Unreachable {
         /// Work item.
         work_item_id: String,
         /// Why.
         reason: String,
+        /// Whether the failure may pass by itself ([`StoreError::is_transient`]): the
+        /// keeper tries again at the next tick only then.
+        transient: bool,
     },
 }
 
@@ -139,6 +143,7 @@ impl Claim {
         let held = self.held().ok_or_else(|| LeaseLost::Unreachable {
             work_item_id: String::new(),
             reason: "claim state poisoned".into(),
+            transient: false,
         })?;
         if *self.lost_rx.borrow() {
             return Err(LeaseLost::Rejected {
@@ -217,24 +222,26 @@ pub async fn renew_once<S: WorkStore>(
             claim
                 .failed
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            let reason = match e {
-                StoreError::Unavailable(reason)
-                | StoreError::NotFound(reason)
-                | StoreError::ObservationRejected(reason) => reason,
-                StoreError::Poisoned => "store poisoned".into(),
-            };
-            Err(LeaseLost::Unreachable {
-                work_item_id: held.work_item_id,
-                reason,
-            })
+            Err(unreachable(held.work_item_id, &e))
         }
+    }
+}
+
+/// A renewal the store could not answer.
+fn unreachable(work_item_id: String, err: &StoreError) -> LeaseLost {
+    LeaseLost::Unreachable {
+        work_item_id,
+        reason: err.to_string(),
+        transient: err.is_transient(),
     }
 }
 
 /// Renews every `lease / 3` until the claim is lost or released (`stop` true).
 /// Transient store failures are retried at the next tick; if renewals keep
 /// failing until less than one tick of lease remains, the claim is marked lost
-/// so work stops before another Job Site can take over.
+/// so work stops before another Job Site can take over. A failure that waits
+/// for a person (a record the store cannot decode, an object it did not write)
+/// marks the claim lost at once: no later renewal can succeed.
 pub async fn keep_alive<S: WorkStore>(
     store: Arc<S>,
     ctx: AuthorizationContext,
@@ -263,18 +270,143 @@ pub async fn keep_alive<S: WorkStore>(
             Err(LeaseLost::Unreachable {
                 work_item_id,
                 reason,
+                transient,
             }) => {
                 failures += 1;
-                tracing::warn!(work_item = %work_item_id, %reason, failures, "lease renewal failed");
+                tracing::warn!(work_item = %work_item_id, %reason, transient, failures, "lease renewal failed");
                 // Two missed renewals leave at most a third of the lease.
-                if failures >= 2 {
+                if failures >= 2 || !transient {
                     claim.mark_lost();
                     return Err(LeaseLost::Unreachable {
                         work_item_id,
                         reason,
+                        transient,
                     });
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use protobot_lifecycle::{
+        ApprovalRecord, AuditEvent, FencingToken, Submission, WorkItemRecord,
+    };
+    use protobot_stores::{
+        FindingRecord, Import, ItemFilter, Observation, RequestRecord, StoreError,
+    };
+
+    use super::*;
+
+    /// A store whose every call fails with what `fail` makes.
+    struct Failing {
+        fail: fn() -> StoreError,
+    }
+
+    impl WorkStore for Failing {
+        fn project_id(&self) -> String {
+            "p".into()
+        }
+        async fn execute(
+            &self,
+            _: Option<&AuthorizationContext>,
+            _: &OperationEnvelope,
+            _: Timestamp,
+        ) -> Result<ResultEnvelope, StoreError> {
+            Err((self.fail)())
+        }
+        async fn get(&self, _: &str) -> Result<Option<WorkItemRecord>, StoreError> {
+            Err((self.fail)())
+        }
+        async fn list(&self, _: &ItemFilter) -> Result<Vec<WorkItemRecord>, StoreError> {
+            Err((self.fail)())
+        }
+        async fn observe(&self, _: &str, _: Observation) -> Result<(), StoreError> {
+            Err((self.fail)())
+        }
+        async fn import(&self, _: Import) -> Result<(), StoreError> {
+            Err((self.fail)())
+        }
+        async fn findings(&self, _: &str) -> Result<Vec<FindingRecord>, StoreError> {
+            Err((self.fail)())
+        }
+        async fn audit_events(&self) -> Result<Vec<AuditEvent>, StoreError> {
+            Err((self.fail)())
+        }
+        async fn approval(&self, _: &str) -> Result<Option<ApprovalRecord>, StoreError> {
+            Err((self.fail)())
+        }
+        async fn submission(&self, _: &str) -> Result<Option<Submission>, StoreError> {
+            Err((self.fail)())
+        }
+        async fn request(&self, _: &str) -> Result<Option<RequestRecord>, StoreError> {
+            Err((self.fail)())
+        }
+    }
+
+    fn claim() -> Claim {
+        Claim::new(Held {
+            work_item_id: "wi-1".into(),
+            fencing_token: FencingToken::from("fence-1"),
+            state: State::Building,
+            contract_version: 2,
+        })
+    }
+
+    /// Runs a keeper on `store` until it gives up; how long that took.
+    async fn keep_until_lost(fail: fn() -> StoreError) -> (LeaseLost, Duration, Claim) {
+        let claim = claim();
+        let (_stop_tx, stop) = watch::channel(false);
+        let started = tokio::time::Instant::now();
+        let lost = keep_alive(
+            Arc::new(Failing { fail }),
+            AuthorizationContext::default(),
+            claim.clone(),
+            Arc::new(SystemClock),
+            Duration::from_secs(900),
+            stop,
+        )
+        .await
+        .expect_err("a keeper on a failing store gives up");
+        (lost, started.elapsed(), claim)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_transient_failure_is_retried_at_the_next_tick() {
+        let (lost, took, claim) = keep_until_lost(|| {
+            StoreError::backend(
+                "write the status of work item wi-1",
+                std::io::Error::other("connection refused"),
+            )
+        })
+        .await;
+        assert!(
+            matches!(&lost, LeaseLost::Unreachable { transient: true, reason, .. }
+                if reason.contains("connection refused")),
+            "{lost:?}"
+        );
+        assert_eq!(took, Duration::from_secs(600), "two ticks of a third each");
+        assert!(*claim.lost_signal().borrow());
+        assert_eq!(claim.renewals().failed, 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_failure_that_needs_a_person_loses_the_claim_at_once() {
+        let (lost, took, claim) = keep_until_lost(|| {
+            StoreError::undecodable(
+                "the ledger of BuildWorkItem wi-1",
+                std::io::Error::other("expected value"),
+            )
+        })
+        .await;
+        assert!(
+            matches!(&lost, LeaseLost::Unreachable { transient: false, reason, .. }
+                if reason.contains("cannot decode the ledger of BuildWorkItem wi-1")),
+            "{lost:?}"
+        );
+        assert_eq!(took, Duration::from_secs(300), "one tick");
+        assert!(*claim.lost_signal().borrow());
+        assert_eq!(claim.renewals().failed, 1);
     }
 }

@@ -27,8 +27,9 @@ pub enum AbandonError {
         /// The merge commit that landed it.
         merge: String,
     },
-    /// The store failed; nothing is known to be written (retry: the command's
-    /// idempotency key makes a retry safe).
+    /// The store failed; nothing is known to be written. When the failure is
+    /// transient ([`StoreError::is_transient`]) retry: the command's idempotency key
+    /// makes a retry safe.
     #[error("failed to abandon {work_item}: {source}")]
     Store {
         /// The item.

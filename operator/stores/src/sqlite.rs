@@ -8,9 +8,9 @@
 //! bases its decision on cannot be invalidated before the commit (the version
 //! check of a compare-and-swap store comes for free). [`WmsTxn`] is infallible,
 //! so the view records the first SQLite or decoding error, stops touching the
-//! database, and the call rolls back and fails with
-//! [`StoreError::Unavailable`] instead of committing: a call writes everything
-//! or nothing.
+//! database, and the call rolls back and fails with the [`StoreError`] that
+//! says what happened (a failed SQLite call, a stored record that does not
+//! decode) instead of committing: a call writes everything or nothing.
 //!
 //! Layout: one table per WMS record family, each record stored whole as JSON
 //! text beside the key columns it is looked up by (work items also carry their
@@ -168,8 +168,8 @@ const FINDINGS: Family = Family {
 };
 
 /// Why a SQLite operation failed; every variant names what was being done.
-/// Callers see it flattened, with its source chain, into
-/// [`StoreError::Unavailable`].
+/// Callers see it as the [`StoreError`] variant that says what happened
+/// (`From<SqliteError> for StoreError`), its source kept.
 #[derive(Debug, thiserror::Error)]
 enum SqliteError {
     #[error("failed to open the work store database {location}")]
@@ -211,7 +211,12 @@ enum SqliteError {
         source: serde_json::Error,
     },
     #[error("failed to {action}: value {value} is out of range")]
-    OutOfRange { action: String, value: String },
+    OutOfRange {
+        action: String,
+        value: String,
+        #[source]
+        source: std::num::TryFromIntError,
+    },
 }
 
 impl SqliteError {
@@ -222,21 +227,69 @@ impl SqliteError {
 }
 
 impl From<SqliteError> for StoreError {
+    /// A failed SQLite call is [`StoreError::Backend`], unless SQLite found the file
+    /// damaged or not a database at all ([`StoreError::Undecodable`]); a record that does
+    /// not decode is [`StoreError::Undecodable`]; a database of another project or of a
+    /// newer build is [`StoreError::Foreign`].
     fn from(err: SqliteError) -> StoreError {
-        StoreError::Unavailable(with_sources(&err))
+        match err {
+            SqliteError::Open { location, source } => {
+                if is_damaged(&source) {
+                    StoreError::undecodable(format!("the work store database {location}"), source)
+                } else {
+                    StoreError::backend(format!("open the work store database {location}"), source)
+                }
+            }
+            SqliteError::Sql { action, source } => {
+                if is_damaged(&source) {
+                    StoreError::undecodable(
+                        format!("the work store database (while trying to {action})"),
+                        source,
+                    )
+                } else {
+                    StoreError::backend(action, source)
+                }
+            }
+            SqliteError::SchemaTooNew { location, found } => StoreError::Foreign {
+                object: format!("the work store database {location}"),
+                conflict: format!(
+                    "has schema version {found}, newer than this build supports ({SCHEMA_VERSION})"
+                ),
+                remedy: "it was written by a newer build of protobot: open it with that build or a newer one",
+            },
+            SqliteError::WrongProject {
+                location,
+                found,
+                expected,
+            } => StoreError::Foreign {
+                object: format!("the work store database {location}"),
+                conflict: format!("belongs to project {found:?}, not {expected:?}"),
+                remedy: "it is another project's work store: open this project's own database, or name the project it belongs to",
+            },
+            SqliteError::Decode { what, key, source } => {
+                StoreError::undecodable(format!("the stored {what} {key:?}"), source)
+            }
+            // Encoding the store's own records does not fail; if it ever did, nothing
+            // was written (the transaction rolls back).
+            SqliteError::Encode { what, key, source } => {
+                StoreError::backend(format!("encode the {what} {key:?}"), source)
+            }
+            SqliteError::OutOfRange {
+                action,
+                value,
+                source,
+            } => StoreError::undecodable(format!("the number {value} (to {action})"), source),
+        }
     }
 }
 
-/// `err` followed by its source chain, `: `-separated.
-fn with_sources(err: &dyn std::error::Error) -> String {
-    let mut out = err.to_string();
-    let mut next = err.source();
-    while let Some(source) = next {
-        out.push_str(": ");
-        out.push_str(&source.to_string());
-        next = source.source();
-    }
-    out
+/// Whether SQLite reports the file itself as damaged or not a database: a person's
+/// matter, not a passing failure.
+fn is_damaged(err: &rusqlite::Error) -> bool {
+    matches!(
+        err.sqlite_error_code(),
+        Some(rusqlite::ErrorCode::DatabaseCorrupt | rusqlite::ErrorCode::NotADatabase)
+    )
 }
 
 // === impl SqliteStore ===
@@ -317,9 +370,7 @@ impl SqliteStore {
         match tokio::task::spawn_blocking(move || f(&inner)).await {
             Ok(out) => out,
             Err(join) if join.is_panic() => std::panic::resume_unwind(join.into_panic()),
-            Err(join) => Err(StoreError::Unavailable(format!(
-                "failed to run the work store call: {join}"
-            ))),
+            Err(join) => Err(StoreError::backend("run the work store call", join)),
         }
     }
 }
@@ -439,9 +490,12 @@ impl Inner {
             }
             Err(err) => match tx.rollback() {
                 Ok(()) => Err(err),
-                Err(source) => Err(StoreError::Unavailable(format!(
-                    "{err}; then failed to roll back the {action} transaction: {source}"
-                ))),
+                // The call failed, and the connection may still hold its
+                // transaction: the backend failure is the one to report.
+                Err(source) => Err(StoreError::backend(
+                    format!("roll back the {action} transaction (after: {err})"),
+                    source,
+                )),
             },
         }
     }
@@ -726,9 +780,10 @@ fn put_json<T: Serialize>(
 }
 
 fn counter_value(action: &str, value: i64) -> Result<u64, SqliteError> {
-    u64::try_from(value).map_err(|_| SqliteError::OutOfRange {
+    u64::try_from(value).map_err(|source| SqliteError::OutOfRange {
         action: action.to_string(),
         value: value.to_string(),
+        source,
     })
 }
 
@@ -910,9 +965,10 @@ impl WmsTxn for SqlTxn<'_> {
             let action = || format!("write finding {key:?}");
             let body = encode(FINDINGS, key, &finding)?;
             let sequence =
-                i64::try_from(finding.sequence).map_err(|_| SqliteError::OutOfRange {
+                i64::try_from(finding.sequence).map_err(|source| SqliteError::OutOfRange {
                     action: action(),
                     value: finding.sequence.to_string(),
+                    source,
                 })?;
             c.execute(
                 "INSERT INTO findings \
@@ -1029,11 +1085,19 @@ mod tests {
             protobot_lifecycle::State::Waiting,
             1,
         ));
-        let err = view.finish().unwrap_err();
-        assert!(
-            with_sources(&err).starts_with("failed to read approval \"a-1\": no such table"),
-            "{err}"
-        );
+        let err = StoreError::from(view.finish().unwrap_err());
+        match &err {
+            StoreError::Backend { action, source } => {
+                assert_eq!(action, "read approval \"a-1\"");
+                assert!(
+                    source
+                        .downcast_ref::<rusqlite::Error>()
+                        .is_some_and(|e| e.to_string().starts_with("no such table")),
+                    "{err}"
+                );
+            }
+            other => panic!("expected a backend failure, got {other:?}"),
+        }
         let counters: i64 = tx
             .query_row("SELECT count(*) FROM counters", [], |row| row.get(0))
             .unwrap();

@@ -2,7 +2,9 @@
 //! The Kubernetes store as an operator sees it: items are real `BuildWorkItem`
 //! objects whose typed status mirrors the ledger (what `kubectl get bwi`
 //! shows), write conflicts and server errors are handled, and fencing tokens
-//! survive a new store instance (an operator restart).
+//! survive a new store instance (an operator restart). Each failure is the
+//! `StoreError` that says what happened: a failed API call, contention, a
+//! ledger that does not decode, an object the store did not write.
 
 use jiff::{SignedDuration, Timestamp};
 use kube::Api;
@@ -15,6 +17,19 @@ use protobot_testkit::{
     faults::{FaultRule, Verb},
     server::ApiServer,
 };
+
+/// A failed API server call ([`StoreError::Backend`], transient) caused by a `kube::Error`.
+fn assert_backend_failure(err: &StoreError) {
+    assert!(
+        matches!(err, StoreError::Backend { .. }) && err.is_transient(),
+        "{err}"
+    );
+    let source = std::error::Error::source(err).expect("a backend failure has a cause");
+    assert!(
+        source.downcast_ref::<kube::Error>().is_some(),
+        "the cause is the API server's: {source:?}"
+    );
+}
 
 fn now() -> Timestamp {
     "2026-09-18T12:00:00Z".parse().unwrap()
@@ -132,7 +147,19 @@ async fn a_server_error_is_unavailable_and_writes_no_transition() {
         .execute(Some(&job_site()), &claim("k1"), now())
         .await
         .unwrap_err();
-    assert!(matches!(err, StoreError::Unavailable(_)), "{err}");
+    assert_backend_failure(&err);
+    assert!(
+        matches!(
+            std::error::Error::source(&err).and_then(|s| s.downcast_ref::<kube::Error>()),
+            Some(kube::Error::Api(status)) if status.code == 500
+        ),
+        "{err:?}"
+    );
+    assert!(
+        err.to_string()
+            .contains("failed to write the status of work item wi-1"),
+        "{err}"
+    );
     assert_eq!(
         store.get("wi-1").await.unwrap().unwrap().state,
         State::ReadyForBuilding
@@ -222,7 +249,11 @@ async fn commands_read_only_the_objects_they_touch() {
         .list(&protobot_stores::ItemFilter::default())
         .await
         .unwrap_err();
-    assert!(matches!(err, StoreError::Unavailable(_)), "{err}");
+    assert_backend_failure(&err);
+    assert!(
+        err.to_string().contains("failed to list build work items"),
+        "{err}"
+    );
     server.faults().clear();
     assert_eq!(
         store
@@ -271,9 +302,9 @@ async fn enumerating_work_items_lists_items_and_never_the_key_claims() {
     // Findings are ConfigMaps: that read lists them (by kind) and says so when
     // it cannot; so does the audit trail, which needs everything.
     let err = store.findings("run-1").await.unwrap_err();
-    assert!(matches!(err, StoreError::Unavailable(_)), "{err}");
+    assert_backend_failure(&err);
     let err = store.audit_events().await.unwrap_err();
-    assert!(matches!(err, StoreError::Unavailable(_)), "{err}");
+    assert_backend_failure(&err);
     server.faults().clear();
     assert!(store.findings("run-1").await.unwrap().is_empty());
     let claims = store
@@ -338,7 +369,11 @@ async fn key_claims_of_a_deleted_work_item_are_collected_once_old_enough() {
         .collect_orphaned_claims(later, hour)
         .await
         .unwrap_err();
-    assert!(matches!(err, StoreError::Unavailable(_)), "{err}");
+    assert_backend_failure(&err);
+    assert!(
+        err.to_string().contains("failed to delete key claim"),
+        "{err}"
+    );
     server.faults().clear();
     assert_eq!(key_claims(&server).await, 2);
 
@@ -962,4 +997,227 @@ async fn a_status_this_version_cannot_decode_is_rebuilt_from_the_ledger() {
     assert_eq!(lease.holder, "job-site-a");
     assert_eq!(lease.renew_time.0, later);
     assert_eq!(condition(&status, "Leased").last_transition_time.0, later);
+}
+
+// === failures: contention, and what needs a person ===
+
+#[tokio::test]
+async fn write_conflicts_without_end_are_contention() {
+    let server = server();
+    let store = seeded(&server).await;
+    server.faults().inject(
+        FaultRule::on(Verb::Update)
+            .resource("buildworkitems")
+            .status(409),
+    );
+    let err = store
+        .execute(Some(&job_site()), &claim("k1"), now())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            StoreError::Contention { attempts }
+                if attempts == protobot_stores::kubernetes::MAX_ATTEMPTS
+        ),
+        "{err}"
+    );
+    assert!(err.is_transient());
+    assert!(
+        err.to_string()
+            .contains("retry with the same idempotency key"),
+        "{err}"
+    );
+    assert_eq!(
+        store.get("wi-1").await.unwrap().unwrap().state,
+        State::ReadyForBuilding,
+        "no attempt committed"
+    );
+    // Once the contention is over, the same key applies once.
+    server.faults().clear();
+    let r = store
+        .execute(Some(&job_site()), &claim("k1"), now())
+        .await
+        .unwrap();
+    assert!(r.ok, "{:?}", r.error);
+    assert_eq!(
+        store.get("wi-1").await.unwrap().unwrap().contract_version,
+        2
+    );
+}
+
+#[tokio::test]
+async fn a_build_work_item_the_store_did_not_write_is_a_foreign_object() {
+    let server = server();
+    let store = seeded(&server).await;
+    // Someone copies wi-1 under the name of wi-2: the object named wi-2 holds wi-1.
+    let api: Api<BuildWorkItem> = Api::namespaced(server.client(), "default");
+    let mut copy = api.get("wi-1").await.unwrap();
+    copy.metadata = kube::api::ObjectMeta {
+        name: Some("wi-2".into()),
+        ..kube::api::ObjectMeta::default()
+    };
+    copy.status = None;
+    api.create(&kube::api::PostParams::default(), &copy)
+        .await
+        .unwrap();
+
+    let err = store.get("wi-2").await.unwrap_err();
+    match &err {
+        StoreError::Foreign {
+            object, conflict, ..
+        } => {
+            assert_eq!(object, "BuildWorkItem wi-2");
+            assert_eq!(conflict, "holds work item \"wi-1\", not \"wi-2\"");
+        }
+        other => panic!("expected a foreign object, got {other:?}"),
+    }
+    assert!(!err.is_transient());
+    assert!(err.to_string().ends_with("rename or delete it"), "{err}");
+    // A command on wi-2 fails alike and writes nothing.
+    let mut on_other = claim("k2");
+    on_other.work_item_id = "wi-2".into();
+    let err = store
+        .execute(Some(&job_site()), &on_other, now())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::Foreign { .. }), "{err}");
+    assert!(api.get("wi-2").await.unwrap().status.is_none());
+}
+
+#[tokio::test]
+async fn a_ledger_that_does_not_decode_needs_a_person_and_nothing_is_written() {
+    use kube::api::{ApiResource, DynamicObject};
+    let server = server();
+    let store = seeded(&server).await;
+    let raw: Api<DynamicObject> = Api::namespaced_with(
+        server.client(),
+        "default",
+        &ApiResource::erase::<BuildWorkItem>(&()),
+    );
+    let mut object = raw.get("wi-1").await.unwrap();
+    object.data["status"]["ledger"] = serde_json::json!("{\"record\": truncated");
+    let damaged = raw
+        .replace_status("wi-1", &kube::api::PostParams::default(), &object)
+        .await
+        .unwrap();
+
+    let err = store.get("wi-1").await.unwrap_err();
+    match &err {
+        StoreError::Undecodable { record, source } => {
+            assert_eq!(record, "the ledger of BuildWorkItem wi-1");
+            assert!(
+                source.downcast_ref::<serde_json::Error>().is_some(),
+                "{source:?}"
+            );
+        }
+        other => panic!("expected an undecodable record, got {other:?}"),
+    }
+    assert!(!err.is_transient());
+    assert!(
+        err.to_string()
+            .contains("a person must fix it, restore it from a backup or delete it"),
+        "{err}"
+    );
+    let err = store.list(&Default::default()).await.unwrap_err();
+    assert!(matches!(err, StoreError::Undecodable { .. }), "{err}");
+    let err = store
+        .execute(Some(&job_site()), &claim("k1"), now())
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::Undecodable { .. }), "{err}");
+    assert_eq!(
+        raw.get("wi-1").await.unwrap().metadata.resource_version,
+        damaged.metadata.resource_version,
+        "nothing was written"
+    );
+}
+
+#[tokio::test]
+async fn a_shard_config_map_changed_by_someone_else_is_named_by_its_object() {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    let server = server();
+    let store = seeded(&server).await;
+    let r = store
+        .execute(Some(&job_site()), &claim("k1"), now())
+        .await
+        .unwrap();
+    assert!(r.ok, "{:?}", r.error);
+    let mut other = WorkItemRecord::new("wi-2", "demo", State::ReadyForBuilding, 1);
+    other.readiness = Readiness::complete();
+    store.import(Import::Record(other)).await.unwrap();
+    let mut on_other = claim("k2");
+    on_other.work_item_id = "wi-2".into();
+
+    // The claim's fence comes from the project's counters; rewrite them by hand.
+    let maps: Api<ConfigMap> = Api::namespaced(server.client(), "default");
+    let rewrite = |id: Option<&'static str>, value: &'static str| {
+        let maps = maps.clone();
+        async move {
+            let counters = maps
+                .list(&kube::api::ListParams::default().labels("protobot.dev/wms-kind=counter"))
+                .await
+                .unwrap()
+                .items;
+            assert!(!counters.is_empty());
+            for mut cm in counters {
+                let data = cm.data.get_or_insert_with(Default::default);
+                data.insert("value".into(), value.into());
+                if let Some(id) = id {
+                    data.insert("id".into(), id.into());
+                }
+                let name = cm.metadata.name.clone().unwrap();
+                maps.replace(&name, &kube::api::PostParams::default(), &cm)
+                    .await
+                    .unwrap();
+            }
+        }
+    };
+
+    // JSON, but not a counter: the join names the shard and its ConfigMap.
+    rewrite(None, "\"seven\"").await;
+    let err = store
+        .execute(Some(&job_site()), &on_other, now())
+        .await
+        .unwrap_err();
+    match &err {
+        StoreError::Undecodable { record, .. } => assert!(
+            record.starts_with("the counter shard")
+                && record.contains(" in config map pbw-counter-"),
+            "{record}"
+        ),
+        other => panic!("expected an undecodable record, got {other:?}"),
+    }
+    assert!(!err.is_transient());
+
+    // A counter of another id under this counter's name: a foreign object.
+    rewrite(Some("another-counter"), "7").await;
+    let err = store
+        .execute(Some(&job_site()), &on_other, now())
+        .await
+        .unwrap_err();
+    match &err {
+        StoreError::Foreign {
+            object,
+            conflict,
+            remedy,
+        } => {
+            assert!(object.starts_with("config map pbw-counter-"), "{object}");
+            assert!(
+                conflict.starts_with("does not hold the counter shard"),
+                "{conflict}"
+            );
+            assert!(
+                remedy.ends_with("delete it only if the project is being rebuilt"),
+                "{remedy}"
+            );
+        }
+        other => panic!("expected a foreign object, got {other:?}"),
+    }
+    assert!(!err.is_transient());
+    assert_eq!(
+        store.get("wi-2").await.unwrap().unwrap().state,
+        State::ReadyForBuilding,
+        "nothing was claimed"
+    );
 }

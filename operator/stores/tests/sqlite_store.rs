@@ -3,12 +3,14 @@
 //!
 //! - restart: records, counters (fencing tokens, the finding sequence) and
 //!   idempotency replays survive closing and reopening the file;
-//! - refusal: a file that is not a database, an unreachable path, a newer
-//!   schema or another project's database fails `open` with a clear
+//! - refusal: a file that is not a database (`StoreError::Undecodable`), an
+//!   unreachable path (`StoreError::Backend`), a newer schema or another
+//!   project's database (`StoreError::Foreign`) fails `open` with a clear
 //!   `StoreError` and leaves the file alone;
 //! - atomicity: a call whose write or read fails mid-transaction rolls back
 //!   whole (no record, counter, audit or idempotency row survives) and fails
-//!   with `StoreError::Unavailable`;
+//!   with `StoreError::Backend` (a failed SQLite call) or
+//!   `StoreError::Undecodable` (a stored body that does not decode);
 //! - concurrency: two stores on one file (two processes) race claims and
 //!   exactly one wins;
 //! - `list` filters by state exactly like the in-memory backend.
@@ -100,10 +102,43 @@ fn finding(key: &str, producer_key: &str) -> OperationEnvelope {
     }
 }
 
-fn unavailable(result: Result<impl std::fmt::Debug, StoreError>) -> String {
+/// The message of a failed SQLite call ([`StoreError::Backend`], transient).
+fn backend_failure(result: Result<impl std::fmt::Debug, StoreError>) -> String {
     match result {
-        Err(StoreError::Unavailable(message)) => message,
-        other => panic!("expected StoreError::Unavailable, got {other:?}"),
+        Err(err @ StoreError::Backend { .. }) => {
+            assert!(err.is_transient(), "{err}");
+            let source = std::error::Error::source(&err).expect("a backend failure has a cause");
+            assert!(
+                source.downcast_ref::<rusqlite::Error>().is_some(),
+                "the cause is SQLite's: {source:?}"
+            );
+            err.to_string()
+        }
+        other => panic!("expected StoreError::Backend, got {other:?}"),
+    }
+}
+
+/// The message of a stored record that does not decode ([`StoreError::Undecodable`],
+/// for a person).
+fn undecodable(result: Result<impl std::fmt::Debug, StoreError>) -> String {
+    match result {
+        Err(err @ StoreError::Undecodable { .. }) => {
+            assert!(!err.is_transient(), "{err}");
+            err.to_string()
+        }
+        other => panic!("expected StoreError::Undecodable, got {other:?}"),
+    }
+}
+
+/// The message of a database that is not this store's ([`StoreError::Foreign`], for a
+/// person).
+fn foreign(result: Result<impl std::fmt::Debug, StoreError>) -> String {
+    match result {
+        Err(err @ StoreError::Foreign { .. }) => {
+            assert!(!err.is_transient(), "{err}");
+            err.to_string()
+        }
+        other => panic!("expected StoreError::Foreign, got {other:?}"),
     }
 }
 
@@ -204,15 +239,17 @@ async fn a_file_that_is_not_a_database_is_refused_and_left_alone() {
     let garbage = b"this is not a SQLite database, just some bytes\n".repeat(200);
     std::fs::write(&path, &garbage).unwrap();
 
-    let message = unavailable(SqliteStore::open(
+    let message = undecodable(SqliteStore::open(
         &path,
         conformance::PROJECT,
         conformance::config(),
     ));
     assert!(
-        message.contains("failed to open the work store database")
-            && message.contains(&path.display().to_string())
-            && message.contains("not a database"),
+        message.contains(&format!(
+            "cannot decode the work store database {}",
+            path.display()
+        )) && message.contains("not a database")
+            && message.contains("a person must fix it"),
         "{message}"
     );
     assert_eq!(
@@ -226,7 +263,7 @@ async fn a_file_that_is_not_a_database_is_refused_and_left_alone() {
 async fn a_path_in_a_missing_directory_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("missing").join("wms.sqlite3");
-    let message = unavailable(SqliteStore::open(
+    let message = backend_failure(SqliteStore::open(
         &path,
         conformance::PROJECT,
         conformance::config(),
@@ -249,13 +286,15 @@ async fn a_database_written_by_a_newer_build_is_refused() {
         .pragma_update(None, "user_version", newer)
         .unwrap();
 
-    let message = unavailable(SqliteStore::open(
+    let message = foreign(SqliteStore::open(
         &path,
         conformance::PROJECT,
         conformance::config(),
     ));
     assert!(
-        message.contains(&format!("schema version {newer} is newer")),
+        message.contains(&format!(
+            "has schema version {newer}, newer than this build supports ({SCHEMA_VERSION})"
+        )) && message.contains("open it with that build or a newer one"),
         "{message}"
     );
 }
@@ -265,13 +304,14 @@ async fn a_database_of_another_project_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let path = db_path(&dir);
     drop(open(&path));
-    let message = unavailable(SqliteStore::open(
+    let message = foreign(SqliteStore::open(
         &path,
         "another-project",
         conformance::config(),
     ));
     assert!(
-        message.contains("belongs to project \"fixture-project\", not \"another-project\""),
+        message.contains("belongs to project \"fixture-project\", not \"another-project\"")
+            && message.contains("it is another project's work store"),
         "{message}"
     );
 }
@@ -311,7 +351,7 @@ async fn a_failed_write_rolls_back_the_whole_call() {
     )
     .unwrap();
     let ctx = h.ctx(Role::JobSite);
-    let message = unavailable(
+    let message = backend_failure(
         h.store
             .execute(Some(&ctx), &claim(1, "claim-1"), h.now)
             .await,
@@ -350,22 +390,22 @@ async fn a_corrupt_stored_record_fails_reads_and_commands_without_writing() {
     .unwrap();
     let before = row_counts(&db);
 
-    let message = unavailable(h.store.get("wi-1").await);
+    let message = undecodable(h.store.get("wi-1").await);
     assert!(
-        message.contains("failed to decode the stored work item \"wi-1\""),
+        message.contains("cannot decode the stored work item \"wi-1\""),
         "{message}"
     );
-    let message = unavailable(h.store.list(&ItemFilter::default()).await);
+    let message = undecodable(h.store.list(&ItemFilter::default()).await);
     assert!(message.contains("\"wi-1\""), "{message}");
 
     let ctx = h.ctx(Role::JobSite);
-    let message = unavailable(
+    let message = undecodable(
         h.store
             .execute(Some(&ctx), &claim(1, "claim-1"), h.now)
             .await,
     );
     assert!(
-        message.contains("failed to decode the stored work item \"wi-1\""),
+        message.contains("cannot decode the stored work item \"wi-1\""),
         "{message}"
     );
     assert_eq!(
@@ -398,13 +438,13 @@ async fn failed_imports_and_observations_write_nothing() {
         id: "approval-1".into(),
         ..ApprovalRecord::default()
     };
-    let message = unavailable(store.import(Import::Approval(approval)).await);
+    let message = backend_failure(store.import(Import::Approval(approval)).await);
     assert!(
         message.contains("failed to write approval \"approval-1\"")
             && message.contains("approvals refuse writes"),
         "{message}"
     );
-    let message = unavailable(
+    let message = backend_failure(
         store
             .observe(
                 "wi-1",

@@ -95,8 +95,10 @@ impl Snapshot {
 }
 
 enum WriteError {
+    /// A `resourceVersion` precondition or a create lost to another writer: re-run.
     Conflict,
-    Failed(String),
+    /// Anything else: the call fails with it.
+    Failed(StoreError),
 }
 
 fn digest(s: &str) -> String {
@@ -142,10 +144,13 @@ fn decode_config_map(cm: ConfigMap) -> Result<Option<(ShardId, Value, Loaded)>, 
         return Ok(None);
     };
     let value: Value = serde_json::from_str(value).map_err(|e| {
-        StoreError::Unavailable(format!(
-            "failed to decode config map {:?}: {e}",
-            cm.metadata.name
-        ))
+        StoreError::undecodable(
+            format!(
+                "the value of config map {}",
+                cm.metadata.name.as_deref().unwrap_or("(unnamed)")
+            ),
+            e,
+        )
     })?;
     let loaded = Loaded {
         name: cm.metadata.name.clone().unwrap_or_default(),
@@ -165,21 +170,17 @@ fn decode_config_map(cm: ConfigMap) -> Result<Option<(ShardId, Value, Loaded)>, 
 fn decode_item(raw: DynamicObject) -> Result<(String, Option<Value>, Loaded), StoreError> {
     let name = raw.metadata.name.clone().unwrap_or_default();
     let spec: BuildWorkItemSpec =
-        serde_json::from_value(raw.data.get("spec").cloned().unwrap_or(Value::Null)).map_err(
-            |e| {
-                StoreError::Unavailable(format!(
-                    "BuildWorkItem {name} has a spec the work store cannot read ({e}); it was not written by the work store: fix or delete it"
-                ))
-            },
-        )?;
+        serde_json::from_value(raw.data.get("spec").cloned().unwrap_or(Value::Null))
+            .map_err(|e| StoreError::undecodable(format!("the spec of BuildWorkItem {name}"), e))?;
     let id = spec.work_item_id.clone();
     let raw_status = raw.data.get("status");
     // An item created but never given its ledger (a crash between the create
     // and the status write) holds nothing yet.
     let value = match status::raw_ledger(raw_status) {
-        Some(ledger) => Some(serde_json::from_str(ledger).map_err(|e| {
-            StoreError::Unavailable(format!("failed to decode the ledger of {id}: {e}"))
-        })?),
+        Some(ledger) => Some(
+            serde_json::from_str(ledger)
+                .map_err(|e| StoreError::undecodable(ledger_record(&name, &id), e))?,
+        ),
         None => None,
     };
     // A mirror this version cannot decode is rebuilt from the ledger by the next write.
@@ -195,11 +196,26 @@ fn decode_item(raw: DynamicObject) -> Result<(String, Option<Value>, Loaded), St
     Ok((id, value, loaded))
 }
 
+/// Which record a work item's ledger is, for [`StoreError::Undecodable`].
+fn ledger_record(name: &str, id: &str) -> String {
+    if name == id {
+        format!("the ledger of BuildWorkItem {name}")
+    } else {
+        format!("the ledger of BuildWorkItem {name} (work item {id:?})")
+    }
+}
+
 fn kube_error(what: &str, e: kube::Error) -> WriteError {
     match &e {
         kube::Error::Api(s) if s.code == 409 => WriteError::Conflict,
-        _ => WriteError::Failed(format!("failed to {what}: {e}")),
+        _ => WriteError::Failed(StoreError::backend(what, e)),
     }
+}
+
+/// A failure to encode what the store is about to write (never expected: the values
+/// come from the store's own serialization).
+fn encode_error(what: String, e: serde_json::Error) -> WriteError {
+    WriteError::Failed(StoreError::backend(what, e))
 }
 
 impl KubeStore {
@@ -272,23 +288,18 @@ impl KubeStore {
                     shards.insert((Kind::Item, id), value);
                 }
                 Err(e) => {
-                    return Some(Err(StoreError::Unavailable(format!(
-                        "failed to decode the ledger of {id}: {e}"
-                    ))));
+                    let name = item.metadata.name.as_deref().unwrap_or_default();
+                    return Some(Err(StoreError::undecodable(ledger_record(name, &id), e)));
                 }
             }
         }
-        Some(
-            shard::join(&self.project, &shards)
-                .map(|state| {
-                    state
-                        .records
-                        .into_values()
-                        .filter(|r| filter.matches(r))
-                        .collect()
-                })
-                .map_err(|e| StoreError::Unavailable(e.to_string())),
-        )
+        Some(self.join(&shards).map(|state| {
+            state
+                .records
+                .into_values()
+                .filter(|r| filter.matches(r))
+                .collect()
+        }))
     }
 
     fn config_maps(&self) -> Api<ConfigMap> {
@@ -321,6 +332,22 @@ impl KubeStore {
         )
     }
 
+    /// Joins loaded shards; a shard that does not decode is named by its object.
+    fn join(&self, shards: &BTreeMap<ShardId, Value>) -> Result<WmsState, StoreError> {
+        shard::join(&self.project, shards).map_err(|e| {
+            let record = match e.kind {
+                Kind::Item => ledger_record(&item_name(&e.id), &e.id),
+                kind => format!(
+                    "the {} shard {:?} in config map {}",
+                    kind.as_str(),
+                    e.id,
+                    self.config_map_name(kind, &e.id)
+                ),
+            };
+            StoreError::undecodable(record, e.source)
+        })
+    }
+
     /// Lists the whole project (for calls that enumerate).
     async fn load_everything(&self) -> Result<Snapshot, StoreError> {
         let mut snapshot = self.load(Some(None), true).await?;
@@ -333,9 +360,8 @@ impl KubeStore {
     /// when `items`. Key claims (one per command, kept forever) are only listed when a call
     /// needs everything, so enumerating work items costs what the items cost.
     async fn load(&self, maps: Option<Option<Kind>>, items: bool) -> Result<Snapshot, StoreError> {
-        let unavailable = |what: &str, e: kube::Error| {
-            StoreError::Unavailable(format!("failed to list {what}: {e}"))
-        };
+        let unavailable =
+            |what: &str, e: kube::Error| StoreError::backend(format!("list {what}"), e);
         let mut snapshot = Snapshot::default();
         if let Some(kind) = maps {
             let selector = match kind {
@@ -406,9 +432,8 @@ impl KubeStore {
     /// One shard by name: `None` when its object does not exist.
     async fn fetch_one(&self, id: &ShardId) -> Result<Option<(Option<Value>, Loaded)>, StoreError> {
         let (kind, wms_id) = id;
-        let unavailable = |what: String, e: kube::Error| {
-            StoreError::Unavailable(format!("failed to read {what}: {e}"))
-        };
+        let unavailable =
+            |what: String, e: kube::Error| StoreError::backend(format!("read {what}"), e);
         if *kind == Kind::Item {
             let name = item_name(wms_id);
             let Some(object) = self
@@ -421,9 +446,11 @@ impl KubeStore {
             };
             let (found, value, loaded) = decode_item(object)?;
             if &found != wms_id {
-                return Err(StoreError::Unavailable(format!(
-                    "BuildWorkItem {name} holds work item {found:?}, not {wms_id:?}; an object of that name was created by something other than the work store: rename or delete it"
-                )));
+                return Err(StoreError::Foreign {
+                    object: format!("BuildWorkItem {name}"),
+                    conflict: format!("holds work item {found:?}, not {wms_id:?}"),
+                    remedy: "an object of that name was created by something other than the work store: rename or delete it",
+                });
             }
             return Ok(Some((value, loaded)));
         }
@@ -438,10 +465,11 @@ impl KubeStore {
         };
         match decode_config_map(cm)? {
             Some((found, value, loaded)) if &found == id => Ok(Some((Some(value), loaded))),
-            _ => Err(StoreError::Unavailable(format!(
-                "config map {name} does not hold the {} shard {wms_id:?}; it was changed by something other than the work store: delete it only if the project is being rebuilt",
-                kind.as_str()
-            ))),
+            _ => Err(StoreError::Foreign {
+                object: format!("config map {name}"),
+                conflict: format!("does not hold the {} shard {wms_id:?}", kind.as_str()),
+                remedy: "it was changed by something other than the work store: delete it only if the project is being rebuilt",
+            }),
         }
     }
 
@@ -477,8 +505,7 @@ impl KubeStore {
             let mut reread: BTreeSet<ShardId> = BTreeSet::new();
             let (out, after) = loop {
                 self.reread_stale_claims(&mut snapshot, &mut reread).await?;
-                let state = shard::join(&self.project, &snapshot.shards)
-                    .map_err(|e| StoreError::Unavailable(e.to_string()))?;
+                let state = self.join(&snapshot.shards)?;
                 let mut view = Partial::new(state, &snapshot.known, snapshot.everything);
                 let out = f(&mut view);
                 let (state, need) = view.finish();
@@ -514,12 +541,12 @@ impl KubeStore {
                     hint = snapshot.known;
                     tokio::task::yield_now().await
                 }
-                Err(WriteError::Failed(reason)) => return Err(StoreError::Unavailable(reason)),
+                Err(WriteError::Failed(err)) => return Err(err),
             }
         }
-        Err(StoreError::Unavailable(format!(
-            "gave up after {MAX_ATTEMPTS} write conflicts; the project is under heavy contention, retry with the same idempotency key"
-        )))
+        Err(StoreError::Contention {
+            attempts: MAX_ATTEMPTS,
+        })
     }
 
     /// Reads again, once per call, each claim that was read just before its
@@ -592,7 +619,7 @@ impl KubeStore {
             .map(|l| l.name.clone())
             .unwrap_or_else(|| self.config_map_name(kind, id));
         let body = serde_json::to_string(value)
-            .map_err(|e| WriteError::Failed(format!("failed to encode {name}: {e}")))?;
+            .map_err(|e| encode_error(format!("encode config map {name}"), e))?;
         let cm: ConfigMap = serde_json::from_value(json!({
             "apiVersion": "v1",
             "kind": "ConfigMap",
@@ -608,7 +635,7 @@ impl KubeStore {
             },
             "data": {"id": id, "value": body},
         }))
-        .map_err(|e| WriteError::Failed(format!("failed to build config map {name}: {e}")))?;
+        .map_err(|e| encode_error(format!("build config map {name}"), e))?;
         let api = self.config_maps();
         let pp = PostParams {
             field_manager: Some("protobot-work-store".into()),
@@ -636,7 +663,7 @@ impl KubeStore {
         now: Option<Timestamp>,
     ) -> Result<(), WriteError> {
         let item: shard::ItemShard = serde_json::from_value(value.clone())
-            .map_err(|e| WriteError::Failed(format!("failed to encode the ledger of {id}: {e}")))?;
+            .map_err(|e| encode_error(format!("encode the ledger of {id}"), e))?;
         let Some(record) = item.record.as_ref() else {
             return Ok(());
         };
@@ -653,7 +680,7 @@ impl KubeStore {
                 .map_err(|e| kube_error(&format!("create work item {id}"), e))?,
         };
         let ledger = serde_json::to_string(value)
-            .map_err(|e| WriteError::Failed(format!("failed to encode the ledger of {id}: {e}")))?;
+            .map_err(|e| encode_error(format!("encode the ledger of {id}"), e))?;
         let clock = status::StatusClock {
             now,
             lease_seconds: if self.cfg.lease_seconds > 0 {
@@ -670,7 +697,12 @@ impl KubeStore {
             object.metadata.generation,
             clock,
         )
-        .map_err(|e| WriteError::Failed(e.to_string()))?;
+        .map_err(|e| {
+            WriteError::Failed(StoreError::undecodable(
+                format!("the record of work item {id:?}"),
+                e,
+            ))
+        })?;
         object.status = Some(written);
         let name = object
             .metadata
@@ -923,7 +955,7 @@ impl KubeStore {
             .config_maps()
             .list(&ListParams::default().labels(&selector))
             .await
-            .map_err(|e| StoreError::Unavailable(format!("failed to list key claims: {e}")))?;
+            .map_err(|e| StoreError::backend("list key claims", e))?;
         let min_age = jiff::SignedDuration::try_from(min_age).unwrap_or(jiff::SignedDuration::MAX);
         let mut report = OrphanedClaims::default();
         let mut item_exists: BTreeMap<String, bool> = BTreeMap::new();
@@ -946,9 +978,7 @@ impl KubeStore {
                         .raw_item_api()
                         .get_opt(&item_name(&home))
                         .await
-                        .map_err(|e| {
-                            StoreError::Unavailable(format!("failed to read work item {home}: {e}"))
-                        })?
+                        .map_err(|e| StoreError::backend(format!("read work item {home}"), e))?
                         .is_some();
                     item_exists.insert(home.clone(), exists);
                     exists
@@ -974,10 +1004,10 @@ impl KubeStore {
                 Ok(_) => report.deleted += 1,
                 Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => report.raced += 1,
                 Err(e) => {
-                    return Err(StoreError::Unavailable(format!(
-                        "failed to delete key claim {}: {e}",
-                        loaded.name
-                    )));
+                    return Err(StoreError::backend(
+                        format!("delete key claim {}", loaded.name),
+                        e,
+                    ));
                 }
             }
         }
@@ -989,8 +1019,7 @@ impl KubeStore {
     /// The whole project, joined.
     async fn state(&self) -> Result<WmsState, StoreError> {
         let snapshot = self.load_everything().await?;
-        shard::join(&self.project, &snapshot.shards)
-            .map_err(|e| StoreError::Unavailable(e.to_string()))
+        self.join(&snapshot.shards)
     }
 
     /// The state joined from part of the project (see [`Self::load`]).
@@ -1000,16 +1029,14 @@ impl KubeStore {
         items: bool,
     ) -> Result<WmsState, StoreError> {
         let snapshot = self.load(maps, items).await?;
-        shard::join(&self.project, &snapshot.shards)
-            .map_err(|e| StoreError::Unavailable(e.to_string()))
+        self.join(&snapshot.shards)
     }
 
     /// The state joined from one shard and what its join depends on.
     async fn targeted(&self, id: ShardId) -> Result<WmsState, StoreError> {
         let mut snapshot = Snapshot::default();
         self.fetch(&mut snapshot, BTreeSet::from([id])).await?;
-        shard::join(&self.project, &snapshot.shards)
-            .map_err(|e| StoreError::Unavailable(e.to_string()))
+        self.join(&snapshot.shards)
     }
 }
 

@@ -465,23 +465,24 @@ pub fn archive_targets(shards: &BTreeMap<ShardId, Value>) -> BTreeSet<ShardId> {
         .collect()
 }
 
-/// Why loaded shards could not be joined.
+/// Why loaded shards could not be joined: one of them does not decode.
 #[derive(Debug, thiserror::Error)]
-#[error("failed to decode the {kind:?} shard {id}: {reason}")]
+#[error("failed to decode the {kind:?} shard {id}")]
 pub struct JoinError {
     /// Kind.
     pub kind: Kind,
     /// Id.
     pub id: String,
     /// Why.
-    pub reason: String,
+    #[source]
+    pub source: serde_json::Error,
 }
 
 fn decode<T: serde::de::DeserializeOwned>(kind: Kind, id: &str, v: &Value) -> Result<T, JoinError> {
-    serde_json::from_value(v.clone()).map_err(|e| JoinError {
+    serde_json::from_value(v.clone()).map_err(|source| JoinError {
         kind,
         id: id.to_string(),
-        reason: e.to_string(),
+        source,
     })
 }
 
