@@ -456,7 +456,8 @@ pub async fn run_forged(
     let projects = crate::drive::scoped_api::<Project>(ctx.client.clone(), namespace.as_deref());
     // At most `materializations()` ChangeSets are reconciled at once. A materialization
     // reads and validates the project's spec store at the merge commit on the blocking pool
-    // (CPU-bound, O(size of the store)); unbounded, a flood of 1,000 ChangeSets ran 1,000 of
+    // (CPU-bound, O(size of the store) on a cache miss; the cache below makes it once per
+    // commit); unbounded, a flood of 1,000 ChangeSets ran 1,000 of
     // them side by side on 2 cores, none finished within minutes and the process grew past
     // 600 MiB (docs/capacity.md). Bounded, they finish one after another at the machine's pace.
     let controller = kube::runtime::Controller::new(api, kube::runtime::watcher::Config::default())
