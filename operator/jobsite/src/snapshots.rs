@@ -666,15 +666,18 @@ mod tests {
     fn concurrent_lookups_of_one_commit_read_it_once() {
         let cache = Arc::new(SnapshotCache::default());
         let reads = Arc::new(AtomicU64::new(0));
+        // The four start together; whichever reads, the others wait for it or hit.
+        let start = Arc::new(std::sync::Barrier::new(4));
         let threads: Vec<_> = (0..4)
             .map(|_| {
-                let (cache, reads) = (Arc::clone(&cache), Arc::clone(&reads));
+                let (cache, reads, start) =
+                    (Arc::clone(&cache), Arc::clone(&reads), Arc::clone(&start));
                 std::thread::spawn(move || {
+                    start.wait();
                     cache
                         .get_or_read(oid(7), || {
                             reads.fetch_add(1, Ordering::SeqCst);
-                            std::thread::sleep(std::time::Duration::from_millis(50));
-                            Ok::<_, ()>(sized(10))
+                            Ok::<_, ()>(related())
                         })
                         .is_ok()
                 })
