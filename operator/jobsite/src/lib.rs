@@ -39,6 +39,7 @@ pub mod sanitizer;
 #[cfg(feature = "test-support")]
 pub mod scripted;
 pub mod site;
+pub mod snapshots;
 #[cfg(feature = "test-support")]
 pub mod testing;
 pub mod triage;

@@ -8,19 +8,21 @@
 //! alone), reads the manifest and the requirement store *at that commit*
 //! through the spec store (no checkout), reruns impact analysis and `check`,
 //! and returns [`ChangeSetFacts`]. It never writes to the repository.
+//!
+//! What it decodes at a commit (the store, its validation, the test catalog) is
+//! a pure function of the commit: [`read_facts_with`] and [`read_bug_facts_with`]
+//! take it from a [`SnapshotCache`] the caller holds, so a burst of
+//! registrations merged together decodes and validates the store once, not once
+//! per change set. [`read_facts`] and [`read_bug_facts`] use a cache of their
+//! own, for one call.
 
-use std::path::Path;
+use std::{path::Path, sync::Arc};
 
-use protobot_spec::{
-    git::Git,
-    impact,
-    model::StoreKind,
-    snapshot,
-    validate::{Scope, validate},
-};
+use protobot_spec::{git::Git, impact, model::StoreKind, snapshot};
 
-use crate::contract::{
-    Action, AssessmentStatus, BugFacts, ChangeSetFacts, Disposition, ImpactEntry,
+use crate::{
+    contract::{Action, AssessmentStatus, BugFacts, ChangeSetFacts, Disposition, ImpactEntry},
+    snapshots::{SnapshotAt, SnapshotCache},
 };
 
 /// A registration to materialize.
@@ -129,16 +131,23 @@ pub struct BugIntake {
 /// analysis (as for a change set revising them, scoped by the report) marks
 /// every candidate applicable.
 pub fn read_bug_facts(workdir: &Path, bug: &BugIntake) -> Result<BugFacts, MaterializeError> {
+    read_bug_facts_with(workdir, bug, &SnapshotCache::default())
+}
+
+/// [`read_bug_facts`], taking what it decodes at the head from `cache` (and keeping it there).
+pub fn read_bug_facts_with(
+    workdir: &Path,
+    bug: &BugIntake,
+    cache: &SnapshotCache,
+) -> Result<BugFacts, MaterializeError> {
     let repo = git2::Repository::open(workdir).map_err(|e| repo_error(workdir, e))?;
     let branch_ref = format!("refs/heads/{}", bug.default_branch);
     let head = repo
         .refname_to_id(&branch_ref)
         .map_err(|e| repo_error(workdir, format!("no {branch_ref}: {e}")))?;
     let git = Git::discover(workdir).map_err(|f| repo_error(workdir, f.message))?;
-    let vfs = git
-        .commit_vfs(head)
-        .map_err(|f| repo_error(workdir, f.message))?;
-    let snap = snapshot::open(vfs).map_err(|f| repo_error(workdir, f.message))?;
+    let at = snapshot_at(cache, workdir, &repo, &git, head)?;
+    let snap = at.snapshot();
     let requirements: Vec<&protobot_spec::model::Requirement> =
         snap.requirements.iter().map(|r| &r.record).collect();
     let mut interfaces = std::collections::BTreeSet::new();
@@ -184,7 +193,7 @@ pub fn read_bug_facts(workdir: &Path, bug: &BugIntake) -> Result<BugFacts, Mater
         })
         .collect();
     Ok(BugFacts {
-        touched_paths: touched_paths(&repo, head, &bug.violated_requirement_ids),
+        touched_paths: at.touched_paths(&bug.violated_requirement_ids),
         project_id: bug.project_id.clone(),
         bug_id: bug.bug_id.clone(),
         spec_commit: head.to_string(),
@@ -202,32 +211,45 @@ fn repo_error(path: &Path, reason: impl std::fmt::Display) -> MaterializeError {
     }
 }
 
-/// Files of the test-catalog entries at `commit` that verify any of
-/// `requirements`: what a build of them is expected to touch (a dispatch hint,
-/// so a missing or malformed catalog gives none; the build reports it).
-fn touched_paths(
-    repo: &git2::Repository,
-    commit: git2::Oid,
-    requirements: &[String],
-) -> Vec<String> {
-    let text = repo
-        .find_commit(commit)
+/// The text of the test catalog at `commit`, if it has one that is UTF-8 (a
+/// dispatch hint: a missing or malformed catalog gives no touched paths; the build
+/// reports it).
+fn catalog_text(repo: &git2::Repository, commit: git2::Oid) -> Option<String> {
+    repo.find_commit(commit)
         .and_then(|c| c.tree())
         .and_then(|t| t.get_path(Path::new(protobot_repo::catalog::CATALOG_PATH)))
         .and_then(|e| repo.find_blob(e.id()))
         .ok()
-        .and_then(|b| String::from_utf8(b.content().to_vec()).ok());
-    let Some(entries) = text.and_then(|t| protobot_repo::catalog::parse_catalog(&t).ok()) else {
-        return Vec::new();
-    };
-    let mut paths: Vec<String> = entries
-        .into_iter()
-        .filter(|e| e.verifies.iter().any(|v| requirements.contains(v)))
-        .flat_map(|e| e.paths)
-        .collect();
-    paths.sort();
-    paths.dedup();
-    paths
+        .and_then(|b| String::from_utf8(b.content().to_vec()).ok())
+}
+
+/// The spec store and test catalog at `commit` of the repository at `workdir`,
+/// from `cache` or read (and kept there): for callers that read more of the
+/// project at a registration's commit.
+pub fn snapshot_at_commit(
+    workdir: &Path,
+    commit: git2::Oid,
+    cache: &SnapshotCache,
+) -> Result<Arc<SnapshotAt>, MaterializeError> {
+    let git = Git::discover(workdir).map_err(|f| repo_error(workdir, f.message))?;
+    snapshot_at(cache, workdir, &git.repo, &git, commit)
+}
+
+/// The spec store and test catalog at `commit`, from `cache` or read (and kept there).
+fn snapshot_at(
+    cache: &SnapshotCache,
+    workdir: &Path,
+    repo: &git2::Repository,
+    git: &Git,
+    commit: git2::Oid,
+) -> Result<Arc<SnapshotAt>, MaterializeError> {
+    cache.get_or_read(commit, || {
+        let vfs = git
+            .commit_vfs(commit)
+            .map_err(|f| repo_error(workdir, f.message))?;
+        let snap = snapshot::open(vfs).map_err(|f| repo_error(workdir, f.message))?;
+        Ok(SnapshotAt::new(snap, catalog_text(repo, commit).as_deref()))
+    })
 }
 
 /// A branch (local or remote-tracking) whose head holds the manifest of
@@ -247,19 +269,26 @@ fn branch_holding(repo: &git2::Repository, change_set_id: &str, store_dir: &str)
 
 /// Reads the facts of a registration from the work tree at `workdir`.
 pub fn read_facts(workdir: &Path, reg: &Registration) -> Result<ChangeSetFacts, MaterializeError> {
+    read_facts_with(workdir, reg, &SnapshotCache::default())
+}
+
+/// [`read_facts`], taking what it decodes at the default branch's head and at the merge
+/// commit from `cache` (and keeping it there): the same facts, whatever the cache holds.
+pub fn read_facts_with(
+    workdir: &Path,
+    reg: &Registration,
+    cache: &SnapshotCache,
+) -> Result<ChangeSetFacts, MaterializeError> {
     let repo = git2::Repository::open(workdir).map_err(|e| repo_error(workdir, e))?;
     let branch_ref = format!("refs/heads/{}", reg.default_branch);
     let head = repo
         .refname_to_id(&branch_ref)
         .map_err(|e| repo_error(workdir, format!("no {branch_ref}: {e}")))?;
     let git = Git::discover(workdir).map_err(|f| repo_error(workdir, f.message))?;
-    let at = |oid: git2::Oid| -> Result<snapshot::Snapshot, MaterializeError> {
-        let vfs = git
-            .commit_vfs(oid)
-            .map_err(|f| repo_error(workdir, f.message))?;
-        snapshot::open(vfs).map_err(|f| repo_error(workdir, f.message))
-    };
-    let store_dir = at(head)?.project.store_dir(StoreKind::ChangeSets);
+    let store_dir = snapshot_at(cache, workdir, &repo, &git, head)?
+        .snapshot()
+        .project
+        .store_dir(StoreKind::ChangeSets);
     let approved = protobot_repo::land::approved_merge(
         &repo,
         &branch_ref,
@@ -298,18 +327,18 @@ pub fn read_facts(workdir: &Path, reg: &Registration) -> Result<ChangeSetFacts, 
         });
     }
     let merge = git2::Oid::from_str(&approved.merge_commit).map_err(|e| repo_error(workdir, e))?;
-    let snap = at(merge)?;
-    let cs = snap
+    let at = snapshot_at(cache, workdir, &repo, &git, merge)?;
+    let cs = at
+        .snapshot()
         .change_set(&reg.change_set_id)
         .map(|r| r.record.clone())
         .ok_or_else(|| MaterializeError::MissingManifest(reg.change_set_id.clone()))?;
-    let requirements: Vec<_> = snap.requirements.iter().map(|r| &r.record).collect();
-    let assessment_status = match impact::status(&cs, requirements.iter().copied()) {
+    let assessment_status = match at.impact_status(&cs) {
         impact::Status::Complete => AssessmentStatus::Complete,
         impact::Status::Incomplete => AssessmentStatus::Incomplete,
         impact::Status::Stale => AssessmentStatus::Stale,
     };
-    let diagnostics = validate(&snap, &Scope::default());
+    let diagnostics = at.diagnostics();
     let unresolved_references = diagnostics
         .iter()
         .filter(|d| d.code.starts_with("reference."))
@@ -348,7 +377,7 @@ pub fn read_facts(workdir: &Path, reg: &Registration) -> Result<ChangeSetFacts, 
         .filter(|op| op.action != "retire")
         .map(|op| op.requirement_id.clone())
         .collect();
-    let touched_paths = touched_paths(&repo, merge, &changed);
+    let touched_paths = at.touched_paths(&changed);
     Ok(ChangeSetFacts {
         touched_paths,
         project_id: reg.project_id.clone(),

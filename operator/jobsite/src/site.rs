@@ -148,6 +148,9 @@ pub struct RegisteredContracts {
     footprints: std::sync::Mutex<std::collections::BTreeMap<String, Declared>>,
     /// Where bug intakes are recorded.
     bugs: Option<Box<dyn crate::intake::BugIntakes>>,
+    /// The spec stores decoded at the commits read (a contract rebuilt is a pure
+    /// function of its merge commit).
+    snapshots: Arc<crate::snapshots::SnapshotCache>,
 }
 
 impl RegisteredContracts {
@@ -159,7 +162,18 @@ impl RegisteredContracts {
             default_branch: default_branch.to_string(),
             footprints: std::sync::Mutex::new(Default::default()),
             bugs: None,
+            snapshots: Arc::default(),
         }
+    }
+
+    /// Reads the spec stores through `snapshots` (shared with the process's other
+    /// materializations) instead of a cache of its own.
+    pub fn with_snapshots(
+        mut self,
+        snapshots: Arc<crate::snapshots::SnapshotCache>,
+    ) -> RegisteredContracts {
+        self.snapshots = snapshots;
+        self
     }
 
     /// Also rebuilds bug contracts from the intakes recorded in `bugs` (an
@@ -220,8 +234,9 @@ impl ContractSource for RegisteredContracts {
             depends_on: record.dependencies.iter().map(|d| d.id.clone()).collect(),
             priority: record.priority.clone(),
         };
-        let facts = crate::materializer::read_facts(&self.repo, &registration)
-            .map_err(|e| e.to_string())?;
+        let facts =
+            crate::materializer::read_facts_with(&self.repo, &registration, &self.snapshots)
+                .map_err(|e| e.to_string())?;
         let contract = crate::contract::build(&crate::contract::Intake::ChangeSet(facts))
             .map_err(|e| e.to_string())?;
         if contract.work_item_id != record.id {

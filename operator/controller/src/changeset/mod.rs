@@ -13,6 +13,10 @@
 //! A ChangeSet whose project, commit or manifest is wrong records why on its
 //! status and waits for a change (no retry storm); a repository or API failure
 //! requeues with backoff.
+//!
+//! Every reconcile of the controller reads the spec store through one
+//! [`SnapshotCache`]: a commit's store is decoded and validated once, however
+//! many ChangeSets were merged in it (issue 35).
 
 pub mod decide;
 
@@ -28,7 +32,8 @@ use protobot_api::{ChangeSet, Project, change_set::ApprovingPullRequest};
 use protobot_forge::core::approval::{ApprovalClaim, ApprovedPullRequest, ReviewMode};
 use protobot_jobsite::{
     contract::{BuildContract, Intake, build},
-    materializer::{MaterializeError, Registration, read_facts},
+    materializer::{MaterializeError, Registration, read_facts_with, snapshot_at_commit},
+    snapshots::SnapshotCache,
 };
 use protobot_lifecycle::{AuthorizationContext, Grant, ResultEnvelope, Role};
 use protobot_stores::{AdapterConfig, KubeStore, WorkStore};
@@ -61,15 +66,25 @@ fn materializer_context(project: &str, now: Timestamp) -> AuthorizationContext {
     })
 }
 
-/// One reconcile of one ChangeSet.
+/// One reconcile of one ChangeSet (the spec store read through a cache of its own).
 pub async fn reconcile(cs: Arc<ChangeSet>, ctx: Arc<Context>) -> Result<Action, Error> {
+    reconcile_with(cs, ctx, Arc::default()).await
+}
+
+/// One reconcile of one ChangeSet, the spec store read through `snapshots` (shared by the
+/// controller's reconciles).
+pub async fn reconcile_with(
+    cs: Arc<ChangeSet>,
+    ctx: Arc<Context>,
+    snapshots: Arc<SnapshotCache>,
+) -> Result<Action, Error> {
     let name = cs.name_any();
     let ns = cs.namespace().ok_or_else(|| Error::MissingNamespace {
         kind: "ChangeSet",
         name: name.clone(),
     })?;
     let now = Timestamp::now();
-    let outcome = verify_and_materialize(&cs, &ns, ctx.as_ref(), now).await?;
+    let outcome = verify_and_materialize(&cs, &ns, ctx.as_ref(), now, &snapshots).await?;
     let status = decide::status(cs.status.as_ref(), &outcome, cs.metadata.generation, now);
     if cs.status.as_ref() != Some(&status) {
         let api: Api<ChangeSet> = Api::namespaced(ctx.client.clone(), &ns);
@@ -113,6 +128,7 @@ async fn verify_and_materialize(
     ns: &str,
     ctx: &Context,
     now: Timestamp,
+    snapshots: &Arc<SnapshotCache>,
 ) -> Result<Outcome, Error> {
     let (client, workdir) = (&ctx.client, ctx.workdir.as_path());
     let projects: Api<Project> = Api::namespaced(client.clone(), ns);
@@ -157,7 +173,8 @@ async fn verify_and_materialize(
             .unwrap_or_default(),
     };
     // Git reads are blocking; keep them off the async workers.
-    let facts = tokio::task::spawn_blocking(move || read_facts(&repo, &registration))
+    let cache = Arc::clone(snapshots);
+    let facts = tokio::task::spawn_blocking(move || read_facts_with(&repo, &registration, &cache))
         .await
         .map_err(|e| MaterializeError::Repository {
             path: String::new(),
@@ -183,7 +200,7 @@ async fn verify_and_materialize(
         }
     };
     // Only a merge the forge confirms an approving pull request made is materialized.
-    let approval = match check_approval(forge, &project, cs, declared_in).await {
+    let approval = match check_approval_with(forge, &project, cs, declared_in, snapshots).await {
         Ok(approval) => approval,
         Err(refused) => return Ok(refused),
     };
@@ -217,11 +234,23 @@ pub async fn check_approval(
     cs: &ChangeSet,
     repo: PathBuf,
 ) -> Result<Option<ApprovingPullRequest>, Outcome> {
+    check_approval_with(forge, project, cs, repo, &Arc::default()).await
+}
+
+/// [`check_approval`], reading `project.yaml` at the merge through `snapshots`.
+async fn check_approval_with(
+    forge: Option<Arc<crate::forge::ProjectForge>>,
+    project: &Project,
+    cs: &ChangeSet,
+    repo: PathBuf,
+    snapshots: &Arc<SnapshotCache>,
+) -> Result<Option<ApprovingPullRequest>, Outcome> {
     let Some(forge) = forge else {
         return Ok(None);
     };
     let merge = cs.spec.merge_commit.clone();
-    let declared = tokio::task::spawn_blocking(move || declared_review(&repo, &merge))
+    let cache = Arc::clone(snapshots);
+    let declared = tokio::task::spawn_blocking(move || declared_review(&repo, &merge, &cache))
         .await
         .map_err(|e| e.to_string())
         .and_then(|r| r);
@@ -289,13 +318,14 @@ pub fn review_mode(spec: Option<ReviewMode>, declared: Option<&str>) -> ReviewMo
 fn declared_review(
     repo: &std::path::Path,
     merge: &str,
+    snapshots: &SnapshotCache,
 ) -> Result<(String, Option<String>), String> {
     let oid = git2::Oid::from_str(merge).map_err(|e| format!("merge commit {merge}: {e}"))?;
-    let git = protobot_spec::git::Git::discover(repo).map_err(|f| f.message)?;
-    let vfs = git.commit_vfs(oid).map_err(|f| f.message)?;
-    let project = protobot_spec::snapshot::open(vfs)
-        .map_err(|f| f.message)?
-        .project;
+    let at = snapshot_at_commit(repo, oid, snapshots).map_err(|e| match e {
+        MaterializeError::Repository { reason, .. } => reason,
+        other => other.to_string(),
+    })?;
+    let project = &at.snapshot().project;
     let mode = project
         .repository
         .as_ref()
@@ -424,7 +454,8 @@ pub async fn run_forged(
     let projects = crate::drive::scoped_api::<Project>(ctx.client.clone(), namespace.as_deref());
     // At most `materializations()` ChangeSets are reconciled at once. A materialization
     // reads and validates the project's spec store at the merge commit on the blocking pool
-    // (CPU-bound, O(size of the store)); unbounded, a flood of 1,000 ChangeSets ran 1,000 of
+    // (CPU-bound, O(size of the store) on a cache miss; the cache below makes it once per
+    // commit); unbounded, a flood of 1,000 ChangeSets ran 1,000 of
     // them side by side on 2 cores, none finished within minutes and the process grew past
     // 600 MiB (docs/capacity.md). Bounded, they finish one after another at the machine's pace.
     let controller = kube::runtime::Controller::new(api, kube::runtime::watcher::Config::default())
@@ -438,6 +469,9 @@ pub async fn run_forged(
         kube::runtime::watcher::Config::default(),
         move |project: Project| waiting_for(&change_sets.state(), &project),
     );
+    // One cache for every reconcile: a flood merged in one commit decodes its store once.
+    let snapshots = Arc::new(SnapshotCache::default());
+    let reconcile = move |cs, ctx| reconcile_with(cs, ctx, Arc::clone(&snapshots));
     let runner = crate::drive::Runner::new("changeset")
         .metered(metrics)
         .publishing(ctx.client.clone());
