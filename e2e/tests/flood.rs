@@ -99,57 +99,7 @@ fn flood_repo(dir: &Path, n: usize) -> String {
     git(dir, &["commit", "-q", "-m", "project init"]);
     let base = git(dir, &["rev-parse", "HEAD"]);
     git(dir, &["checkout", "-q", "-b", "cs/flood"]);
-    let (sets, reqs) = (".protobot/change-sets", ".protobot/requirements");
-    std::fs::create_dir_all(dir.join(sets)).unwrap();
-    std::fs::create_dir_all(dir.join(reqs)).unwrap();
-    for i in 1..=n {
-        let id = format!("{i:05}");
-        std::fs::write(
-            dir.join(format!("{sets}/cs-{id}.yaml")),
-            format!(
-                "# managed by ears-manager; do not edit by hand\nid: CS-{id}\nbase_commit: {base}\nintent: Item {i}\noperations:\n  - action: add\n    requirement_id: REQ-CLI-{id}\naffected_interfaces: []\naffected_scopes:\n  - s{id}\nimplementation_required: true\nimpact_assessment_base_commit: {base}\ncreated: \"2026-09-15T12:01:00Z\"\n"
-            ),
-        )
-        .unwrap();
-        std::fs::write(
-            dir.join(format!("{reqs}/REQ-CLI-{id}.yaml")),
-            format!(
-                "# managed by ears-manager; do not edit by hand\nid: REQ-CLI-{id}\ntype: event-driven\ntext: When the user runs item {i}, the CLI shall print {i}.\napplies_to:\n  scopes:\n    - s{id}\nverification:\n  mode: isolated-interface\nprovenance: user-authored\ncreated: \"2026-09-15T12:03:00Z\"\nstatus: active\n"
-            ),
-        )
-        .unwrap();
-    }
-    let digest = |store: &str| {
-        let mut files: Vec<(String, Vec<u8>)> = std::fs::read_dir(dir.join(store))
-            .unwrap()
-            .map(|e| {
-                let e = e.unwrap();
-                (
-                    format!("{store}/{}", e.file_name().to_string_lossy()),
-                    std::fs::read(e.path()).unwrap(),
-                )
-            })
-            .collect();
-        files.sort();
-        protobot_spec::digest::store_digest(files.iter().map(|(p, b)| (p.as_str(), b.as_slice())))
-            .unwrap()
-    };
-    let config = dir.join(".protobot/project.yaml");
-    let text = std::fs::read_to_string(&config).unwrap();
-    let rewritten: String = text
-        .lines()
-        .map(|l| {
-            if l.starts_with("  requirements: sha256:") {
-                format!("  requirements: {}", digest(reqs))
-            } else if l.starts_with("  change_sets: sha256:") {
-                format!("  change_sets: {}", digest(sets))
-            } else {
-                l.to_owned()
-            }
-        })
-        .collect::<Vec<_>>()
-        .join("\n");
-    std::fs::write(&config, rewritten + "\n").unwrap();
+    protobot_jobsite::testing::write_change_sets(dir, &base, 1..=n);
     let check = protobot_jobsite::testing::ears(dir, &["check"]);
     assert_eq!(check["data"]["valid"], true, "{check}");
     git(dir, &["add", "-A"]);
