@@ -224,6 +224,7 @@ pub(super) async fn build_site<E: Executor + 'static>(
         }),
         contracts: Arc::new(
             RegisteredContracts::new(clone.clone(), &spec.default_branch)
+                .with_snapshots(Arc::clone(&settings.snapshots))
                 .with_bug_intakes(bug_intakes(client, &ns, &name).await),
         ),
         repo_dir: clone,

@@ -50,6 +50,10 @@ pub struct Settings {
     /// (`None`: off). Default ([`Settings::new`]): as `PROTOBOT_NODE_ROOM_CHECK` says
     /// ([`crate::capacity::NodeRoomCheck::from_env`]; the chart sets it).
     pub node_room: Option<crate::capacity::NodeRoomCheck>,
+    /// The spec stores decoded at a commit, shared by every project's Job Site of this
+    /// replica, so a Job Site rebuilt after a fetch does not decode again what an earlier
+    /// one did ([`protobot_jobsite::snapshots::SnapshotCache`], bounded).
+    pub snapshots: Arc<protobot_jobsite::snapshots::SnapshotCache>,
 }
 
 /// Default of `--max-concurrent-builds`.
@@ -80,6 +84,7 @@ impl Settings {
             usage: None,
             capacity_lease: crate::capacity::CapacityLease::from_env(),
             node_room: crate::capacity::NodeRoomCheck::from_env(),
+            snapshots: Arc::default(),
         }
     }
 }
