@@ -17,7 +17,7 @@
 //! "A ChangeSet flood of 1,000").
 const REAL_ITEMS: usize = 200;
 
-use std::{path::Path, sync::Arc, time::Duration};
+use std::{sync::Arc, time::Duration};
 
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::{coordination::v1::Lease, core::v1::ConfigMap};
@@ -29,7 +29,7 @@ use protobot_api::{BuildWorkItem, ChangeSet, Project, QueueReason};
 use protobot_e2e::{Cluster, timeout};
 use protobot_jobsite::{
     executor::{Executor, ExecutorError, RunOutput, RunSpec},
-    testing::git,
+    testing::flood_repo,
 };
 use serde_json::json;
 
@@ -65,58 +65,6 @@ fn rss_kib() -> u64 {
         .find_map(|l| l.strip_prefix("VmRSS:"))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
         .unwrap_or(0)
-}
-
-/// A project repository whose `main` merged `n` change sets in one merge commit (each with
-/// one requirement of its own scope, so no two share an impact candidate). The store files
-/// are written as ears-manager writes them and the store digests recomputed
-/// (`protobot_spec::digest`), so `ears-manager check` accepts the result; authoring a
-/// thousand change sets through the CLI one by one would take minutes.
-fn flood_repo(dir: &Path, n: usize) -> String {
-    git(dir, &["init", "-q", "-b", "main"]);
-    std::fs::write(dir.join("README.md"), "# flood\n").unwrap();
-    std::fs::create_dir_all(dir.join("docs")).unwrap();
-    std::fs::write(dir.join("docs/vision.md"), "# Vision\n").unwrap();
-    std::fs::write(dir.join("docs/architecture.md"), "# Architecture\n").unwrap();
-    git(dir, &["add", "-A"]);
-    git(dir, &["commit", "-q", "-m", "initial"]);
-    protobot_jobsite::testing::ears(
-        dir,
-        &[
-            "project",
-            "init",
-            "--id",
-            "flood",
-            "--name",
-            "flood",
-            "--canonical-remote",
-            "https://example.invalid/flood.git",
-            "--review-mode",
-            "single-player",
-        ],
-    );
-    git(dir, &["add", "-A"]);
-    git(dir, &["commit", "-q", "-m", "project init"]);
-    let base = git(dir, &["rev-parse", "HEAD"]);
-    git(dir, &["checkout", "-q", "-b", "cs/flood"]);
-    protobot_jobsite::testing::write_change_sets(dir, &base, 1..=n);
-    let check = protobot_jobsite::testing::ears(dir, &["check"]);
-    assert_eq!(check["data"]["valid"], true, "{check}");
-    git(dir, &["add", "-A"]);
-    git(dir, &["commit", "-q", "-m", &format!("{n} change sets")]);
-    git(dir, &["checkout", "-q", "main"]);
-    git(
-        dir,
-        &[
-            "merge",
-            "-q",
-            "--no-ff",
-            "-m",
-            "Merge the flood",
-            "cs/flood",
-        ],
-    );
-    git(dir, &["rev-parse", "HEAD"])
 }
 
 /// How many objects of `api` the namespace holds (metadata only: a flood's statuses are

@@ -400,3 +400,54 @@ pub fn write_change_sets(dir: &std::path::Path, base: &str, ids: std::ops::Range
         .join("\n");
     std::fs::write(&config, rewritten + "\n").unwrap();
 }
+
+/// A project repository (`flood`, single-player review) whose `main` merged change sets
+/// `CS-00001`..`CS-<n>` in one merge commit, each adding one requirement on a scope of its
+/// own ([`write_change_sets`]), checked valid by `ears-manager check`. Returns the merge
+/// commit.
+pub fn flood_repo(dir: &std::path::Path, n: usize) -> String {
+    git(dir, &["init", "-q", "-b", "main"]);
+    std::fs::write(dir.join("README.md"), "# flood\n").unwrap();
+    std::fs::create_dir_all(dir.join("docs")).unwrap();
+    std::fs::write(dir.join("docs/vision.md"), "# Vision\n").unwrap();
+    std::fs::write(dir.join("docs/architecture.md"), "# Architecture\n").unwrap();
+    git(dir, &["add", "-A"]);
+    git(dir, &["commit", "-q", "-m", "initial"]);
+    ears(
+        dir,
+        &[
+            "project",
+            "init",
+            "--id",
+            "flood",
+            "--name",
+            "flood",
+            "--canonical-remote",
+            "https://example.invalid/flood.git",
+            "--review-mode",
+            "single-player",
+        ],
+    );
+    git(dir, &["add", "-A"]);
+    git(dir, &["commit", "-q", "-m", "project init"]);
+    let base = git(dir, &["rev-parse", "HEAD"]);
+    git(dir, &["checkout", "-q", "-b", "cs/flood"]);
+    write_change_sets(dir, &base, 1..=n);
+    let check = ears(dir, &["check"]);
+    assert_eq!(check["data"]["valid"], true, "{check}");
+    git(dir, &["add", "-A"]);
+    git(dir, &["commit", "-q", "-m", &format!("{n} change sets")]);
+    git(dir, &["checkout", "-q", "main"]);
+    git(
+        dir,
+        &[
+            "merge",
+            "-q",
+            "--no-ff",
+            "-m",
+            "Merge the flood",
+            "cs/flood",
+        ],
+    );
+    git(dir, &["rev-parse", "HEAD"])
+}

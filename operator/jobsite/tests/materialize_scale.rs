@@ -18,62 +18,13 @@ use protobot_jobsite::{
         snapshot_at_commit,
     },
     snapshots::SnapshotCache,
-    testing::{ears, git},
+    testing::{flood_repo, git},
 };
 use protobot_spec::{
     git::Git,
     impact, snapshot,
     validate::{Scope, validate},
 };
-
-/// A project repository whose `main` merged `n` change sets in one merge commit (each with one
-/// requirement of its own scope), as `e2e/tests/flood.rs` builds it: the store files written
-/// as ears-manager writes them and the store digests recomputed, so `ears-manager check`
-/// accepts the result. Returns the merge commit.
-fn flood_repo(dir: &Path, n: usize) -> String {
-    git(dir, &["init", "-q", "-b", "main"]);
-    std::fs::write(dir.join("README.md"), "# flood\n").unwrap();
-    std::fs::create_dir_all(dir.join("docs")).unwrap();
-    std::fs::write(dir.join("docs/vision.md"), "# Vision\n").unwrap();
-    std::fs::write(dir.join("docs/architecture.md"), "# Architecture\n").unwrap();
-    git(dir, &["add", "-A"]);
-    git(dir, &["commit", "-q", "-m", "initial"]);
-    ears(
-        dir,
-        &[
-            "project",
-            "init",
-            "--id",
-            "flood",
-            "--name",
-            "flood",
-            "--canonical-remote",
-            "https://example.invalid/flood.git",
-            "--review-mode",
-            "single-player",
-        ],
-    );
-    git(dir, &["add", "-A"]);
-    git(dir, &["commit", "-q", "-m", "project init"]);
-    let base = git(dir, &["rev-parse", "HEAD"]);
-    git(dir, &["checkout", "-q", "-b", "cs/flood"]);
-    protobot_jobsite::testing::write_change_sets(dir, &base, 1..=n);
-    git(dir, &["add", "-A"]);
-    git(dir, &["commit", "-q", "-m", &format!("{n} change sets")]);
-    git(dir, &["checkout", "-q", "main"]);
-    git(
-        dir,
-        &[
-            "merge",
-            "-q",
-            "--no-ff",
-            "-m",
-            "Merge the flood",
-            "cs/flood",
-        ],
-    );
-    git(dir, &["rev-parse", "HEAD"])
-}
 
 fn registration(i: usize, merge: &str) -> Registration {
     Registration {
