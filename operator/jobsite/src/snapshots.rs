@@ -392,10 +392,8 @@ mod tests {
 
     /// A snapshot of a project whose one store holds a file of `size` bytes (decode
     /// problems are diagnostics: the snapshot opens all the same).
-    fn sized(size: usize) -> SnapshotAt {
-        let project = b"schema_versions:\n  project: 1\n  specification: 1\n".to_vec();
-        let mut listing = std::collections::BTreeMap::new();
-        listing.insert("x.yaml".to_owned(), FileState::Bytes(vec![b'#'; size]));
+    /// A store holding only the requirement files of `listing`, decoded.
+    fn requirements_at(listing: std::collections::BTreeMap<String, FileState>) -> SnapshotAt {
         let mut stores = std::collections::BTreeMap::new();
         stores.insert(
             ".protobot/requirements".to_owned(),
@@ -403,7 +401,9 @@ mod tests {
         );
         let vfs = Vfs {
             protobot_is_dir: true,
-            project_yaml: FileState::Bytes(project),
+            project_yaml: FileState::Bytes(
+                b"schema_versions:\n  project: 1\n  specification: 1\n".to_vec(),
+            ),
             projection_yaml: FileState::Absent,
             stores,
             artifacts: Default::default(),
@@ -412,6 +412,12 @@ mod tests {
             Ok(s) => SnapshotAt::new(s, None),
             Err(f) => panic!("{}", f.message),
         }
+    }
+
+    fn sized(size: usize) -> SnapshotAt {
+        let mut listing = std::collections::BTreeMap::new();
+        listing.insert("x.yaml".to_owned(), FileState::Bytes(vec![b'#'; size]));
+        requirements_at(listing)
     }
 
     #[test]
@@ -547,24 +553,7 @@ mod tests {
         ]
         .into_iter()
         .collect();
-        let mut stores = std::collections::BTreeMap::new();
-        stores.insert(
-            ".protobot/requirements".to_owned(),
-            DirState::Listing(listing),
-        );
-        let vfs = Vfs {
-            protobot_is_dir: true,
-            project_yaml: FileState::Bytes(
-                b"schema_versions:\n  project: 1\n  specification: 1\n".to_vec(),
-            ),
-            projection_yaml: FileState::Absent,
-            stores,
-            artifacts: Default::default(),
-        };
-        match protobot_spec::snapshot::open(vfs) {
-            Ok(s) => SnapshotAt::new(s, None),
-            Err(f) => panic!("{}", f.message),
-        }
+        requirements_at(listing)
     }
 
     #[test]

@@ -55,7 +55,7 @@ impl ProjectSchedule {
 
     /// Whether the project may be driven at `now`.
     pub fn due(&self, now: std::time::Instant) -> bool {
-        self.not_before.is_none_or(|t| now >= t)
+        self.wait(now).is_zero()
     }
 
     /// How long from `now` until the project may be driven (zero when it may now).
